@@ -1,0 +1,69 @@
+// The backend interface (DESIGN.md principle 5): a BufferType makes Buffers (one
+// block of device memory each); a Backend runs graphs on tensors that live in its
+// buffers. Every backend implements this same small surface.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+class Graph;
+class Context;
+class BufferType;
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual BufferType& type() const = 0;
+  virtual void* base() = 0;
+  virtual size_t size() const = 0;
+  // Byte ranges [offset, offset+n) of tensor t's memory (t->data must lie in this buffer).
+  virtual void set(TensorNode* t, const void* src, size_t offset, size_t n) = 0;
+  virtual void get(const TensorNode* t, void* dst, size_t offset, size_t n) const = 0;
+  virtual void memset(TensorNode* t, uint8_t value, size_t offset, size_t n) = 0;
+  virtual void clear(uint8_t value) = 0;  // the whole buffer
+  bool is_host() const;
+};
+
+class BufferType {
+ public:
+  virtual ~BufferType() = default;
+  virtual const char* name() const = 0;
+  virtual size_t alignment() const = 0;
+  virtual size_t max_size() const { return SIZE_MAX; }
+  // Bytes tensor t needs in a buffer of this type (may pad).
+  virtual size_t alloc_size(const TensorNode* t) const { return t->nbytes(); }
+  virtual bool is_host() const = 0;
+  virtual std::unique_ptr<Buffer> alloc(size_t size) = 0;
+};
+
+// Host (malloc'ed, aligned) memory: used by the CPU and BLAS backends.
+BufferType& host_buffer_type();
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual BufferType& buffer_type() = 0;
+  virtual bool supports_op(const TensorNode* node) const = 0;
+  // Runs the given nodes in order (every tensor must have memory). Throws
+  // kiln::Error for errors found in the data (e.g. an index out of range).
+  virtual void compute(std::span<TensorNode* const> nodes) = 0;
+  void compute(const Graph& g);
+  virtual void synchronize() {}
+};
+
+// Copies src's elements into dst (same shape and dtype; any buffers/backends).
+void copy_tensor(const TensorNode* src, TensorNode* dst);
+
+// Gives every tensor of `ctx` that has no memory yet a place in one new buffer of
+// `backend` (zero-filled), and points views at their sources. The simple
+// allocator: no reuse, for running graphs before the graph allocator. Call again
+// after building more tensors; it allocates only the new ones.
+std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend);
+
+}  // namespace kiln

@@ -1,0 +1,33 @@
+// Context: owns the metadata of every tensor built from it (an arena; node
+// addresses are stable). It holds no tensor data: backends' buffers do.
+#pragma once
+#include <deque>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+class Context {
+ public:
+  Context() = default;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Leaves. `input` is data the user writes each run, `param` is trained (gets a
+  // gradient in Graph::backward), `tensor` is a plain leaf (constants, state).
+  Tensor input(DType t, const Shape& s, std::string name = {});
+  Tensor param(DType t, const Shape& s, std::string name = {});
+  Tensor tensor(DType t, const Shape& s, std::string name = {});
+
+  size_t size() const { return nodes_.size(); }
+  TensorNode* node(size_t i) { return &nodes_[i]; }
+
+  // Used by op builders: a new contiguous node (strides set from the shape).
+  TensorNode* new_node(DType t, const Shape& s, Op op);
+
+ private:
+  std::deque<TensorNode> nodes_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,54 @@
+// Graph: the nodes needed to compute some outputs, in execution order, plus the
+// backward pass (gradient nodes) once backward() has run.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+class Graph {
+ public:
+  Graph() = default;
+  // Every node `outputs` depend on, sources before consumers. Outputs are flagged
+  // kFlagOutput.
+  static Graph forward(Tensor output);
+  static Graph forward(std::initializer_list<Tensor> outputs);
+  // Adds another output (and what it needs) to the graph.
+  void expand(Tensor output);
+
+  // Appends the backward pass of scalar `loss`: one pass marks the nodes on a path
+  // from a param to the loss, then gradient nodes are built in reverse order (linear
+  // in the graph size). Each param gets a gradient accumulator that the graph adds
+  // into (grads accumulate over runs until reset_grads()). Call once per graph.
+  void backward(Tensor loss);
+
+  // The gradient of `t`: for params the accumulator, otherwise the gradient node
+  // (undefined when t got none).
+  Tensor grad(Tensor t) const;
+  bool has_backward() const { return n_forward_ != nodes_.size() || !grads_.empty(); }
+  // Zero every param's gradient accumulator (they must have memory).
+  void reset_grads();
+
+  // Nodes in execution order: views and computed nodes. Leaves are listed apart.
+  const std::vector<TensorNode*>& nodes() const { return nodes_; }
+  const std::vector<TensorNode*>& leafs() const { return leafs_; }
+  size_t n_forward() const { return n_forward_; }
+  size_t size() const { return nodes_.size(); }
+  std::string dump() const;
+
+ private:
+  void visit(TensorNode* out);
+  std::vector<TensorNode*> nodes_;
+  std::vector<TensorNode*> leafs_;
+  std::unordered_set<const TensorNode*> seen_;
+  std::unordered_map<const TensorNode*, TensorNode*> grads_;  // tensor -> gradient
+  std::vector<std::pair<TensorNode*, TensorNode*>> accumulators_;  // param -> accumulator
+  size_t n_forward_ = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,134 @@
+// Building ops: each function checks shapes and dtypes (kiln::Error "[op] ...")
+// and adds one node (or a few, for composite ops) to the inputs' Context.
+// Nothing is computed here.
+#pragma once
+#include <initializer_list>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "kiln/context.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// ---- constants ----
+Tensor full(Context& ctx, const Shape& s, float value, DType t = f32);
+Tensor zeros(Context& ctx, const Shape& s, DType t = f32);
+Tensor ones(Context& ctx, const Shape& s, DType t = f32);
+Tensor full_like(Tensor x, float value);
+
+// ---- elementwise, numpy broadcasting ----
+Tensor add(Tensor a, Tensor b);
+Tensor sub(Tensor a, Tensor b);
+Tensor mul(Tensor a, Tensor b);
+Tensor div(Tensor a, Tensor b);
+Tensor where(Tensor cond, Tensor a, Tensor b);  // cond != 0 ? a : b
+// Comparisons give f32 1/0 and have no gradient.
+Tensor eq(Tensor a, Tensor b);
+Tensor ne(Tensor a, Tensor b);
+Tensor lt(Tensor a, Tensor b);
+Tensor le(Tensor a, Tensor b);
+Tensor gt(Tensor a, Tensor b);
+Tensor ge(Tensor a, Tensor b);
+Tensor gt(Tensor a, float b);
+Tensor lt(Tensor a, float b);
+
+Tensor neg(Tensor x);
+Tensor abs(Tensor x);
+Tensor sign(Tensor x);
+Tensor sqr(Tensor x);
+Tensor sqrt(Tensor x);
+Tensor exp(Tensor x);
+Tensor log(Tensor x);
+Tensor sin(Tensor x);
+Tensor cos(Tensor x);
+Tensor pow(Tensor x, float exponent);
+Tensor scale(Tensor x, float s, float bias = 0.0f);  // s*x + bias
+Tensor clamp(Tensor x, float lo, float hi);
+Tensor relu(Tensor x);
+Tensor leaky_relu(Tensor x, float negative_slope = 0.01f);
+enum class GeluApprox { none, tanh };  // PyTorch's approximate='none' | 'tanh'
+Tensor gelu(Tensor x, GeluApprox approx = GeluApprox::none);
+Tensor erf(Tensor x);
+Tensor silu(Tensor x);
+Tensor sigmoid(Tensor x);
+Tensor tanh(Tensor x);
+Tensor softplus(Tensor x);
+
+Tensor operator+(Tensor a, Tensor b);
+Tensor operator-(Tensor a, Tensor b);
+Tensor operator*(Tensor a, Tensor b);
+Tensor operator/(Tensor a, Tensor b);
+Tensor operator-(Tensor a);
+Tensor operator+(Tensor a, float b);
+Tensor operator-(Tensor a, float b);
+Tensor operator*(Tensor a, float b);
+Tensor operator/(Tensor a, float b);
+Tensor operator+(float a, Tensor b);
+Tensor operator-(float a, Tensor b);
+Tensor operator*(float a, Tensor b);
+
+// ---- reductions: over all elements, or one axis (negative counts from the end) ----
+Tensor sum(Tensor x);
+Tensor sum(Tensor x, int axis, bool keepdim = false);
+Tensor mean(Tensor x);
+Tensor mean(Tensor x, int axis, bool keepdim = false);
+Tensor max(Tensor x);
+Tensor max(Tensor x, int axis, bool keepdim = false);
+Tensor argmax(Tensor x, int axis, bool keepdim = false);  // i32, no gradient
+Tensor count_equal(Tensor a, Tensor b);                   // i32 scalar, no gradient
+// Sums x over broadcast dims so the result has `shape` (used by backward rules).
+Tensor sum_to(Tensor x, const Shape& shape);
+
+// ---- linear algebra ----
+// a @ b. a [..., M, K], b [..., K, N], batch dims broadcast; f32/f16/bf16 inputs,
+// f32 result. Transposed views (x.T()) are read in place without a copy.
+Tensor matmul(Tensor a, Tensor b);
+
+// ---- neural-net ----
+struct SoftmaxOptions {
+  float scale = 1.0f;
+  Tensor mask;          // optional additive mask, broadcast to x
+  bool causal = false;  // mask col c > r + (cols - rows) in row r
+};
+Tensor softmax(Tensor x, const SoftmaxOptions& opt = {});  // over the last axis
+Tensor log_softmax(Tensor x, const SoftmaxOptions& opt = {});
+// Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
+Tensor cross_entropy(Tensor logits, Tensor target);
+Tensor mse_loss(Tensor a, Tensor b);  // mean((a-b)^2)
+Tensor one_hot(Tensor labels, int64_t classes);  // f32, no gradient
+// Over the last axis; weight and bias (shape [D]) are optional.
+Tensor layer_norm(Tensor x, Tensor weight = {}, Tensor bias = {}, float eps = 1e-5f);
+Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
+Tensor embedding(Tensor weight, Tensor indices);  // rows of weight [V, D] at i32 indices
+Tensor concat(std::initializer_list<Tensor> xs, int dim);
+Tensor concat(const std::vector<Tensor>& xs, int dim);
+// PyTorch F.pad order: pairs (before, after) starting from the LAST dim.
+Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value = 0.0f);
+Tensor repeat(Tensor x, std::initializer_list<int64_t> reps);  // torch.Tensor.repeat
+struct Conv2dOptions {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+};
+// x [N, C, H, W], weight [O, C, KH, KW], bias [O] optional -> [N, O, OH, OW].
+Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {}, const Conv2dOptions& opt = {});
+struct Pool2dOptions {
+  int64_t kernel[2] = {2, 2};
+  int64_t stride[2] = {0, 0};  // 0: same as kernel (PyTorch default)
+  int64_t padding[2] = {0, 0};
+};
+Tensor max_pool2d(Tensor x, const Pool2dOptions& opt = {});
+Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt = {});
+// Zeroes each element with probability p and scales the rest by 1/(1-p); the same
+// seed gives the same mask. `seed` tensor (i32, optional) is mixed in at run time so
+// a training loop can vary the mask per step without rebuilding the graph.
+Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor = {});
+
+// ---- low-level: for backends, tests and the next op ----
+// Creates a node of `op` with given srcs, dtype, shape and params (no checks).
+Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
+               const OpParams& p = {});
+
+}  // namespace kiln

@@ -1,0 +1,149 @@
+// Tensor metadata (TensorNode, owned by a Context) and the Tensor handle users hold.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+inline constexpr int kMaxDims = 4;
+inline constexpr int kMaxSrc = 3;
+
+enum class Op : uint8_t {
+#define KILN_OP(e, name, kind, inplace, grad) e,
+#include "kiln/ops.def"
+#undef KILN_OP
+  COUNT
+};
+enum class OpKind : uint8_t { LEAF, VIEW, ALIAS, COMPUTE };
+
+const char* op_name(Op op);
+OpKind op_kind(Op op);
+bool op_can_inplace(Op op);
+bool op_has_grad(Op op);
+
+// A shape of 0..4 dims, outermost first (PyTorch order).
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(std::span<const int64_t> dims);
+  int ndim() const { return n_; }
+  int64_t operator[](int i) const { return d_[i]; }
+  int64_t& operator[](int i) { return d_[i]; }
+  int64_t numel() const;
+  const int64_t* begin() const { return d_.data(); }
+  const int64_t* end() const { return d_.data() + n_; }
+  bool operator==(const Shape& o) const;
+  std::string str() const;  // "[2, 3]"
+  void push_back(int64_t v);
+
+ private:
+  int n_ = 0;
+  std::array<int64_t, kMaxDims> d_{};
+};
+
+struct OpParams {
+  int64_t i[8] = {};
+  float f[4] = {};
+};
+
+enum TensorFlag : uint32_t {
+  kFlagInput = 1u << 0,
+  kFlagOutput = 1u << 1,
+  kFlagParam = 1u << 2,
+  kFlagLoss = 1u << 3,
+  kFlagGrad = 1u << 4,     // a gradient (never gets a gradient itself)
+  kFlagGradAcc = 1u << 5,  // a persistent gradient accumulator of a param
+};
+
+class Context;
+class Buffer;
+
+// Metadata of one tensor. Data-free until an allocator sets `data`.
+struct TensorNode {
+  int64_t id = 0;  // creation index inside its context
+  DType dtype = DType::f32;
+  Shape shape;
+  std::array<int64_t, kMaxDims> stride{};  // byte strides per dim
+  Op op = Op::NONE;
+  OpParams p;
+  std::array<TensorNode*, kMaxSrc> src{};
+  int n_src = 0;
+  TensorNode* view_src = nullptr;  // set for VIEW ops: memory owner (never itself a view)
+  size_t view_offs = 0;            // byte offset inside view_src
+  void* data = nullptr;
+  Buffer* buffer = nullptr;
+  uint32_t flags = 0;
+  std::string name;
+  Context* ctx = nullptr;
+
+  int64_t numel() const { return shape.numel(); }
+  size_t elem_size() const { return dtype_size(dtype); }
+  bool is_view() const { return view_src != nullptr; }
+  bool is_contiguous() const;
+  // Bytes a freshly allocated, contiguous tensor of this shape needs.
+  size_t nbytes() const { return size_t(numel()) * elem_size(); }
+  // Byte offset of the element at a multi-index (idx has ndim entries).
+  int64_t offset_of(const int64_t* idx) const;
+};
+
+// A cheap, copyable handle to a TensorNode. Operators and free functions in
+// kiln/ops.h build new nodes; nothing is computed until a backend runs a Graph.
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(TensorNode* n) : n_(n) {}
+  TensorNode* node() const { return n_; }
+  bool defined() const { return n_ != nullptr; }
+  explicit operator bool() const { return defined(); }
+  bool operator==(const Tensor& o) const { return n_ == o.n_; }
+
+  DType dtype() const { return n_->dtype; }
+  const Shape& shape() const { return n_->shape; }
+  int ndim() const { return n_->shape.ndim(); }
+  int64_t size(int dim) const;  // negative dims count from the end
+  int64_t numel() const { return n_->numel(); }
+  Op op() const { return n_->op; }
+  const std::string& name() const { return n_->name; }
+  Tensor& set_name(std::string name);
+  Tensor& set_flags(uint32_t f);
+  bool has_flag(TensorFlag f) const { return (n_->flags & f) != 0; }
+  Context& ctx() const { return *n_->ctx; }
+
+  // Views and copies (PyTorch names).
+  Tensor reshape(const Shape& s) const;  // copies first when not contiguous
+  Tensor view(const Shape& s) const;     // never copies; errors when not contiguous
+  Tensor permute(std::initializer_list<int> axes) const;
+  Tensor transpose(int d0, int d1) const;
+  Tensor T() const { return transpose(-2, -1); }
+  Tensor narrow(int dim, int64_t start, int64_t length) const;
+  Tensor expand(const Shape& s) const;
+  Tensor contiguous() const;
+  Tensor to(DType t) const;
+
+  // Data access once the tensor has memory (see kiln/backend.h). Element type must
+  // match the dtype (uint16_t for f16/bf16). set/get work on non-contiguous views.
+  bool has_data() const { return n_->data != nullptr; }
+  template <class V>
+  void set(std::span<const V> values);
+  template <class V>
+  void set(const std::vector<V>& values) { set(std::span<const V>(values)); }
+  template <class V>
+  void set(std::initializer_list<V> values) { set(std::span<const V>(values.begin(), values.size())); }
+  template <class V>
+  std::vector<V> get() const;
+  float item() const;  // a one-element f32/i32 tensor's value as float
+  void fill_zero();
+
+ private:
+  TensorNode* n_ = nullptr;
+};
+
+}  // namespace kiln

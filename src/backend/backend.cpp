@@ -1,0 +1,71 @@
+// Backend-independent helpers: running a Graph, copying tensors between
+// buffers, and the simple "everything in one buffer" allocator.
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend.h"
+#include "kiln/context.h"
+#include "kiln/graph.h"
+
+namespace kiln {
+
+void Backend::compute(const Graph& g) {
+  for (const TensorNode* l : g.leafs())
+    if (!l->data)
+      fail("compute", "leaf #", l->id, l->name.empty() ? "" : " '", l->name,
+           l->name.empty() ? "" : "'", " ", l->shape.str(), " has no memory: allocate it first");
+  compute(std::span<TensorNode* const>(g.nodes()));
+}
+
+void copy_tensor(const TensorNode* src, TensorNode* dst) {
+  if (!(src->shape == dst->shape) || src->dtype != dst->dtype)
+    fail("copy_tensor", "src is ", dtype_name(src->dtype), " ", src->shape.str(), " but dst is ",
+         dtype_name(dst->dtype), " ", dst->shape.str());
+  if (!src->data || !dst->data) fail("copy_tensor", "both tensors need memory");
+  if (!src->is_contiguous() || !dst->is_contiguous())
+    fail("copy_tensor", "both tensors must be contiguous");
+  const size_t n = src->nbytes();
+  if (src->buffer->is_host()) {
+    dst->buffer->set(dst, src->data, 0, n);
+  } else if (dst->buffer->is_host()) {
+    src->buffer->get(src, dst->data, 0, n);
+  } else {
+    std::vector<char> tmp(n);
+    src->buffer->get(src, tmp.data(), 0, n);
+    dst->buffer->set(dst, tmp.data(), 0, n);
+  }
+}
+
+std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend) {
+  BufferType& bt = backend.buffer_type();
+  const size_t align = bt.alignment();
+  auto round_up = [align](size_t x) { return (x + align - 1) / align * align; };
+  std::vector<std::pair<TensorNode*, size_t>> todo;  // tensor, offset
+  size_t total = 0;
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    TensorNode* n = ctx.node(i);
+    if (n->data || n->view_src) continue;
+    todo.emplace_back(n, total);
+    total += round_up(bt.alloc_size(n));
+  }
+  if (total > bt.max_size())
+    fail("allocate_tensors", "needs ", total, " bytes but ", bt.name(), " buffers hold at most ",
+         bt.max_size());
+  std::unique_ptr<Buffer> buf = bt.alloc(total);
+  buf->clear(0);
+  char* base = static_cast<char*>(buf->base());
+  for (auto& [n, off] : todo) {
+    n->data = base + off;
+    n->buffer = buf.get();
+  }
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    TensorNode* n = ctx.node(i);
+    if (n->view_src && !n->data && n->view_src->data) {
+      n->data = static_cast<char*>(n->view_src->data) + n->view_offs;
+      n->buffer = n->view_src->buffer;
+    }
+  }
+  return buf;
+}
+
+}  // namespace kiln

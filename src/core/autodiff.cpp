@@ -1,0 +1,95 @@
+// Graph::backward: reverse-mode autodiff in O(nodes).
+//  1. One forward pass marks nodes that depend on a param ("requires").
+//  2. One reverse pass walks from the loss; each node with a gradient calls its
+//     op's rule, which adds gradient nodes for the sources that require one.
+// Gradients are ordinary graph nodes (flagged kFlagGrad) and never get
+// gradients themselves; nothing is built for nodes off the param->loss paths.
+#include <unordered_set>
+
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/graph.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+const char* label(const TensorNode* n) { return n->name.empty() ? op_name(n->op) : n->name.c_str(); }
+}  // namespace
+
+void Graph::backward(Tensor loss) {
+  if (!loss.defined()) fail("backward", "loss is an undefined tensor");
+  if (!seen_.count(loss.node()))
+    fail("backward", "loss is not part of this graph: build it with Graph::forward(loss)");
+  if (loss.numel() != 1 || loss.dtype() != f32)
+    fail("backward", "loss must be a one-element f32 tensor, got ", dtype_name(loss.dtype()), " ",
+         loss.shape().str());
+  if (!grads_.empty() || !accumulators_.empty())
+    fail("backward", "this graph already has a backward pass");
+  loss.node()->flags |= kFlagLoss;
+  n_forward_ = nodes_.size();
+
+  // 1. requires-grad: params and nodes computed (differentiably) from them.
+  std::unordered_set<const TensorNode*> requires_grad;
+  for (const TensorNode* l : leafs_)
+    if (l->flags & kFlagParam) requires_grad.insert(l);
+  for (const TensorNode* n : nodes_) {
+    bool any = false;
+    for (int i = 0; i < n->n_src; ++i) any |= n->src[i] && requires_grad.count(n->src[i]);
+    if (!any) continue;
+    if (op_kind(n->op) == OpKind::ALIAS)
+      fail("backward", "in-place op '", op_name(n->op), "' (", label(n),
+           ") is on a gradient path; use an out-of-place op");
+    if (op_has_grad(n->op)) requires_grad.insert(n);
+  }
+  if (!requires_grad.count(loss.node()))
+    fail("backward", "the loss does not depend on any param");
+
+  // 2. reverse pass from the loss.
+  Context& ctx = loss.ctx();
+  Tensor seed = full(ctx, loss.shape(), 1.0f);
+  seed.node()->flags |= kFlagGrad;
+  grads_[loss.node()] = seed.node();
+  const size_t first_new = ctx.size();
+  for (size_t k = n_forward_; k-- > 0;) {
+    TensorNode* n = nodes_[k];
+    auto it = grads_.find(n);
+    if (it == grads_.end()) continue;
+    bool needs[kMaxSrc] = {};
+    bool any = false;
+    for (int i = 0; i < n->n_src; ++i) {
+      needs[i] = n->src[i] && requires_grad.count(n->src[i]);
+      any |= needs[i];
+    }
+    if (!any) continue;
+    detail::GradCtx g(n, Tensor(it->second), needs);
+    detail::backward_rule(n->op)(g);
+    for (int i = 0; i < n->n_src; ++i) {
+      Tensor gi = g.added(i);
+      if (!gi.defined()) continue;
+      TensorNode* s = n->src[i];
+      KILN_ASSERT(gi.shape() == s->shape);
+      auto [pos, fresh] = grads_.emplace(s, gi.node());
+      if (!fresh) pos->second = add(Tensor(pos->second), gi).node();
+    }
+  }
+  for (size_t i = first_new; i < ctx.size(); ++i) ctx.node(i)->flags |= kFlagGrad;
+
+  // 3. accumulators: acc += grad, so gradients sum over runs until reset_grads().
+  for (TensorNode* p : leafs_) {
+    if (!(p->flags & kFlagParam)) continue;
+    auto it = grads_.find(p);
+    if (it == grads_.end()) continue;
+    Tensor gp(it->second);
+    if (gp.dtype() != f32) gp = gp.to(f32);
+    Tensor acc = ctx.tensor(f32, p->shape, p->name.empty() ? "grad" : p->name + ".grad");
+    acc.node()->flags |= kFlagGrad | kFlagGradAcc;
+    TensorNode* upd = detail::new_op(Op::ACCUMULATE, f32, p->shape, {acc.node(), gp.node()});
+    upd->view_src = acc.node();
+    upd->flags |= kFlagGrad | kFlagOutput;
+    accumulators_.emplace_back(p, acc.node());
+    visit(upd);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,46 @@
+// The backward-rule interface. Each differentiable op in kiln/ops.def has a rule
+// `void backward_<ENUM>(GradCtx&)` defined next to its builder in src/core/ops/.
+// Rules are written with kiln's own ops, so the backward pass is an ordinary graph.
+#pragma once
+#include "kiln/tensor.h"
+
+namespace kiln::detail {
+
+class GradCtx {
+ public:
+  GradCtx(TensorNode* node, Tensor grad, const bool* needs)
+      : node_(node), grad_(grad), needs_(needs) {}
+  Tensor out() const { return Tensor(node_); }     // the forward node
+  Tensor src(int i) const { return Tensor(node_->src[i]); }
+  const OpParams& params() const { return node_->p; }
+  Tensor grad() const { return grad_; }            // dLoss/dOut, shape of out()
+  bool needs(int i) const { return needs_[i]; }    // does src i want a gradient?
+  // Contributes dLoss/dSrc_i. g must have src i's shape (use sum_to after
+  // broadcasting); contributions from several consumers are summed by the caller.
+  void add(int i, Tensor g) {
+    if (needs_[i]) added_[i] = g;
+  }
+  Tensor added(int i) const { return added_[i]; }
+
+ private:
+  TensorNode* node_;
+  Tensor grad_;
+  const bool* needs_;
+  Tensor added_[kMaxSrc];
+};
+
+using BackwardFn = void (*)(GradCtx&);
+
+#define KILN_BACKWARD_0(e)
+#define KILN_BACKWARD_1(e) void backward_##e(GradCtx& g);
+#define KILN_OP(e, name, kind, inplace, grad) KILN_BACKWARD_##grad(e)
+#include "kiln/ops.def"
+#undef KILN_OP
+#undef KILN_BACKWARD_0
+#undef KILN_BACKWARD_1
+
+// The rule table (nullptr for ops without gradient). Tests may replace an entry to
+// prove the op-test harness catches a wrong rule.
+BackwardFn& backward_rule(Op op);
+
+}  // namespace kiln::detail

@@ -1,0 +1,81 @@
+#include "core/op_builder.h"
+
+namespace kiln::detail {
+
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_size) {
+  std::array<int64_t, kMaxDims> st{};
+  int64_t acc = int64_t(elem_size);
+  for (int d = s.ndim() - 1; d >= 0; --d) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
+                   const OpParams& p) {
+  Context* ctx = nullptr;
+  for (TensorNode* x : srcs)
+    if (x) {
+      ctx = x->ctx;
+      break;
+    }
+  KILN_ASSERT(ctx != nullptr);
+  TensorNode* n = ctx->new_node(t, s, op);
+  n->p = p;
+  int i = 0;
+  for (TensorNode* x : srcs) {
+    KILN_ASSERT(i < kMaxSrc);
+    n->src[i++] = x;
+  }
+  n->n_src = i;
+  while (n->n_src > 0 && n->src[n->n_src - 1] == nullptr) n->n_src--;
+  return n;
+}
+
+void check_defined(const char* op, std::initializer_list<Tensor> ts) {
+  int i = 0;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) fail(op, "argument ", i, " is an undefined tensor");
+    ++i;
+  }
+}
+
+void check_dtype(const char* op, const char* what, Tensor t, DType want) {
+  if (t.dtype() != want)
+    fail(op, what, " must be ", dtype_name(want), " but is ", dtype_name(t.dtype()), " ",
+         t.shape().str());
+}
+
+void check_float32(const char* op, const char* what, Tensor t) { check_dtype(op, what, t, f32); }
+
+void check_same_ctx(const char* op, std::initializer_list<Tensor> ts) {
+  const Context* c = nullptr;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) continue;
+    if (c && t.node()->ctx != c) fail(op, "tensors come from different contexts");
+    c = t.node()->ctx;
+  }
+}
+
+int norm_axis(const char* op, int axis, int ndim) {
+  const int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim)
+    fail(op, "axis ", axis, " is out of range for a tensor with ", ndim, " dimensions");
+  return a;
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  const int n = std::max(a.ndim(), b.ndim());
+  Shape out;
+  for (int i = 0; i < n; ++i) {
+    const int ia = i - (n - a.ndim()), ib = i - (n - b.ndim());
+    const int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail(op, "shapes ", a.str(), " and ", b.str(), " cannot be broadcast together");
+    out.push_back(da == 1 ? db : da);
+  }
+  return out;
+}
+
+}  // namespace kiln::detail

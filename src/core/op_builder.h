@@ -1,0 +1,28 @@
+// Internal helpers for op builders (src/core/ops/*.cpp).
+#pragma once
+#include <initializer_list>
+
+#include "kiln/context.h"
+#include "kiln/ops.h"
+#include "kiln/tensor.h"
+
+namespace kiln::detail {
+
+// A new contiguous node of `op` in the first src's context.
+TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
+                   const OpParams& p = {});
+
+// Checks (each throws kiln::Error starting with "[op] ").
+void check_defined(const char* op, std::initializer_list<Tensor> ts);
+void check_dtype(const char* op, const char* what, Tensor t, DType want);
+void check_float32(const char* op, const char* what, Tensor t);  // f32 only
+void check_same_ctx(const char* op, std::initializer_list<Tensor> ts);
+// Normalises a possibly negative axis for an ndim-dimensional tensor.
+int norm_axis(const char* op, int axis, int ndim);
+// Numpy broadcast of two shapes, or a kiln::Error naming both tensors.
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+// Row-major contiguous byte strides for a shape.
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_size);
+
+}  // namespace kiln::detail

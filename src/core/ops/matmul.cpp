@@ -1,0 +1,48 @@
+// matmul: a @ b with broadcast batch dims; f32/f16/bf16 inputs, f32 output.
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+Tensor matmul(Tensor a, Tensor b) {
+  detail::check_defined("matmul", {a, b});
+  detail::check_same_ctx("matmul", {a, b});
+  for (Tensor t : {a, b})
+    if (t.dtype() == i32)
+      fail("matmul", "inputs must be f32, f16 or bf16, but ", t == a ? "a" : "b", " ",
+           t.shape().str(), " is i32");
+  if (a.ndim() < 2 || b.ndim() < 2)
+    fail("matmul", "a is ", a.shape().str(), " and b is ", b.shape().str(),
+         ": both need at least 2 dimensions");
+  const int64_t M = a.size(-2), K = a.size(-1), K2 = b.size(-2), N = b.size(-1);
+  if (K != K2)
+    fail("matmul", "a is ", a.shape().str(), " but b is ", b.shape().str(), ": a's last dim (", K,
+         ") must equal b's second-to-last (", K2, ")");
+  Shape ba, bb;
+  for (int d = 0; d < a.ndim() - 2; ++d) ba.push_back(a.shape()[d]);
+  for (int d = 0; d < b.ndim() - 2; ++d) bb.push_back(b.shape()[d]);
+  Shape s = detail::broadcast_shapes("matmul", ba, bb);
+  s.push_back(M);
+  s.push_back(N);
+  return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
+}
+
+namespace detail {
+
+void backward_MATMUL(GradCtx& g) {
+  // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
+  // broadcast batch dims.
+  const Tensor a = g.src(0), b = g.src(1), gc = g.grad();
+  if (g.needs(0)) {
+    Tensor ga = matmul(gc, b.T());
+    g.add(0, sum_to(ga, a.shape()));
+  }
+  if (g.needs(1)) {
+    Tensor gb = matmul(a.T(), gc);
+    g.add(1, sum_to(gb, b.shape()));
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln

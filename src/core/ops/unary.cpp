@@ -1,0 +1,124 @@
+// Elementwise unary ops and activations. Builders + backward rules; each rule is
+// the derivative written with kiln ops (reusing the forward output where cheaper).
+#include <cmath>
+
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+
+Tensor unary(Op op, Tensor x, float f0 = 0.0f, float f1 = 0.0f) {
+  const char* name = op_name(op);
+  detail::check_defined(name, {x});
+  detail::check_float32(name, "x", x);
+  OpParams p;
+  p.f[0] = f0;
+  p.f[1] = f1;
+  return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}, p));
+}
+
+// 1.0 where x >= lo (or x > lo when strict), else 0.0
+Tensor step(Tensor x, float lo, bool strict) {
+  const Tensor c = full(x.ctx(), Shape{}, lo);
+  return strict ? gt(x, c) : ge(x, c);
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
+constexpr float kGeluC = 0.044715f;
+
+}  // namespace
+
+Tensor neg(Tensor x) { return unary(Op::NEG, x); }
+Tensor abs(Tensor x) { return unary(Op::ABS, x); }
+Tensor sign(Tensor x) { return unary(Op::SIGN, x); }
+Tensor sqr(Tensor x) { return unary(Op::SQR, x); }
+Tensor sqrt(Tensor x) { return unary(Op::SQRT, x); }
+Tensor exp(Tensor x) { return unary(Op::EXP, x); }
+Tensor log(Tensor x) { return unary(Op::LOG, x); }
+Tensor sin(Tensor x) { return unary(Op::SIN, x); }
+Tensor cos(Tensor x) { return unary(Op::COS, x); }
+Tensor pow(Tensor x, float exponent) { return unary(Op::POW, x, exponent); }
+Tensor scale(Tensor x, float s, float bias) { return unary(Op::SCALE, x, s, bias); }
+Tensor clamp(Tensor x, float lo, float hi) {
+  if (!(lo <= hi)) fail("clamp", "lo ", lo, " is greater than hi ", hi);
+  return unary(Op::CLAMP, x, lo, hi);
+}
+Tensor relu(Tensor x) { return unary(Op::RELU, x); }
+Tensor leaky_relu(Tensor x, float slope) { return unary(Op::LEAKY_RELU, x, slope); }
+Tensor gelu(Tensor x, GeluApprox approx) {
+  return unary(approx == GeluApprox::tanh ? Op::GELU : Op::GELU_ERF, x);
+}
+Tensor erf(Tensor x) { return unary(Op::ERF, x); }
+Tensor silu(Tensor x) { return unary(Op::SILU, x); }
+Tensor sigmoid(Tensor x) { return unary(Op::SIGMOID, x); }
+Tensor tanh(Tensor x) { return unary(Op::TANH, x); }
+Tensor softplus(Tensor x) { return unary(Op::SOFTPLUS, x); }
+
+namespace detail {
+
+void backward_NEG(GradCtx& g) { g.add(0, neg(g.grad())); }
+void backward_ABS(GradCtx& g) { g.add(0, g.grad() * sign(g.src(0))); }
+void backward_SQR(GradCtx& g) { g.add(0, scale(g.grad() * g.src(0), 2.0f)); }
+void backward_SQRT(GradCtx& g) { g.add(0, scale(g.grad(), 0.5f) / g.out()); }
+void backward_EXP(GradCtx& g) { g.add(0, g.grad() * g.out()); }
+void backward_LOG(GradCtx& g) { g.add(0, g.grad() / g.src(0)); }
+void backward_SIN(GradCtx& g) { g.add(0, g.grad() * cos(g.src(0))); }
+void backward_COS(GradCtx& g) { g.add(0, neg(g.grad() * sin(g.src(0)))); }
+void backward_POW(GradCtx& g) {
+  const float p = g.params().f[0];
+  g.add(0, g.grad() * scale(pow(g.src(0), p - 1.0f), p));
+}
+void backward_SCALE(GradCtx& g) { g.add(0, scale(g.grad(), g.params().f[0])); }
+void backward_CLAMP(GradCtx& g) {
+  // Gradient flows where lo <= x <= hi (PyTorch's convention at the bounds).
+  const Tensor x = g.src(0);
+  const Tensor inside = step(x, g.params().f[0], false) * le(x, full(x.ctx(), Shape{}, g.params().f[1]));
+  g.add(0, g.grad() * inside);
+}
+void backward_RELU(GradCtx& g) { g.add(0, g.grad() * step(g.src(0), 0.0f, true)); }
+void backward_LEAKY_RELU(GradCtx& g) {
+  const float a = g.params().f[0];
+  // mask*(1-a) + a: 1 where x > 0, a elsewhere
+  g.add(0, g.grad() * scale(step(g.src(0), 0.0f, true), 1.0f - a, a));
+}
+void backward_SIGMOID(GradCtx& g) {
+  const Tensor y = g.out();
+  g.add(0, g.grad() * (y * scale(y, -1.0f, 1.0f)));
+}
+void backward_TANH(GradCtx& g) { g.add(0, g.grad() * scale(sqr(g.out()), -1.0f, 1.0f)); }
+void backward_SOFTPLUS(GradCtx& g) { g.add(0, g.grad() * sigmoid(g.src(0))); }
+void backward_SILU(GradCtx& g) {
+  // d/dx x*s(x) = s * (1 + x*(1-s))
+  const Tensor x = g.src(0), s = sigmoid(x);
+  g.add(0, g.grad() * (s * scale(x * scale(s, -1.0f, 1.0f), 1.0f, 1.0f)));
+}
+void backward_ERF(GradCtx& g) {
+  g.add(0, g.grad() * scale(exp(scale(sqr(g.src(0)), -1.0f)), kTwoOverSqrtPi));
+}
+void backward_GELU_ERF(GradCtx& g) {
+  // Phi(x) + x*phi(x)
+  const Tensor x = g.src(0);
+  const Tensor cdf = scale(erf(scale(x, kInvSqrt2)), 0.5f, 0.5f);
+  const Tensor pdf = scale(exp(scale(sqr(x), -0.5f)), kInvSqrt2Pi);
+  g.add(0, g.grad() * (cdf + x * pdf));
+}
+void backward_GELU(GradCtx& g) {
+  // y = 0.5x(1+t), t = tanh(c(x + k x^3)):
+  // y' = 0.5(1+t) + 0.5x(1-t^2) c (1 + 3k x^2)
+  const Tensor x = g.src(0);
+  const Tensor x2 = sqr(x);
+  const Tensor t = tanh(scale(x + scale(x2 * x, kGeluC), kSqrt2OverPi));
+  const Tensor left = scale(t, 0.5f, 0.5f);
+  const Tensor right = scale(x * scale(sqr(t), -1.0f, 1.0f) * scale(x2, 3.0f * kGeluC, 1.0f),
+                             0.5f * kSqrt2OverPi);
+  g.add(0, g.grad() * (left + right));
+}
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,173 @@
+// View ops (reshape, permute, narrow, expand) share their source's memory; copy
+// ops (contiguous, to) write a fresh contiguous tensor. Builders + backward rules.
+#include <numeric>
+
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+
+// A view node of `src` with the given layout; data is resolved now if the
+// source already has memory (allocate_tensors resolves the rest later).
+Tensor make_view(Op op, TensorNode* src, const Shape& s, const std::array<int64_t, kMaxDims>& stride,
+                 int64_t offs, const OpParams& p = {}) {
+  TensorNode* n = detail::new_op(op, src->dtype, s, {src}, p);
+  n->stride = stride;
+  TensorNode* owner = src->view_src ? src->view_src : src;
+  n->view_src = owner;
+  n->view_offs = size_t(int64_t(src->view_offs) + offs);
+  n->buffer = owner->buffer;
+  if (owner->data) n->data = static_cast<char*>(owner->data) + n->view_offs;
+  return Tensor(n);
+}
+
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& s) const {
+  detail::check_defined("view", {*this});
+  if (s.numel() != numel())
+    fail("view", "cannot view ", shape().str(), " (", numel(), " elements) as ", s.str(), " (",
+         s.numel(), " elements)");
+  if (!n_->is_contiguous())
+    fail("view", "tensor ", shape().str(), " is not contiguous; use reshape() or contiguous()");
+  return make_view(Op::RESHAPE, n_, s, detail::contiguous_strides(s, n_->elem_size()), 0);
+}
+
+Tensor Tensor::reshape(const Shape& s) const {
+  detail::check_defined("reshape", {*this});
+  if (s.numel() != numel())
+    fail("reshape", "cannot reshape ", shape().str(), " (", numel(), " elements) to ", s.str(),
+         " (", s.numel(), " elements)");
+  if (s == shape()) return *this;
+  return n_->is_contiguous() ? view(s) : contiguous().view(s);
+}
+
+Tensor Tensor::permute(std::initializer_list<int> axes) const {
+  detail::check_defined("permute", {*this});
+  const int nd = ndim();
+  if (int(axes.size()) != nd)
+    fail("permute", "got ", axes.size(), " axes for a tensor ", shape().str());
+  OpParams p;
+  Shape s;
+  std::array<int64_t, kMaxDims> st{};
+  bool used[kMaxDims] = {};
+  int d = 0;
+  for (int a : axes) {
+    const int ax = detail::norm_axis("permute", a, nd);
+    if (used[ax]) fail("permute", "axis ", a, " appears twice for a tensor ", shape().str());
+    used[ax] = true;
+    p.i[d] = ax;
+    s.push_back(shape()[ax]);
+    st[d] = n_->stride[ax];
+    ++d;
+  }
+  return make_view(Op::PERMUTE, n_, s, st, 0, p);
+}
+
+Tensor Tensor::transpose(int d0, int d1) const {
+  detail::check_defined("transpose", {*this});
+  const int nd = ndim();
+  const int a = detail::norm_axis("transpose", d0, nd), b = detail::norm_axis("transpose", d1, nd);
+  int axes[kMaxDims];
+  std::iota(axes, axes + nd, 0);
+  std::swap(axes[a], axes[b]);
+  switch (nd) {
+    case 2: return permute({axes[0], axes[1]});
+    case 3: return permute({axes[0], axes[1], axes[2]});
+    case 4: return permute({axes[0], axes[1], axes[2], axes[3]});
+    default: return *this;
+  }
+}
+
+Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
+  detail::check_defined("narrow", {*this});
+  const int d = detail::norm_axis("narrow", dim, ndim());
+  if (start < 0 || length < 0 || start + length > shape()[d])
+    fail("narrow", "range [", start, ", ", start + length, ") is out of bounds for dim ", dim,
+         " of ", shape().str());
+  Shape s = shape();
+  s[d] = length;
+  OpParams p;
+  p.i[0] = d;
+  p.i[1] = start;
+  p.i[2] = length;
+  return make_view(Op::NARROW, n_, s, n_->stride, start * n_->stride[d], p);
+}
+
+Tensor Tensor::expand(const Shape& s) const {
+  detail::check_defined("expand", {*this});
+  const int nd = s.ndim(), off = nd - ndim();
+  if (off < 0) fail("expand", "cannot expand ", shape().str(), " to fewer dimensions ", s.str());
+  std::array<int64_t, kMaxDims> st{};
+  for (int i = 0; i < nd; ++i) {
+    const int j = i - off;
+    if (j < 0) {
+      st[i] = 0;
+    } else if (shape()[j] == s[i]) {
+      st[i] = n_->stride[j];
+    } else if (shape()[j] == 1) {
+      st[i] = 0;
+    } else {
+      fail("expand", "cannot expand ", shape().str(), " to ", s.str(), ": dim ", j, " is ",
+           shape()[j], ", not 1 or ", s[i]);
+    }
+  }
+  if (s == shape()) return *this;
+  return make_view(Op::EXPAND, n_, s, st, 0);
+}
+
+Tensor Tensor::contiguous() const {
+  detail::check_defined("contiguous", {*this});
+  if (n_->is_contiguous()) return *this;
+  return Tensor(detail::new_op(Op::CPY, dtype(), shape(), {n_}));
+}
+
+Tensor Tensor::to(DType t) const {
+  detail::check_defined("copy", {*this});
+  if (t == dtype()) return *this;
+  return Tensor(detail::new_op(Op::CPY, t, shape(), {n_}));
+}
+
+namespace detail {
+
+void backward_RESHAPE(GradCtx& g) { g.add(0, g.grad().reshape(g.src(0).shape())); }
+
+void backward_PERMUTE(GradCtx& g) {
+  const OpParams& p = g.params();
+  const int nd = g.out().ndim();
+  int inv[kMaxDims] = {};
+  for (int d = 0; d < nd; ++d) inv[p.i[d]] = d;
+  Tensor gr = g.grad();
+  switch (nd) {
+    case 2: g.add(0, gr.permute({inv[0], inv[1]})); break;
+    case 3: g.add(0, gr.permute({inv[0], inv[1], inv[2]})); break;
+    case 4: g.add(0, gr.permute({inv[0], inv[1], inv[2], inv[3]})); break;
+    default: g.add(0, gr); break;
+  }
+}
+
+void backward_NARROW(GradCtx& g) {
+  // The gradient of a slice is the slice's gradient padded with zeros.
+  const OpParams& q = g.params();
+  const Tensor src = g.src(0);
+  OpParams p;
+  const int d = int(q.i[0]);
+  p.i[2 * d] = q.i[1];
+  p.i[2 * d + 1] = src.shape()[d] - q.i[1] - q.i[2];
+  g.add(0, make_op(Op::PAD, g.grad().dtype(), src.shape(), {g.grad()}, p));
+}
+
+void backward_EXPAND(GradCtx& g) { g.add(0, sum_to(g.grad(), g.src(0).shape())); }
+
+void backward_CPY(GradCtx& g) {
+  const Tensor gr = g.grad();
+  const DType t = g.src(0).dtype();
+  g.add(0, gr.dtype() == t ? gr : gr.to(t));
+}
+
+}  // namespace detail
+}  // namespace kiln

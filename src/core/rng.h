@@ -1,0 +1,21 @@
+// Counter-based RNG shared by every backend and the test reference, so a seeded
+// op (dropout's mask) gives the same values everywhere and for any thread split.
+#pragma once
+#include <cstdint>
+
+namespace kiln::detail {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) for element `index` of a tensor drawn with `seed`.
+inline float rng_uniform(uint64_t seed, uint64_t index) {
+  uint64_t h = splitmix64(splitmix64(seed) ^ index);
+  return float(h >> 40) * (1.0f / 16777216.0f);
+}
+
+}  // namespace kiln::detail

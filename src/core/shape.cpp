@@ -1,0 +1,60 @@
+#include <sstream>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+namespace {
+void check_rank(size_t n) {
+  if (n > size_t(kMaxDims))
+    fail("shape", "a tensor has at most ", kMaxDims, " dimensions, got ", n);
+}
+void check_dim(int64_t v) {
+  if (v < 0) fail("shape", "dimension sizes must be >= 0, got ", v);
+}
+}  // namespace
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  check_rank(dims.size());
+  for (int64_t v : dims) {
+    check_dim(v);
+    d_[n_++] = v;
+  }
+}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  check_rank(dims.size());
+  for (int64_t v : dims) {
+    check_dim(v);
+    d_[n_++] = v;
+  }
+}
+
+void Shape::push_back(int64_t v) {
+  check_rank(size_t(n_) + 1);
+  check_dim(v);
+  d_[n_++] = v;
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < n_; ++i) n *= d_[i];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (n_ != o.n_) return false;
+  for (int i = 0; i < n_; ++i)
+    if (d_[i] != o.d_[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::ostringstream os;
+  os << "[";
+  for (int i = 0; i < n_; ++i) os << (i ? ", " : "") << d_[i];
+  os << "]";
+  return os.str();
+}
+
+}  // namespace kiln
