@@ -79,3 +79,17 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
 }
 
 }  // namespace kiln::detail
+
+namespace kiln {
+
+Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
+               const OpParams& p) {
+  if (srcs.size() > size_t(kMaxSrc)) fail(op_name(op), "at most ", kMaxSrc, " sources");
+  if (srcs.size() == 0) fail(op_name(op), "make_op needs at least one source (for its context)");
+  TensorNode* ns[kMaxSrc] = {};
+  int i = 0;
+  for (const Tensor& x : srcs) ns[i++] = x.node();
+  return Tensor(detail::new_op(op, t, s, {ns[0], ns[1], ns[2]}, p));
+}
+
+}  // namespace kiln
