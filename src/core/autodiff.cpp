@@ -76,7 +76,8 @@ void Graph::backward(Tensor loss) {
   for (size_t i = first_new; i < ctx.size(); ++i) ctx.node(i)->flags |= kFlagGrad;
 
   // 3. accumulators: acc += grad, so gradients sum over runs until reset_grads().
-  for (TensorNode* p : leafs_) {
+  const std::vector<TensorNode*> leafs = leafs_;  // visit() below appends to leafs_
+  for (TensorNode* p : leafs) {
     if (!(p->flags & kFlagParam)) continue;
     auto it = grads_.find(p);
     if (it == grads_.end()) continue;

@@ -5,6 +5,8 @@
 namespace kiln {
 
 TensorNode* Context::new_node(DType t, const Shape& s, Op op) {
+  for (int64_t d : s)
+    if (d < 0) fail(op_name(op), "dimension sizes must be >= 0, got ", s.str());
   TensorNode& n = nodes_.emplace_back();
   n.id = int64_t(nodes_.size() - 1);
   n.dtype = t;

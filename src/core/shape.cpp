@@ -9,8 +9,10 @@ void check_rank(size_t n) {
   if (n > size_t(kMaxDims))
     fail("shape", "a tensor has at most ", kMaxDims, " dimensions, got ", n);
 }
+// -1 is allowed as a placeholder ("infer this dim") for reshape/view/expand;
+// tensors themselves are created only with sizes >= 0 (Context::new_node).
 void check_dim(int64_t v) {
-  if (v < 0) fail("shape", "dimension sizes must be >= 0, got ", v);
+  if (v < -1) fail("shape", "dimension sizes must be >= 0 (or -1 to infer), got ", v);
 }
 }  // namespace
 

@@ -22,7 +22,13 @@ Tensor matmul(Tensor a, Tensor b) {
   Shape ba, bb;
   for (int d = 0; d < a.ndim() - 2; ++d) ba.push_back(a.shape()[d]);
   for (int d = 0; d < b.ndim() - 2; ++d) bb.push_back(b.shape()[d]);
-  Shape s = detail::broadcast_shapes("matmul", ba, bb);
+  Shape s;
+  try {
+    s = detail::broadcast_shapes("matmul", ba, bb);
+  } catch (const Error&) {
+    fail("matmul", "a is ", a.shape().str(), " and b is ", b.shape().str(),
+         ": batch dims cannot be broadcast together");
+  }
   s.push_back(M);
   s.push_back(N);
   return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));

@@ -57,12 +57,14 @@ Tensor sum(Tensor x, int axis, bool keepdim) { return reduce_axis(Op::SUM, x, ax
 Tensor max(Tensor x) { return reduce_all(Op::MAX, x); }
 Tensor max(Tensor x, int axis, bool keepdim) { return reduce_axis(Op::MAX, x, axis, keepdim); }
 Tensor mean(Tensor x) {
+  detail::check_defined("mean", {x});
   Tensor s = sum(x);
   return scale(s, x.numel() ? 1.0f / float(x.numel()) : 0.0f);
 }
 Tensor mean(Tensor x, int axis, bool keepdim) {
-  Tensor s = sum(x, axis, keepdim);
+  detail::check_defined("mean", {x});
   const int64_t n = x.shape()[detail::norm_axis("mean", axis, x.ndim())];
+  Tensor s = sum(x, axis, keepdim);
   return scale(s, n ? 1.0f / float(n) : 0.0f);
 }
 Tensor argmax(Tensor x, int axis, bool keepdim) {

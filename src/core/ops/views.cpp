@@ -25,10 +25,32 @@ Tensor make_view(Op op, TensorNode* src, const Shape& s, const std::array<int64_
 }
 
 
+// Replaces one -1 in `s` by the size that keeps numel (PyTorch's reshape(-1, n)).
+Shape infer_dim(const char* op, const Shape& s, const Shape& from, int64_t numel) {
+  Shape out = s;
+  int infer = -1;
+  int64_t known = 1;
+  for (int d = 0; d < s.ndim(); ++d) {
+    if (s[d] == -1) {
+      if (infer >= 0) fail(op, "only one dim of ", s.str(), " may be -1");
+      infer = d;
+    } else {
+      known *= s[d];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0)
+      fail(op, "cannot reshape ", from.str(), " (", numel, " elements) to ", s.str());
+    out[infer] = numel / known;
+  }
+  return out;
+}
+
 }  // namespace
 
-Tensor Tensor::view(const Shape& s) const {
+Tensor Tensor::view(const Shape& s_in) const {
   detail::check_defined("view", {*this});
+  const Shape s = infer_dim("view", s_in, shape(), numel());
   if (s.numel() != numel())
     fail("view", "cannot view ", shape().str(), " (", numel(), " elements) as ", s.str(), " (",
          s.numel(), " elements)");
@@ -37,8 +59,9 @@ Tensor Tensor::view(const Shape& s) const {
   return make_view(Op::RESHAPE, n_, s, detail::contiguous_strides(s, n_->elem_size()), 0);
 }
 
-Tensor Tensor::reshape(const Shape& s) const {
+Tensor Tensor::reshape(const Shape& s_in) const {
   detail::check_defined("reshape", {*this});
+  const Shape s = infer_dim("reshape", s_in, shape(), numel());
   if (s.numel() != numel())
     fail("reshape", "cannot reshape ", shape().str(), " (", numel(), " elements) to ", s.str(),
          " (", s.numel(), " elements)");
@@ -107,7 +130,7 @@ Tensor Tensor::expand(const Shape& s) const {
     const int j = i - off;
     if (j < 0) {
       st[i] = 0;
-    } else if (shape()[j] == s[i]) {
+    } else if (shape()[j] == s[i] || s[i] == -1) {
       st[i] = n_->stride[j];
     } else if (shape()[j] == 1) {
       st[i] = 0;
@@ -116,8 +139,13 @@ Tensor Tensor::expand(const Shape& s) const {
            shape()[j], ", not 1 or ", s[i]);
     }
   }
-  if (s == shape()) return *this;
-  return make_view(Op::EXPAND, n_, s, st, 0);
+  Shape out = s;
+  for (int i = off; i < nd; ++i)
+    if (out[i] == -1) out[i] = shape()[i - off];
+  for (int i = 0; i < off; ++i)
+    if (out[i] < 0) fail("expand", "-1 is not allowed for the new leading dim ", i, " in ", s.str());
+  if (out == shape()) return *this;
+  return make_view(Op::EXPAND, n_, out, st, 0);
 }
 
 Tensor Tensor::contiguous() const {

@@ -1,0 +1,154 @@
+// Convolution and pooling builders: conv2d (composite: IM2COL + matmul), max/avg
+// pooling, and the backward rules of IM2COL, COL2IM and the pooling ops.
+//
+// Semantics decisions (PyTorch unless noted):
+// - conv2d: x f32 [N, C, H, W], weight f32 [O, C, KH, KW], bias f32 [O] optional;
+//   groups = 1 only; zero padding; stride >= 1, padding >= 0, dilation >= 1.
+//   Computed as weight[O, C*KH*KW] @ cols[N, OH*OW, C*KH*KW]^T, which lands
+//   directly in [N, O, OH*OW] (no permute copy), then reshaped to [N, O, OH, OW].
+// - Output size: floor((H + 2P - D*(K-1) - 1) / S) + 1 (ceil_mode=False); an
+//   output size <= 0 is an error.
+// - max_pool2d / avg_pool2d: stride 0 means "same as kernel" (PyTorch default);
+//   padding must be at most half the kernel (as PyTorch), so no window lies fully
+//   in the padding. max_pool2d pads with -inf and sends each window's gradient to
+//   its first maximum (row-major); avg_pool2d counts padding as zeros and always
+//   divides by KH*KW (count_include_pad=True). No dilation, no ceil_mode.
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+
+int64_t out_size(const char* op, const char* what, int64_t in, int64_t k, int64_t s, int64_t p,
+                 int64_t d, const Shape& xs) {
+  const int64_t num = in + 2 * p - d * (k - 1) - 1;
+  const int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
+  if (o <= 0)
+    fail(op, "output ", what, " would be ", o, " for input ", xs.str(),
+         " (", what, " ", in, ", kernel ", k, ", stride ", s, ", padding ", p, ", dilation ", d,
+         ")");
+  return o;
+}
+
+void check_nchw(const char* op, Tensor x) {
+  detail::check_float32(op, "x", x);
+  if (x.ndim() != 4) fail(op, "x must be [N, C, H, W], got ", x.shape().str());
+}
+
+}  // namespace
+
+Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
+  const char* op = "conv2d";
+  detail::check_defined(op, {x, weight});
+  detail::check_same_ctx(op, {x, weight, bias});
+  check_nchw(op, x);
+  detail::check_float32(op, "weight", weight);
+  if (weight.ndim() != 4) fail(op, "weight must be [O, C, KH, KW], got ", weight.shape().str());
+  const Shape& xs = x.shape();
+  const Shape& ws = weight.shape();
+  const int64_t n = xs[0], c = xs[1], o = ws[0], kh = ws[2], kw = ws[3];
+  if (ws[1] != c)
+    fail(op, "x is ", xs.str(), " with ", c, " channels but weight is ", ws.str(), " for ", ws[1],
+         " input channels (groups=1 only)");
+  if (bias.defined()) {
+    detail::check_float32(op, "bias", bias);
+    if (bias.ndim() != 1 || bias.shape()[0] != o)
+      fail(op, "bias is ", bias.shape().str(), " but weight is ", ws.str(), " (bias must be [", o,
+           "])");
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (opt.stride[i] < 1 || opt.padding[i] < 0 || opt.dilation[i] < 1)
+      fail(op, "stride (", opt.stride[0], ", ", opt.stride[1], ") and dilation (", opt.dilation[0],
+           ", ", opt.dilation[1], ") must be >= 1 and padding (", opt.padding[0], ", ",
+           opt.padding[1], ") >= 0");
+  }
+  const int64_t oh = out_size(op, "height", xs[2], kh, opt.stride[0], opt.padding[0],
+                              opt.dilation[0], xs);
+  const int64_t ow = out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1],
+                              opt.dilation[1], xs);
+  OpParams p;
+  const int64_t prm[8] = {kh, kw, opt.stride[0], opt.stride[1], opt.padding[0], opt.padding[1],
+                          opt.dilation[0], opt.dilation[1]};
+  for (int i = 0; i < 8; ++i) p.i[i] = prm[i];
+  const int64_t ckk = c * kh * kw;
+  Tensor cols(detail::new_op(Op::IM2COL, f32, {n, oh * ow, ckk}, {x.node()}, p));
+  Tensor y = matmul(weight.reshape({o, ckk}), cols.T());  // [N, O, OH*OW]
+  y = y.reshape({n, o, oh, ow});
+  if (bias.defined()) y = add(y, bias.reshape({1, o, 1, 1}));
+  return y;
+}
+
+namespace {
+
+Tensor pool2d(Op op_id, const char* op, Tensor x, const Pool2dOptions& opt) {
+  detail::check_defined(op, {x});
+  check_nchw(op, x);
+  OpParams p;
+  int64_t out[2];
+  for (int i = 0; i < 2; ++i) {
+    const int64_t k = opt.kernel[i], s = opt.stride[i] == 0 ? k : opt.stride[i],
+                  pd = opt.padding[i];
+    if (k < 1 || s < 1 || pd < 0)
+      fail(op, "kernel (", opt.kernel[0], ", ", opt.kernel[1], ") must be >= 1, stride (",
+           opt.stride[0], ", ", opt.stride[1], ") >= 0 and padding (", opt.padding[0], ", ",
+           opt.padding[1], ") >= 0");
+    if (2 * pd > k)
+      fail(op, "padding (", opt.padding[0], ", ", opt.padding[1],
+           ") must be at most half the kernel (", opt.kernel[0], ", ", opt.kernel[1], ")");
+    out[i] = out_size(op, i == 0 ? "height" : "width", x.shape()[2 + i], k, s, pd, 1, x.shape());
+    p.i[i] = k;
+    p.i[2 + i] = s;
+    p.i[4 + i] = pd;
+  }
+  const Shape& xs = x.shape();
+  return Tensor(detail::new_op(op_id, f32, {xs[0], xs[1], out[0], out[1]}, {x.node()}, p));
+}
+
+}  // namespace
+
+Tensor max_pool2d(Tensor x, const Pool2dOptions& opt) {
+  return pool2d(Op::MAX_POOL2D, "max_pool2d", x, opt);
+}
+
+Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt) {
+  return pool2d(Op::AVG_POOL2D, "avg_pool2d", x, opt);
+}
+
+namespace detail {
+
+// IM2COL and COL2IM are adjoint linear maps: each one's gradient is the other.
+void backward_IM2COL(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::COL2IM, f32, g.src(0).shape(), {g.grad().node()}, g.params())));
+}
+
+void backward_COL2IM(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()}, g.params())));
+}
+
+void backward_MAX_POOL2D(GradCtx& g) {
+  if (!g.needs(0)) return;
+  const Tensor x = g.src(0);
+  g.add(0, Tensor(new_op(Op::MAX_POOL2D_BACK, f32, x.shape(), {x.node(), g.grad().node()},
+                         g.params())));
+}
+
+void backward_AVG_POOL2D(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::AVG_POOL2D_BACK, f32, g.src(0).shape(), {g.grad().node()},
+                         g.params())));
+}
+
+// AVG_POOL2D_BACK is linear in its input; its adjoint is the pooling itself.
+void backward_AVG_POOL2D_BACK(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::AVG_POOL2D, f32, g.src(0).shape(), {g.grad().node()},
+                         g.params())));
+}
+
+}  // namespace detail
+
+}  // namespace kiln

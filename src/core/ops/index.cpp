@@ -1,0 +1,185 @@
+// Indexing and data-movement builders: embedding (GET_ROWS) and its adjoint
+// SCATTER_ADD_ROWS, concat, pad, repeat (and REPEAT_BACK), with backward rules.
+//
+// Semantics decisions (PyTorch unless noted):
+// - embedding: weight f32 [V, D], indices i32 of rank 0..3 -> [..., D]. No
+//   padding_idx / max_norm. Out-of-range indices are reported at run time by the
+//   kernel ("[embedding] index 70 at position 5 is out of range for 50 rows").
+// - concat (torch.cat): every tensor has the same ndim and dtype, sizes match
+//   except along `dim`; a one-element list returns that tensor itself. The
+//   primitive is binary, so n tensors become a chain of n-1 CONCAT nodes (errors
+//   are checked up front and name the original positions). Any dtype.
+// - pad (F.pad, constant mode): pairs (before, after) from the LAST dim; fewer
+//   pairs than dims leave the leading dims alone; negative pads (cropping) are not
+//   supported. Any dtype (the fill value is converted).
+// - repeat (torch.Tensor.repeat): reps.size() >= ndim, missing leading dims are
+//   prepended as size 1; result rank <= 4; every rep >= 1 (no empty tensors).
+#include <vector>
+
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+Tensor embedding(Tensor weight, Tensor indices) {
+  detail::check_defined("embedding", {weight, indices});
+  detail::check_same_ctx("embedding", {weight, indices});
+  detail::check_float32("embedding", "weight", weight);
+  detail::check_dtype("embedding", "indices", indices, i32);
+  if (weight.ndim() != 2)
+    fail("embedding", "weight must be [V, D], got ", weight.shape().str());
+  if (indices.ndim() >= kMaxDims)
+    fail("embedding", "indices ", indices.shape().str(), " have ", indices.ndim(),
+         " dimensions; at most ", kMaxDims - 1, " are supported");
+  Shape s = indices.shape();
+  s.push_back(weight.shape()[1]);
+  return Tensor(detail::new_op(Op::GET_ROWS, f32, s, {weight.node(), indices.node()}));
+}
+
+namespace {
+
+Tensor concat_pair(Tensor a, Tensor b, int dim) {
+  Shape s = a.shape();
+  s[dim] += b.shape()[dim];
+  OpParams p;
+  p.i[0] = dim;
+  return Tensor(detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, p));
+}
+
+template <class It>
+Tensor concat_impl(It first, It last, int dim) {
+  const char* op = "concat";
+  const size_t n = size_t(last - first);
+  if (n == 0) fail(op, "needs at least one tensor");
+  for (size_t i = 0; i < n; ++i)
+    if (!first[i].defined()) fail(op, "tensor ", i, " is undefined");
+  const Tensor t0 = first[0];
+  const int nd = t0.ndim();
+  if (nd == 0) fail(op, "cannot concatenate scalars (tensor 0 is ", t0.shape().str(), ")");
+  const int d = detail::norm_axis(op, dim, nd);
+  for (size_t i = 1; i < n; ++i) {
+    const Tensor t = first[i];
+    detail::check_same_ctx(op, {t0, t});
+    if (t.dtype() != t0.dtype())
+      fail(op, "tensor ", i, " is ", dtype_name(t.dtype()), " ", t.shape().str(),
+           " but tensor 0 is ", dtype_name(t0.dtype()), " ", t0.shape().str());
+    bool ok = t.ndim() == nd;
+    for (int k = 0; ok && k < nd; ++k) ok = k == d || t.shape()[k] == t0.shape()[k];
+    if (!ok)
+      fail(op, "tensor ", i, " is ", t.shape().str(), " but tensor 0 is ", t0.shape().str(),
+           " (sizes must match except in dim ", d, ")");
+  }
+  Tensor out = t0;
+  for (size_t i = 1; i < n; ++i) out = concat_pair(out, first[i], d);
+  return out;
+}
+
+}  // namespace
+
+Tensor concat(std::initializer_list<Tensor> xs, int dim) {
+  return concat_impl(xs.begin(), xs.end(), dim);
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int dim) {
+  return concat_impl(xs.begin(), xs.end(), dim);
+}
+
+Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value) {
+  detail::check_defined("pad", {x});
+  const int nd = x.ndim();
+  const int np = int(pads.size());
+  if (np % 2 != 0)
+    fail("pad", "pads must come in (before, after) pairs, got ", np, " values for x ",
+         x.shape().str());
+  if (np / 2 > nd)
+    fail("pad", "got ", np / 2, " (before, after) pairs for x ", x.shape().str(), " with ", nd,
+         " dimensions");
+  OpParams p;
+  p.f[0] = value;
+  Shape s = x.shape();
+  int k = 0;
+  for (const int64_t* it = pads.begin(); it != pads.end(); it += 2, ++k) {
+    const int d = nd - 1 - k;  // pairs start from the last dim
+    if (it[0] < 0 || it[1] < 0)
+      fail("pad", "negative padding (", it[0], ", ", it[1], ") for dim ", d, " of x ",
+           x.shape().str(), " is not supported");
+    p.i[2 * d] = it[0];
+    p.i[2 * d + 1] = it[1];
+    s[d] += it[0] + it[1];
+  }
+  if (s == x.shape()) return x;
+  return Tensor(detail::new_op(Op::PAD, x.dtype(), s, {x.node()}, p));
+}
+
+Tensor repeat(Tensor x, std::initializer_list<int64_t> reps) {
+  detail::check_defined("repeat", {x});
+  const int nd = x.ndim(), nr = int(reps.size());
+  if (nr < nd)
+    fail("repeat", "got ", nr, " repeats for x ", x.shape().str(), " with ", nd,
+         " dimensions (need at least ", nd, ")");
+  if (nr > kMaxDims)
+    fail("repeat", "got ", nr, " repeats for x ", x.shape().str(), "; the result may have at most ",
+         kMaxDims, " dimensions");
+  Shape src, out;  // x with prepended size-1 dims, and the result
+  int d = 0;
+  for (int64_t r : reps) {
+    const int j = d - (nr - nd);
+    const int64_t sz = j >= 0 ? x.shape()[j] : 1;
+    if (r < 1)
+      fail("repeat", "repeats must be >= 1, got ", r, " for dim ", d, " (x is ", x.shape().str(),
+           ")");
+    src.push_back(sz);
+    out.push_back(sz * r);
+    ++d;
+  }
+  if (out == src) return nr == nd ? x : x.reshape(src);
+  Tensor xs = nr == nd ? x : x.reshape(src);
+  return Tensor(detail::new_op(Op::REPEAT, x.dtype(), out, {xs.node()}));
+}
+
+namespace detail {
+
+void backward_GET_ROWS(GradCtx& g) {
+  if (!g.needs(0)) return;
+  const Tensor w = g.src(0), idx = g.src(1);
+  OpParams p;
+  p.i[0] = w.shape()[0];
+  g.add(0, Tensor(new_op(Op::SCATTER_ADD_ROWS, f32, w.shape(), {g.grad().node(), idx.node()}, p)));
+}
+
+void backward_SCATTER_ADD_ROWS(GradCtx& g) {
+  if (!g.needs(0)) return;
+  const Tensor idx = g.src(1);
+  g.add(0, Tensor(new_op(Op::GET_ROWS, f32, g.src(0).shape(), {g.grad().node(), idx.node()})));
+}
+
+void backward_CONCAT(GradCtx& g) {
+  const int d = int(g.params().i[0]);
+  const int64_t na = g.src(0).shape()[d], nb = g.src(1).shape()[d];
+  if (g.needs(0)) g.add(0, g.grad().narrow(d, 0, na));
+  if (g.needs(1)) g.add(1, g.grad().narrow(d, na, nb));
+}
+
+void backward_PAD(GradCtx& g) {
+  if (!g.needs(0)) return;
+  const Tensor x = g.src(0);
+  Tensor gr = g.grad();
+  for (int d = 0; d < x.ndim(); ++d)
+    if (gr.shape()[d] != x.shape()[d]) gr = gr.narrow(d, g.params().i[2 * d], x.shape()[d]);
+  g.add(0, gr);
+}
+
+void backward_REPEAT(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::REPEAT_BACK, f32, g.src(0).shape(), {g.grad().node()})));
+}
+
+void backward_REPEAT_BACK(GradCtx& g) {
+  if (!g.needs(0)) return;
+  g.add(0, Tensor(new_op(Op::REPEAT, f32, g.src(0).shape(), {g.grad().node()})));
+}
+
+}  // namespace detail
+
+}  // namespace kiln

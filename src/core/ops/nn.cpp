@@ -1,0 +1,212 @@
+// Neural-net builders: softmax / log_softmax (primitives with backward rules),
+// and the composites cross_entropy, mse_loss, one_hot, layer_norm, rms_norm,
+// dropout (built from primitives, so they need no rules of their own).
+//
+// Semantics decisions (PyTorch unless noted):
+// - softmax/log_softmax work over the last axis of f32 x (ndim >= 1). The optional
+//   additive mask is f32 and must broadcast TO x's shape (it never enlarges the
+//   result). `causal` follows ops.def: with R rows (dim -2, R = 1 for 1-D x) and C
+//   columns, column c is masked in row r when c > r + (C - R) (bottom-right
+//   aligned, as in KV-cached attention). Rows with every entry masked give 0
+//   (softmax) and -inf (log_softmax) instead of NaN.
+// - cross_entropy: logits f32 [N, C]; target either i32 class labels [N] or f32
+//   probabilities [N, C] (PyTorch's "class probabilities" form). Reduction is the
+//   mean over N. No ignore_index, no label smoothing, no class weights. Labels
+//   out of [0, C) are reported at run time by the ONE_HOT kernel under the name
+//   "cross_entropy".
+// - mse_loss requires identical shapes (PyTorch only warns on broadcasting here,
+//   since [N, 1] vs [N] is almost always a bug); mean over all elements.
+// - one_hot: f32 result (not int64 as in PyTorch); `classes` must be given (> 0)
+//   because graphs are data-free; labels rank <= 3.
+// - layer_norm / rms_norm normalise the last axis only (normalized_shape = [D]);
+//   biased variance as PyTorch; eps >= 0.
+// - dropout: p in [0, 1); identity when !training or p == 0. The mask depends only
+//   on (seed ^ seed_tensor[0], element index), see core/rng.h.
+#include <cmath>
+
+#include "core/autodiff.h"
+#include "core/op_builder.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+
+Tensor softmax_like(Op op, const char* name, Tensor x, const SoftmaxOptions& opt) {
+  detail::check_defined(name, {x});
+  detail::check_float32(name, "x", x);
+  if (x.ndim() < 1) fail(name, "x must have at least 1 dimension, got a scalar ", x.shape().str());
+  if (!std::isfinite(opt.scale)) fail(name, "scale must be finite, got ", opt.scale);
+  if (opt.mask.defined()) {
+    detail::check_same_ctx(name, {x, opt.mask});
+    detail::check_float32(name, "mask", opt.mask);
+    const Shape& ms = opt.mask.shape();
+    bool ok = ms.ndim() <= x.ndim();
+    for (int i = 0; ok && i < ms.ndim(); ++i) {
+      const int64_t md = ms[ms.ndim() - 1 - i], xd = x.shape()[x.ndim() - 1 - i];
+      ok = md == xd || md == 1;
+    }
+    if (!ok)
+      fail(name, "mask ", ms.str(), " cannot be broadcast to x ", x.shape().str());
+  }
+  OpParams p;
+  p.f[0] = opt.scale;
+  p.i[0] = opt.causal ? 1 : 0;
+  return Tensor(detail::new_op(op, f32, x.shape(), {x.node(), opt.mask.node()}, p));
+}
+
+}  // namespace
+
+Tensor softmax(Tensor x, const SoftmaxOptions& opt) {
+  return softmax_like(Op::SOFTMAX, "softmax", x, opt);
+}
+
+Tensor log_softmax(Tensor x, const SoftmaxOptions& opt) {
+  return softmax_like(Op::LOG_SOFTMAX, "log_softmax", x, opt);
+}
+
+Tensor one_hot(Tensor labels, int64_t classes) {
+  detail::check_defined("one_hot", {labels});
+  detail::check_dtype("one_hot", "labels", labels, i32);
+  if (classes <= 0) fail("one_hot", "classes must be > 0, got ", classes);
+  if (labels.ndim() >= kMaxDims)
+    fail("one_hot", "labels ", labels.shape().str(), " have ", labels.ndim(),
+         " dimensions; at most ", kMaxDims - 1, " are supported");
+  Shape s = labels.shape();
+  s.push_back(classes);
+  OpParams p;
+  p.i[0] = classes;
+  p.i[1] = 0;  // range errors name "one_hot"
+  return Tensor(detail::new_op(Op::ONE_HOT, f32, s, {labels.node()}, p));
+}
+
+Tensor cross_entropy(Tensor logits, Tensor target) {
+  const char* op = "cross_entropy";
+  detail::check_defined(op, {logits, target});
+  detail::check_same_ctx(op, {logits, target});
+  detail::check_float32(op, "logits", logits);
+  if (logits.ndim() != 2)
+    fail(op, "logits must be [N, C], got ", logits.shape().str());
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  Tensor probs;
+  if (target.dtype() == i32) {
+    if (target.ndim() != 1 || target.shape()[0] != n)
+      fail(op, "labels are ", target.shape().str(), " but logits are ", logits.shape().str(),
+           " (labels must be [", n, "])");
+    OpParams p;
+    p.i[0] = c;
+    p.i[1] = 1;  // range errors name "cross_entropy"
+    probs = Tensor(detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()}, p));
+  } else if (target.dtype() == f32) {
+    if (!(target.shape() == logits.shape()))
+      fail(op, "target probabilities are ", target.shape().str(), " but logits are ",
+           logits.shape().str());
+    probs = target;
+  } else {
+    fail(op, "target must be i32 labels [N] or f32 probabilities [N, C] but is ",
+         dtype_name(target.dtype()), " ", target.shape().str());
+  }
+  return scale(sum(mul(probs, log_softmax(logits))), -1.0f / float(n));
+}
+
+Tensor mse_loss(Tensor a, Tensor b) {
+  detail::check_defined("mse_loss", {a, b});
+  detail::check_same_ctx("mse_loss", {a, b});
+  detail::check_float32("mse_loss", "a", a);
+  detail::check_float32("mse_loss", "b", b);
+  if (!(a.shape() == b.shape()))
+    fail("mse_loss", "a is ", a.shape().str(), " but b is ", b.shape().str());
+  return mean(sqr(sub(a, b)));
+}
+
+namespace {
+
+// Checks an optional per-feature affine parameter of a norm over the last axis.
+void check_affine(const char* op, const char* what, Tensor x, Tensor p) {
+  if (!p.defined()) return;
+  detail::check_same_ctx(op, {x, p});
+  detail::check_float32(op, what, p);
+  const int64_t d = x.shape()[x.ndim() - 1];
+  if (p.ndim() != 1 || p.shape()[0] != d)
+    fail(op, what, " is ", p.shape().str(), " but x is ", x.shape().str(), " (", what,
+         " must be [", d, "])");
+}
+
+void check_norm_input(const char* op, Tensor x, float eps) {
+  detail::check_defined(op, {x});
+  detail::check_float32(op, "x", x);
+  if (x.ndim() < 1) fail(op, "x must have at least 1 dimension, got a scalar ", x.shape().str());
+  if (!(eps >= 0.0f) || !std::isfinite(eps)) fail(op, "eps must be finite and >= 0, got ", eps);
+}
+
+}  // namespace
+
+Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, float eps) {
+  check_norm_input("layer_norm", x, eps);
+  check_affine("layer_norm", "weight", x, weight);
+  check_affine("layer_norm", "bias", x, bias);
+  Tensor xc = sub(x, mean(x, -1, true));
+  Tensor var = mean(sqr(xc), -1, true);
+  Tensor y = div(xc, sqrt(scale(var, 1.0f, eps)));
+  if (weight.defined()) y = mul(y, weight);
+  if (bias.defined()) y = add(y, bias);
+  return y;
+}
+
+Tensor rms_norm(Tensor x, Tensor weight, float eps) {
+  check_norm_input("rms_norm", x, eps);
+  check_affine("rms_norm", "weight", x, weight);
+  Tensor ms = mean(sqr(x), -1, true);
+  Tensor y = div(x, sqrt(scale(ms, 1.0f, eps)));
+  if (weight.defined()) y = mul(y, weight);
+  return y;
+}
+
+Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor) {
+  detail::check_defined("dropout", {x});
+  detail::check_float32("dropout", "x", x);
+  if (!(p >= 0.0f && p < 1.0f)) fail("dropout", "p must be in [0, 1), got ", p);
+  if (seed_tensor.defined()) {
+    detail::check_same_ctx("dropout", {x, seed_tensor});
+    detail::check_dtype("dropout", "seed_tensor", seed_tensor, i32);
+    if (seed_tensor.numel() < 1)
+      fail("dropout", "seed_tensor ", seed_tensor.shape().str(), " has no elements");
+  }
+  if (!training || p == 0.0f) return x;
+  OpParams prm;
+  prm.i[0] = int64_t(seed);
+  prm.f[0] = 1.0f - p;  // keep probability
+  TensorNode* m;
+  if (seed_tensor.defined()) {
+    m = detail::new_op(Op::RAND_MASK, f32, x.shape(), {seed_tensor.node()}, prm);
+  } else {
+    // new_op takes its context from a source; this node has none.
+    m = x.ctx().new_node(f32, x.shape(), Op::RAND_MASK);
+    m->p = prm;
+  }
+  return mul(x, scale(Tensor(m), 1.0f / (1.0f - p)));
+}
+
+namespace detail {
+
+// y = softmax(v), v = scale*x + mask: dv = y * (g - sum(g*y)); dx = scale*dv.
+void backward_SOFTMAX(GradCtx& g) {
+  Tensor y = g.out(), gy = g.grad();
+  Tensor dv = mul(y, sub(gy, sum(mul(gy, y), -1, true)));
+  const float s = g.params().f[0];
+  if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
+  if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
+}
+
+// y = v - logsumexp(v): dv = g - exp(y) * sum(g); dx = scale*dv.
+void backward_LOG_SOFTMAX(GradCtx& g) {
+  Tensor y = g.out(), gy = g.grad();
+  Tensor dv = sub(gy, mul(exp(y), sum(gy, -1, true)));
+  const float s = g.params().f[0];
+  if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
+  if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
+}
+
+}  // namespace detail
+
+}  // namespace kiln
