@@ -13,7 +13,7 @@
 namespace kiln {
 
 inline constexpr int kMaxDims = 4;
-inline constexpr int kMaxSrc = 3;
+inline constexpr int kMaxSrc = 5;  // optimizer steps read param, grad, two moments, hyper-params
 
 enum class Op : uint8_t {
 #define KILN_OP(e, name, kind, inplace, grad) e,

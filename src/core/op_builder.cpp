@@ -89,7 +89,8 @@ Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> src
   TensorNode* ns[kMaxSrc] = {};
   int i = 0;
   for (const Tensor& x : srcs) ns[i++] = x.node();
-  return Tensor(detail::new_op(op, t, s, {ns[0], ns[1], ns[2]}, p));
+  static_assert(kMaxSrc == 5);
+  return Tensor(detail::new_op(op, t, s, {ns[0], ns[1], ns[2], ns[3], ns[4]}, p));
 }
 
 }  // namespace kiln
