@@ -95,12 +95,17 @@ struct NodeList {
   NodeList(std::span<TensorNode* const> n, std::span<TensorNode* const> l = {}) : nodes(n), leafs(l) {}
 };
 
+// How blocks get their offsets (see src/alloc/placement.cpp). `best` tries all and
+// keeps the smallest buffer; the others force one strategy (tests, comparisons).
+enum class Placement { best, best_fit, by_size, by_end, by_start };
+
 struct GraphAllocatorOptions {
   // false: every tensor gets its own block for the whole graph (no freeing, no
   // in-place). For tests ("same results with reuse on and off") and debugging.
   bool reuse = true;
   // In-place reuse of src0's block by ops marked inplace in ops.def.
   bool inplace = true;
+  Placement placement = Placement::best;
 };
 
 // Figures of one plan (bytes, including alignment padding).
@@ -113,7 +118,7 @@ struct MemoryPlan {
   size_t n_tensors = 0;  // tensors given a block (views and external ones excluded)
   size_t n_inplace = 0;  // nodes that took over their src0's block
   size_t n_steps = 0;    // nodes walked
-  const char* strategy = "";  // placement that won: "best-fit" or "by-size"
+  const char* strategy = "";  // placement used: "best-fit", "by-size", "by-end", "by-start"
   size_t best_fit_size = 0;   // what the online best-fit placement alone needed
 };
 
@@ -126,11 +131,18 @@ struct MemoryPlan {
 // Tensors that already have memory outside this allocator's buffer are
 // pre-allocated and left alone. Views get data = source data + view_offs.
 //
+// In place: a node whose op is marked inplace in ops.def takes over the block of
+// its src0's memory when this node is the last reader of that memory (no other
+// pending consumer, no other source of the node aliasing it, no live view), src0
+// and the node are contiguous with the same dtype and size and src0 starts at the
+// block's start, and neither is kept alive as above or pre-allocated.
+//
 // alloc() re-places every tensor without memory or in this allocator's buffer;
 // placement is deterministic, so allocating the same graph again keeps every
 // tensor (and the values of leaves and accumulators) where it was. When the
 // buffer must grow, the old buffer is freed: tensors of other graphs that lived
 // there lose their memory (reserve() the largest graph first to avoid that).
+// A fresh buffer is zero-filled, so leaves (gradient accumulators too) start at 0.
 class GraphAllocator {
  public:
   explicit GraphAllocator(BufferType& type, GraphAllocatorOptions opt = {});

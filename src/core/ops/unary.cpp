@@ -81,7 +81,8 @@ void backward_CLAMP(GradCtx& g) {
   const Tensor inside = step(x, g.params().f[0], false) * le(x, full(x.ctx(), Shape{}, g.params().f[1]));
   g.add(0, g.grad() * inside);
 }
-void backward_RELU(GradCtx& g) { g.add(0, g.grad() * step(g.src(0), 0.0f, true)); }
+// relu(x) > 0 exactly where x > 0: reading the output lets the planner free x.
+void backward_RELU(GradCtx& g) { g.add(0, g.grad() * step(g.out(), 0.0f, true)); }
 void backward_LEAKY_RELU(GradCtx& g) {
   const float a = g.params().f[0];
   // mask*(1-a) + a: 1 where x > 0, a elsewhere
