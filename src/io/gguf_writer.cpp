@@ -1,0 +1,257 @@
+// GgufWriter: builds a GGUF v3 file and saves it atomically (temp file + rename).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "io/gguf_format.h"
+
+namespace kiln {
+
+namespace {
+
+// Appends little-endian fields to a byte vector (the header and metadata are
+// small; tensor data is streamed separately).
+struct Out {
+  std::vector<uint8_t> b;
+  void bytes(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t old = b.size();
+    b.resize(old + n);
+    std::memcpy(b.data() + old, p, n);
+  }
+  void u32(uint32_t v) { bytes(&v, 4); }
+  void u64(uint64_t v) { bytes(&v, 8); }
+  void str(const std::string& s) {
+    u64(s.size());
+    bytes(s.data(), s.size());
+  }
+};
+
+// A value's payload: everything after its type tag.
+void write_payload(Out& out, const GgufValue& v) {
+  if (!v.is_array()) {
+    if (v.type() == GgufType::string) out.str(v.as_string());
+    else out.bytes(v.raw().data(), v.raw().size());
+    return;
+  }
+  out.u32(uint32_t(v.elem_type()));
+  out.u64(v.size());
+  if (v.elem_type() == GgufType::string) {
+    for (const std::string& s : GgufValueAccess::strings(v)) out.str(s);
+  } else if (v.elem_type() == GgufType::array) {
+    for (const GgufValue& a : GgufValueAccess::arrays(v)) write_payload(out, a);
+  } else {
+    out.bytes(v.raw().data(), v.raw().size());
+  }
+}
+
+int depth_of(const GgufValue& v) {
+  if (!v.is_array() || v.elem_type() != GgufType::array) return v.is_array() ? 1 : 0;
+  int d = 0;
+  for (const GgufValue& a : GgufValueAccess::arrays(v)) d = std::max(d, depth_of(a));
+  return d + 1;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Removes the temporary file unless the save got to the rename.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& target) : path_(target + ".tmp-XXXXXX") {
+    fd_ = ::mkstemp(path_.data());
+    if (fd_ < 0)
+      fail("gguf", target, ": cannot create the temporary file ", path_, ": ", errno_text());
+  }
+  ~TempFile() {
+    if (file_) std::fclose(file_);
+    else if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+  std::FILE* stream(const std::string& target) {
+    file_ = ::fdopen(fd_, "wb");
+    if (!file_) fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
+    return file_;
+  }
+  // Flushes, syncs and closes; afterwards only rename is left.
+  void finish(const std::string& target) {
+    if (std::fflush(file_) != 0 || ::fsync(fd_) != 0)
+      fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
+    std::FILE* f = file_;
+    file_ = nullptr;
+    fd_ = -1;
+    if (std::fclose(f) != 0) fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
+  }
+  void commit() { committed_ = true; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+// Mode for the new file: the old file's mode when there is one, else rw-r--r--
+// (mkstemp creates 0600, which would make a saved model unreadable to others).
+mode_t target_mode(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return st.st_mode & 07777;
+  return 0644;
+}
+
+void sync_parent_dir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the rename itself already happened
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+void GgufWriter::set(const std::string& key, GgufValue value) {
+  if (key.empty()) fail("gguf", "metadata keys must not be empty");
+  if (key.size() > gguf::kMaxKeyLength)
+    fail("gguf", "metadata key of ", key.size(), " bytes is longer than ", gguf::kMaxKeyLength);
+  if (key == gguf::kAlignmentKey) {
+    if (value.type() != GgufType::u32 || !gguf::is_power_of_two(value.as_uint()) ||
+        value.as_uint() > gguf::kMaxAlignment)
+      fail("gguf", key, " must be a u32 power of 2 (at most ", gguf::kMaxAlignment, "), got ",
+           gguf_type_name(value.type()), " ", value.str());
+  }
+  if (depth_of(value) > gguf::kMaxArrayDepth)
+    fail("gguf", "metadata '", key, "' nests arrays more than ", gguf::kMaxArrayDepth, " deep");
+  for (auto& kv : kv_) {
+    if (kv.first == key) {
+      kv.second = std::move(value);
+      return;
+    }
+  }
+  kv_.emplace_back(key, std::move(value));
+}
+
+void GgufWriter::set_alignment(uint32_t alignment) { set(gguf::kAlignmentKey, GgufValue(alignment)); }
+
+uint32_t GgufWriter::alignment() const {
+  for (const auto& kv : kv_)
+    if (kv.first == gguf::kAlignmentKey) return uint32_t(kv.second.as_uint());
+  return gguf::kDefaultAlignment;
+}
+
+namespace {
+void check_tensor_name(const std::string& name, const std::vector<std::string>& existing) {
+  if (name.empty())
+    fail("gguf", "a tensor needs a name to be saved (Tensor::set_name or the name argument)");
+  if (name.size() > gguf::kMaxWriteNameLength)
+    fail("gguf", "tensor name '", name, "' has ", name.size(), " bytes; GGUF allows at most ",
+         gguf::kMaxWriteNameLength);
+  for (const std::string& e : existing)
+    if (e == name) fail("gguf", "tensor '", name, "' was added twice");
+}
+}  // namespace
+
+void GgufWriter::add_tensor(Tensor t, const std::string& name) {
+  if (!t.defined()) fail("gguf", "add_tensor: the tensor is undefined");
+  std::string n = name.empty() ? t.name() : name;
+  std::vector<std::string> names;
+  for (const Entry& e : tensors_) names.push_back(e.name);
+  check_tensor_name(n, names);
+  tensors_.push_back(Entry{std::move(n), t.dtype(), t.shape(), t, {}});
+}
+
+void GgufWriter::add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
+                                 std::span<const uint8_t> bytes) {
+  std::vector<std::string> names;
+  for (const Entry& e : tensors_) names.push_back(e.name);
+  check_tensor_name(name, names);
+  const uint64_t want = uint64_t(shape.numel()) * dtype_size(dtype);
+  if (bytes.size() != want)
+    fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(), " (", want,
+         " bytes) but ", bytes.size(), " bytes were given");
+  tensors_.push_back(Entry{name, dtype, shape, Tensor(), {bytes.begin(), bytes.end()}});
+}
+
+namespace {
+// A kiln tensor's values as contiguous little-endian bytes.
+std::vector<uint8_t> tensor_bytes(const Tensor& t) {
+  auto as_bytes = [](const auto& v) {
+    std::vector<uint8_t> out(v.size() * sizeof(v[0]));
+    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  };
+  switch (t.dtype()) {
+    case DType::f32: return as_bytes(t.get<float>());
+    case DType::i32: return as_bytes(t.get<int32_t>());
+    case DType::f16:
+    case DType::bf16: return as_bytes(t.get<uint16_t>());
+  }
+  return {};
+}
+}  // namespace
+
+void GgufWriter::save(const std::string& path) const {
+  // Everything that can be checked is checked before the temporary file exists.
+  for (const Entry& e : tensors_) {
+    if (e.tensor.defined() && !e.tensor.has_data())
+      fail("gguf", path, ": tensor '", e.name, "' ", e.shape.str(),
+           " has no data: allocate it (and set its values) before saving");
+  }
+  const uint64_t align = alignment();
+
+  Out head;
+  head.bytes(gguf::kMagic, 4);
+  head.u32(gguf::kVersion);
+  head.u64(tensors_.size());
+  head.u64(kv_.size());
+  for (const auto& [key, value] : kv_) {
+    head.str(key);
+    head.u32(uint32_t(value.type()));
+    write_payload(head, value);
+  }
+  uint64_t offset = 0;
+  for (const Entry& e : tensors_) {
+    head.str(e.name);
+    const int nd = e.shape.ndim();
+    head.u32(uint32_t(nd == 0 ? 1 : nd));
+    if (nd == 0) head.u64(1);  // a scalar is stored as [1]: ggml has no 0-dim tensors
+    for (int d = nd - 1; d >= 0; --d) head.u64(uint64_t(e.shape[d]));  // innermost first
+    head.u32(gguf::ggml_type_of(e.dtype));
+    head.u64(offset);
+    offset = gguf::align_up(offset + uint64_t(e.shape.numel()) * dtype_size(e.dtype), align);
+  }
+  head.b.resize(gguf::align_up(head.b.size(), align), 0);
+
+  TempFile tmp(path);
+  if (::fchmod(tmp.fd(), target_mode(path)) != 0)
+    fail("gguf", path, ": cannot set the mode of ", tmp.path(), ": ", errno_text());
+  std::FILE* f = tmp.stream(path);
+  auto write = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n)
+      fail("gguf", path, ": cannot write ", tmp.path(), ": ", errno_text());
+  };
+  write(head.b.data(), head.b.size());
+  const std::vector<uint8_t> zeros(align, 0);
+  for (const Entry& e : tensors_) {
+    std::vector<uint8_t> from_tensor;
+    if (e.tensor.defined()) from_tensor = tensor_bytes(e.tensor);
+    const std::vector<uint8_t>& data = e.tensor.defined() ? from_tensor : e.bytes;
+    write(data.data(), data.size());
+    write(zeros.data(), gguf::align_up(data.size(), align) - data.size());
+  }
+  tmp.finish(path);
+  if (std::rename(tmp.path().c_str(), path.c_str()) != 0)
+    fail("gguf", path, ": cannot rename ", tmp.path(), " to it: ", errno_text());
+  tmp.commit();
+  sync_parent_dir(path);
+}
+
+}  // namespace kiln
