@@ -1,0 +1,140 @@
+// The backend registry (kiln/registry.h). Built-in backends are listed here
+// explicitly rather than registering themselves from static initialisers, which
+// a static libkiln.a would drop at link time.
+#include "kiln/registry.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <mutex>
+
+#include "backends/cpu/thread_pool.h"
+#include "kiln/cpu.h"
+#if KILN_HAVE_BLAS
+#include "kiln/blas.h"
+#endif
+
+namespace kiln {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+// "model name" from /proc/cpuinfo (Linux); empty elsewhere.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    size_t b = line.find_first_not_of(" \t", colon + 1);
+    return b == std::string::npos ? std::string() : line.substr(b);
+  }
+  return {};
+}
+
+std::string cpu_description() {
+  std::string model = cpu_model();
+  if (model.empty()) model = "CPU";
+  return model + ", " + std::to_string(cpu::default_thread_count()) + " hardware threads";
+}
+
+struct Registry {
+  std::mutex mu;
+  std::vector<BackendInfo> list;  // most preferred first
+
+  Registry() {
+#if KILN_HAVE_BLAS
+    list.push_back({"blas", blas_description(),
+                    [](const BackendOptions& o) -> std::unique_ptr<Backend> {
+                      return std::make_unique<BlasBackend>(o.n_threads, /*cpu_kernels=*/true);
+                    }});
+#endif
+    list.push_back({"cpu", cpu_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
+                      return std::make_unique<CpuBackend>(o.n_threads);
+                    }});
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string joined_names(const std::vector<BackendInfo>& list) {
+  std::string s;
+  for (const BackendInfo& b : list) s += (s.empty() ? "" : ", ") + b.name;
+  return s;
+}
+
+}  // namespace
+
+std::vector<BackendInfo> backend_list() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.list;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const BackendInfo& b : backend_list()) names.push_back(b.name);
+  return names;
+}
+
+bool has_backend(std::string_view name) {
+  const std::string want = lower(name);
+  for (const BackendInfo& b : backend_list())
+    if (lower(b.name) == want) return true;
+  return false;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& opt) {
+  const std::vector<BackendInfo> list = backend_list();
+  const std::string want = lower(name);
+  for (const BackendInfo& b : list)
+    if (lower(b.name) == want) return b.make(opt);
+  fail("make_backend", "unknown backend '", name, "' (available: ", joined_names(list), ")");
+}
+
+std::vector<std::unique_ptr<Backend>> make_backends(const std::vector<std::string>& names,
+                                                    const BackendOptions& opt) {
+  if (names.empty()) fail("make_backends", "no backend names given");
+  std::vector<std::unique_ptr<Backend>> out;
+  for (const std::string& n : names) out.push_back(make_backend(n, opt));
+  return out;
+}
+
+std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names, const BackendOptions& opt) {
+  std::vector<std::string> list;
+  std::string cur;
+  for (char c : names) {
+    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
+      if (!cur.empty()) list.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) list.push_back(cur);
+  return make_backends(list, opt);
+}
+
+void register_backend(BackendInfo info, bool preferred) {
+  if (info.name.empty() || !info.make) fail("register_backend", "a backend needs a name and a factory");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const std::string key = lower(info.name);
+  std::erase_if(r.list, [&](const BackendInfo& b) { return lower(b.name) == key; });
+  // Preferred: tried first (an accelerator); otherwise a fallback after the rest.
+  if (preferred)
+    r.list.insert(r.list.begin(), std::move(info));
+  else
+    r.list.push_back(std::move(info));
+}
+
+}  // namespace kiln
