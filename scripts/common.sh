@@ -1,0 +1,97 @@
+# shellcheck shell=bash
+# Shared by scripts/quickstart.sh and scripts/test.sh (source it, don't run it):
+# installs the build dependencies when they are missing, then configures and
+# builds one CMake preset.
+#
+# Needs: cmake >= 3.25, g++ >= 11 (C++20), ninja, GoogleTest, Google Benchmark,
+# OpenBLAS (only as the GEMM baseline of bench/). On Debian/Ubuntu the missing
+# ones are installed with apt-get (as root, or through passwordless sudo).
+
+set -euo pipefail
+
+KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+KILN_PRESET="${KILN_PRESET:-release}"
+KILN_JOBS="${KILN_JOBS:-2}"
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# Is a header present in one of the usual system include directories?
+have_header() {
+  local d
+  for d in /usr/include /usr/local/include /usr/include/*-linux-gnu; do
+    [[ -e "$d/$1" ]] && return 0
+  done
+  return 1
+}
+
+# Is a shared or static library present in one of the usual library directories?
+have_lib() {
+  local d
+  for d in /usr/lib /usr/lib64 /usr/local/lib /usr/lib/*-linux-gnu; do
+    [[ -e "$d/$1.so" || -e "$d/$1.a" ]] && return 0
+  done
+  return 1
+}
+
+# "major.minor" >= "want"?
+version_at_least() {
+  local have_v="$1" want="$2"
+  [[ "$(printf '%s\n%s\n' "$want" "$have_v" | sort -V | head -n1)" == "$want" ]]
+}
+
+missing_packages() {
+  local pkgs=()
+  have cmake || pkgs+=(cmake)
+  have g++ || pkgs+=(g++)
+  have ninja || pkgs+=(ninja-build)
+  have_header gtest/gtest.h || pkgs+=(libgtest-dev)
+  have_header benchmark/benchmark.h || pkgs+=(libbenchmark-dev)
+  have_lib libopenblas || pkgs+=(libopenblas-dev)
+  echo "${pkgs[@]+"${pkgs[@]}"}"
+}
+
+install_deps() {
+  local pkgs
+  pkgs="$(missing_packages)"
+  if [[ -n "$pkgs" ]]; then
+    log "missing: $pkgs"
+    have apt-get || die "apt-get not found; install these yourself: $pkgs"
+    local sudo=()
+    if [[ "$(id -u)" != 0 ]]; then
+      if have sudo && sudo -n true 2>/dev/null; then
+        sudo=(sudo -n)
+      else
+        die "not root and no passwordless sudo; run as root: apt-get update && apt-get install -y $pkgs"
+      fi
+    fi
+    "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    # shellcheck disable=SC2086  # $pkgs is a word list
+    "${sudo[@]+"${sudo[@]}"}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -q --no-install-recommends $pkgs </dev/null
+    pkgs="$(missing_packages)"
+    [[ -z "$pkgs" ]] || die "still missing after apt-get install: $pkgs"
+  fi
+
+  local cv gv
+  cv="$(cmake --version | head -n1 | awk '{print $3}')"
+  version_at_least "$cv" 3.25 || die "cmake $cv is too old (need >= 3.25)"
+  gv="$(g++ -dumpfullversion 2>/dev/null || g++ -dumpversion)"
+  version_at_least "$gv" 11 || die "g++ $gv is too old (need >= 11 for C++20)"
+  log "cmake $cv, g++ $gv, ninja $(ninja --version)"
+}
+
+# Configures (first time only, CMake keeps the cache) and builds $KILN_PRESET.
+build_preset() {
+  cd "$KILN_ROOT" || exit 1
+  # ccache only when present: the presets do not name a launcher, CMake reads
+  # this variable when it first configures a build directory.
+  if have ccache && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  fi
+  log "configure (preset $KILN_PRESET)"
+  cmake --preset "$KILN_PRESET"
+  log "build (preset $KILN_PRESET, -j$KILN_JOBS)"
+  cmake --build --preset "$KILN_PRESET" -j"$KILN_JOBS"
+}
