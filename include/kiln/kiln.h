@@ -1,5 +1,6 @@
 // kiln: tensors, lazy graphs, reverse-mode autodiff and compute backends in C++20.
 #pragma once
+#include "kiln/alloc.h"
 #include "kiln/backend.h"
 #include "kiln/context.h"
 #include "kiln/cpu.h"
@@ -7,4 +8,9 @@
 #include "kiln/error.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
+#include "kiln/registry.h"
+#include "kiln/sched.h"
 #include "kiln/tensor.h"
+#if defined(KILN_HAVE_BLAS)
+#include "kiln/blas.h"
+#endif
