@@ -1,0 +1,153 @@
+// kiln::cpu::gemm vs OpenBLAS cblas_sgemm (when found) on the shapes the issue
+// names, at 2 threads (and 1 for reference). Counter GFLOPS = 2*M*N*K / time.
+//
+//   bench_gemm --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
+//              --benchmark_enable_random_interleaving=true
+//
+// Shapes (row-major storage as in an MLP layer, transposes as strided views):
+//   sq1024   C[1024,1024] = A[1024,1024] @ B[1024,1024]
+//   fwd      x@W1:   M=500 (batch), K=784, N=500
+//   dW       X^T@dY: M=784, K=500, N=500, A = X^T a transposed view of X[500,784]
+//   dX       dY@W^T: M=500, K=500, N=784, B = W^T a transposed view of W[784,500]
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_internal.h"
+#include "backends/cpu/thread_pool.h"
+
+#if defined(KILN_BENCH_HAVE_BLAS)
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+#endif
+
+namespace {
+
+using kiln::cpu::GemmArgs;
+using kiln::cpu::GemmType;
+using kiln::cpu::ThreadCtx;
+using kiln::cpu::ThreadPool;
+
+struct Shape {
+  int64_t M, N, K;
+  bool ta, tb;  // A / B given as transposed views
+};
+
+enum ShapeId { kSq1024, kFwd, kDW, kDX, kGemv, kSmall };
+constexpr Shape kShapes[] = {
+    {1024, 1024, 1024, false, false},  // sq1024
+    {500, 500, 784, false, false},     // fwd
+    {784, 500, 500, true, false},      // dW
+    {500, 784, 500, false, true},      // dX
+    {1, 1024, 1024, false, false},     // gemv (batch 1)
+    {64, 64, 64, false, false},        // small
+};
+
+ThreadPool& pool(int n) {
+  static std::unique_ptr<ThreadPool> p[3];
+  if (!p[n]) p[n] = std::make_unique<ThreadPool>(n);
+  return *p[n];
+}
+
+struct Data {
+  std::vector<float> a, b, c;
+  std::vector<uint16_t> bf16, f16;  // B as bf16 / f16 (truncated; fine for timing)
+  explicit Data(const Shape& s)
+      : a(s.M * s.K), b(s.K * s.N), c(s.M * s.N), bf16(b.size()), f16(b.size()) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& x : a) x = u(rng);
+    for (auto& x : b) x = u(rng);
+    for (size_t i = 0; i < b.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &b[i], 4);
+      bf16[i] = uint16_t(bits >> 16);
+      const int e = int((bits >> 23) & 0xff) - 127 + 15;  // |b| <= 1: no overflow
+      f16[i] = uint16_t(((bits >> 16) & 0x8000u) | (e > 0 ? uint32_t(e) << 10 | ((bits >> 13) & 0x3ffu) : 0u));
+    }
+  }
+};
+
+void set_counters(benchmark::State& st, const Shape& s) {
+  st.counters["GFLOPS"] = benchmark::Counter(2e-9 * double(s.M) * double(s.N) * double(s.K),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Storage: A is M x K row-major, or (ta) the K x M row-major matrix it is the
+// transpose of; likewise B.
+void BM_kiln(benchmark::State& st, ShapeId id, GemmType tb) {
+  const Shape s = kShapes[id];
+  const int threads = int(st.range(0));
+  Data d(s);
+  GemmArgs args{s.M, s.N, s.K, {}, {}, d.c.data(), s.N};
+  args.A = {d.a.data(), GemmType::f32, s.ta ? 1 : s.K, s.ta ? s.M : 1};
+  const void* bp = tb == GemmType::f32    ? static_cast<const void*>(d.b.data())
+                   : tb == GemmType::bf16 ? static_cast<const void*>(d.bf16.data())
+                                          : static_cast<const void*>(d.f16.data());
+  args.B = {bp, tb, s.tb ? 1 : s.N, s.tb ? s.K : 1};
+  ThreadPool& p = pool(threads);
+  auto fn = [&](ThreadCtx& t) { kiln::cpu::gemm(args, t); };
+#if defined(KILN_BENCH_HAVE_BLAS)
+  // OpenBLAS's idle workers keep spinning (sched_yield) for ~2^28 cycles after
+  // each call; let them go to sleep so they do not compete with kiln's threads.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+#endif
+  for (auto _ : st) {
+    p.run(fn);
+    benchmark::DoNotOptimize(d.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(st, s);
+  st.SetLabel(kiln::cpu::gemm_detail::kIsa);
+}
+
+#if defined(KILN_BENCH_HAVE_BLAS)
+void BM_openblas(benchmark::State& st, ShapeId id) {
+  const Shape s = kShapes[id];
+  const int threads = int(st.range(0));
+  if (openblas_set_num_threads) openblas_set_num_threads(threads);
+  Data d(s);
+  const int lda = int(s.ta ? s.M : s.K), ldb = int(s.tb ? s.K : s.N);
+  for (auto _ : st) {
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                int(s.M), int(s.N), int(s.K), 1.0f, d.a.data(), lda, d.b.data(), ldb, 0.0f,
+                d.c.data(), int(s.N));
+    benchmark::DoNotOptimize(d.c.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(st, s);
+}
+#endif
+
+#define KILN_GEMM_BENCH(name, id)                                                            \
+  BENCHMARK_CAPTURE(BM_kiln, name, id, GemmType::f32)->Arg(2)->Arg(1)->UseRealTime();
+#define KILN_BLAS_BENCH(name, id) \
+  BENCHMARK_CAPTURE(BM_openblas, name, id)->Arg(2)->Arg(1)->UseRealTime();
+
+KILN_GEMM_BENCH(sq1024, kSq1024)
+KILN_GEMM_BENCH(fwd_500x784x500, kFwd)
+KILN_GEMM_BENCH(dW_784x500x500_At, kDW)
+KILN_GEMM_BENCH(dX_500x500x784_Bt, kDX)
+KILN_GEMM_BENCH(gemv_1x1024x1024, kGemv)
+KILN_GEMM_BENCH(small_64, kSmall)
+BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bbf16, kFwd, GemmType::bf16)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bf16, kFwd, GemmType::f16)->Arg(2)->UseRealTime();
+#if defined(KILN_BENCH_HAVE_BLAS)
+KILN_BLAS_BENCH(sq1024, kSq1024)
+KILN_BLAS_BENCH(fwd_500x784x500, kFwd)
+KILN_BLAS_BENCH(dW_784x500x500_At, kDW)
+KILN_BLAS_BENCH(dX_500x500x784_Bt, kDX)
+KILN_BLAS_BENCH(gemv_1x1024x1024, kGemv)
+KILN_BLAS_BENCH(small_64, kSmall)
+#endif
+
+}  // namespace
+
+BENCHMARK_MAIN();

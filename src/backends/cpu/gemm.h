@@ -1,0 +1,40 @@
+// kiln::cpu::gemm: C (+)= A @ B in f32, with A and B f32, f16 or bf16 strided
+// views. BLIS-style blocked, packed GEMM (gemm.cpp: driver; gemm_pack*.cpp:
+// packing with type conversion; gemm_kernel_*.cpp: micro-kernels).
+#pragma once
+#include <cstdint>
+
+#include "backends/cpu/thread_pool.h"
+
+namespace kiln::cpu {
+
+enum class GemmType { f32, f16, bf16 };  // element type of A or B (C is always f32)
+
+// A strided 2-D matrix view; element (i, j) is at data[i*rs + j*cs] (strides in
+// elements, any sign or value: a transposed view is rs = 1, cs = ld).
+struct GemmOperand {
+  const void* data;
+  GemmType type;
+  int64_t rs, cs;
+};
+
+struct GemmArgs {
+  int64_t M, N, K;
+  GemmOperand A;             // M x K
+  GemmOperand B;             // K x N
+  float* C;                  // M x N, C(i, j) at C[i*ldc + j]
+  int64_t ldc;
+  bool accumulate = false;   // C += A@B instead of C = A@B
+};
+
+// Called by every thread of a pool run, with the same args on all threads (a
+// standalone ThreadCtx computes everything on the calling thread). Work is
+// split over M/N tiles only, never over K, so every element of C is computed by
+// the same sequence of operations for any thread count: results are
+// bit-identical for any nth. Contains barriers (all threads must call it
+// together); when it returns on any thread, all of C is written. Uses
+// t.scratch() and t.shared_scratch() for the packing buffers. C must not
+// overlap A or B. Small products (< 2^18 multiply-adds) run on thread 0 alone.
+void gemm(const GemmArgs& args, ThreadCtx& t);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,90 @@
+// AVX-512 GEMM micro-kernel: MR x NR = 14 x 32 (two zmm per row of C).
+#include "backends/cpu/gemm_internal.h"
+
+#if defined(KILN_GEMM_AVX512)
+#include <immintrin.h>
+
+namespace kiln::cpu::gemm_detail {
+namespace {
+
+constexpr int NV = NR / 16;
+static_assert(NR % 16 == 0);
+
+template <bool kAdd, bool kFull>
+inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], float* c,
+                                                      int64_t ldc, int m, int n) {
+  if constexpr (kFull) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + 16 * v;
+        __m512 x = acc[i][v];
+        if constexpr (kAdd) x = _mm512_add_ps(x, _mm512_loadu_ps(p));
+        _mm512_storeu_ps(p, x);
+      }
+    }
+  } else {
+    __mmask16 mk[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int r = n - 16 * v;
+      mk[v] = r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      if (i >= m) break;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + i * ldc + 16 * v;
+        __m512 x = acc[i][v];
+        if constexpr (kAdd) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], p));
+        _mm512_mask_storeu_ps(p, mk[v], x);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+            int64_t ldc, int m, int n, bool add_c) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+
+  // Pull the C tile towards L1 while the k loop runs.
+  for (int i = 0; i < m; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
+
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+    a += MR;
+    b += NR;
+  }
+
+  const bool full = m == MR && n == NR;
+  if (full) {
+    if (add_c) store_tile<true, true>(acc, c, ldc, m, n);
+    else store_tile<false, true>(acc, c, ldc, m, n);
+  } else {
+    if (add_c) store_tile<true, false>(acc, c, ldc, m, n);
+    else store_tile<false, false>(acc, c, ldc, m, n);
+  }
+}
+
+}  // namespace kiln::cpu::gemm_detail
+#endif  // KILN_GEMM_AVX512

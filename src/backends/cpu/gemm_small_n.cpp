@@ -1,0 +1,133 @@
+// GEMM for a few columns of B (N <= kSmallN, e.g. a matrix-vector product or a
+// 1-output layer) with A rows contiguous: no packing of A; each C element is a
+// dot product of a row of A (streamed once from its storage) with a column of
+// B (converted to f32 once). The summation order (16 lanes of FMA chains over
+// k, then a fixed reduction tree) depends only on K; threads split M.
+#include <algorithm>
+
+#include "backends/cpu/gemm_convert.h"
+#include "backends/cpu/gemm_internal.h"
+
+#if defined(KILN_GEMM_AVX512)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+namespace kiln::cpu::gemm_detail {
+namespace {
+
+inline void finish(const GemmArgs& g, int64_t i, int64_t j, float dot) {
+  float* c = g.C + i * g.ldc + j;
+  *c = g.accumulate ? dot + *c : dot;
+}
+
+#if defined(KILN_GEMM_AVX512)
+
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+template <GemmType T>
+inline __m512 load16(const void* p, __mmask16 m) {
+  if constexpr (T == GemmType::f32) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if constexpr (T == GemmType::f16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Rows [i0, i1) of C[:, 0:NN], four rows at a time.
+template <GemmType T, int NN>
+void rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+  constexpr int64_t es = T == GemmType::f32 ? 4 : 2;
+  const int64_t K = g.K;
+  const char* base = static_cast<const char*>(g.A.data);
+  for (int64_t i = i0; i < i1; i += 4) {
+    const int mr = int(std::min<int64_t>(4, i1 - i));
+    const char* a[4];
+    for (int r = 0; r < 4; ++r) a[r] = base + (i + std::min(r, mr - 1)) * g.A.rs * es;  // repeat the last row
+    __m512 acc[4][NN];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < NN; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+      const __mmask16 m = lanes(K - k);
+      __m512 bv[NN];
+#pragma GCC unroll 4
+      for (int j = 0; j < NN; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b32 + j * K + k);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const __m512 av = load16<T>(a[r] + k * es, m);
+#pragma GCC unroll 4
+        for (int j = 0; j < NN; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < mr; ++r)
+      for (int j = 0; j < NN; ++j) finish(g, i + r, j, _mm512_reduce_add_ps(acc[r][j]));
+  }
+}
+
+template <GemmType T>
+void rows_n(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+  switch (g.N) {
+    case 1: return rows<T, 1>(g, b32, i0, i1);
+    case 2: return rows<T, 2>(g, b32, i0, i1);
+    case 3: return rows<T, 3>(g, b32, i0, i1);
+    default: return rows<T, 4>(g, b32, i0, i1);
+  }
+}
+
+void do_rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+  switch (g.A.type) {
+    case GemmType::f32: return rows_n<GemmType::f32>(g, b32, i0, i1);
+    case GemmType::f16: return rows_n<GemmType::f16>(g, b32, i0, i1);
+    case GemmType::bf16: return rows_n<GemmType::bf16>(g, b32, i0, i1);
+  }
+}
+
+#else  // portable: 8 partial sums per dot product
+
+template <GemmType T>
+void rows_any(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+  const int64_t K = g.K;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t row = i * g.A.rs;
+    for (int64_t j = 0; j < g.N; ++j) {
+      const float* b = b32 + j * K;
+      float s[8] = {};
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int l = 0; l < 8; ++l) s[l] += load_as_f32(g.A.data, T, row + k + l) * b[k + l];
+      for (int l = 0; k + l < K; ++l) s[l] += load_as_f32(g.A.data, T, row + k + l) * b[k + l];
+      finish(g, i, j, ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])));
+    }
+  }
+}
+
+void do_rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+  switch (g.A.type) {
+    case GemmType::f32: return rows_any<GemmType::f32>(g, b32, i0, i1);
+    case GemmType::f16: return rows_any<GemmType::f16>(g, b32, i0, i1);
+    case GemmType::bf16: return rows_any<GemmType::bf16>(g, b32, i0, i1);
+  }
+}
+
+#endif
+
+}  // namespace
+
+bool small_n_applicable(const GemmArgs& g) {
+  return g.N >= 1 && g.N <= kSmallN && g.A.cs == 1 && g.M >= 1 && g.K >= 1;
+}
+
+void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32) {
+  for (int64_t j = 0; j < g.N; ++j)
+    for (int64_t k = 0; k < g.K; ++k) b32[j * g.K + k] = load_as_f32(g.B.data, g.B.type, k * g.B.rs + j * g.B.cs);
+  do_rows(g, b32, g.M * ith / nth, g.M * (ith + 1) / nth);
+}
+
+}  // namespace kiln::cpu::gemm_detail

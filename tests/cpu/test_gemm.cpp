@@ -1,0 +1,327 @@
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_convert.h"
+#include "backends/cpu/thread_pool.h"
+
+using kiln::cpu::gemm;
+using kiln::cpu::GemmArgs;
+using kiln::cpu::GemmOperand;
+using kiln::cpu::GemmType;
+using kiln::cpu::ThreadCtx;
+using kiln::cpu::ThreadPool;
+
+namespace {
+
+// f32 -> f16 / bf16 bits for values exactly representable in both (the test
+// data are small multiples of 1/32).
+uint16_t to_f16(float x) {
+  if (x == 0) return std::signbit(x) ? 0x8000 : 0;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const int exp = int((u >> 23) & 0xff) - 127 + 15;
+  return uint16_t(sign | uint32_t(exp) << 10 | ((u >> 13) & 0x3ffu));
+}
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return uint16_t(u >> 16);
+}
+
+// A rows x cols matrix of type `type`, stored with arbitrary strides inside a
+// larger buffer: element (i, j) at data[off + i*rs + j*cs].
+struct Mat {
+  int64_t rows, cols;
+  GemmType type;
+  std::vector<float> vals;        // logical values, row-major
+  std::vector<float> store32;     // storage for f32
+  std::vector<uint16_t> store16;  // storage for f16 / bf16
+  int64_t rs, cs, off;
+
+  float at(int64_t i, int64_t j) const { return vals[i * cols + j]; }
+  GemmOperand op() const {
+    const void* base = type == GemmType::f32 ? static_cast<const void*>(store32.data() + off)
+                                             : static_cast<const void*>(store16.data() + off);
+    return {base, type, rs, cs};
+  }
+};
+
+enum class Layout { row, col, strided };
+
+Mat make_mat(int64_t rows, int64_t cols, GemmType type, Layout layout, std::mt19937& rng) {
+  Mat m{rows, cols, type, {}, {}, {}, 0, 0, 0};
+  std::uniform_int_distribution<int> d(-64, 64);
+  m.vals.resize(rows * cols);
+  for (auto& v : m.vals) v = float(d(rng)) / 32.0f;
+  int64_t size;
+  switch (layout) {
+    case Layout::row:  // padded leading dimension
+      m.rs = cols + 3, m.cs = 1, m.off = 0, size = rows * m.rs;
+      break;
+    case Layout::col:  // transposed view
+      m.rs = 1, m.cs = rows + 1, m.off = 0, size = cols * m.cs;
+      break;
+    default:  // neither stride is 1; negative row stride
+      m.cs = 2, m.rs = -(2 * cols + 1), m.off = (rows - 1) * (2 * cols + 1), size = m.off + 2 * cols;
+      break;
+  }
+  size = std::max<int64_t>(size, 1);
+  if (type == GemmType::f32) m.store32.assign(size, std::nanf(""));
+  else m.store16.assign(size, 0x7e00);  // NaN in the gaps: must never be read
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t idx = m.off + i * m.rs + j * m.cs;
+      const float v = m.at(i, j);
+      if (type == GemmType::f32) m.store32[idx] = v;
+      else m.store16[idx] = type == GemmType::f16 ? to_f16(v) : to_bf16(v);
+    }
+  return m;
+}
+
+void run_gemm(const GemmArgs& args, int threads) {
+  if (threads == 0) {  // standalone context
+    ThreadCtx t;
+    gemm(args, t);
+    return;
+  }
+  ThreadPool pool(threads);
+  pool.run([&](ThreadCtx& t) { gemm(args, t); });
+}
+
+struct Case {
+  int64_t M, N, K;
+  GemmType ta = GemmType::f32, tb = GemmType::f32;
+  Layout la = Layout::row, lb = Layout::row;
+  bool accumulate = false;
+};
+
+std::string describe(const Case& c) {
+  auto ts = [](GemmType t) { return t == GemmType::f32 ? "f32" : t == GemmType::f16 ? "f16" : "bf16"; };
+  auto ls = [](Layout l) { return l == Layout::row ? "row" : l == Layout::col ? "col" : "strided"; };
+  return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " A " +
+         ts(c.ta) + "/" + ls(c.la) + " B " + ts(c.tb) + "/" + ls(c.lb) +
+         (c.accumulate ? " acc" : "");
+}
+
+// Checks gemm against a double-precision reference; returns C.
+std::vector<float> check_case(const Case& c, int threads, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  const Mat A = make_mat(c.M, c.K, c.ta, c.la, rng);
+  const Mat B = make_mat(c.K, c.N, c.tb, c.lb, rng);
+  const int64_t ldc = c.N + 5;
+  std::vector<float> C(std::max<int64_t>(c.M * ldc, 1), std::nanf(""));
+  std::vector<float> C0(C.size());
+  std::uniform_real_distribution<float> u(-1, 1);
+  if (c.accumulate)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) C[i * ldc + j] = u(rng);
+  C0 = C;  // gaps stay NaN: must never be written
+
+  GemmArgs args{c.M, c.N, c.K, A.op(), B.op(), C.data(), ldc, c.accumulate};
+  run_gemm(args, threads);
+
+  int bad = 0;
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = C[i * ldc + j];
+      if (j >= c.N) {
+        if (!std::isnan(got) && bad++ < 5) ADD_FAILURE() << describe(c) << ": wrote gap " << i << "," << j;
+        continue;
+      }
+      double ref = c.accumulate ? C0[i * ldc + j] : 0.0, mag = std::fabs(ref);
+      for (int64_t k = 0; k < c.K; ++k) {
+        ref += double(A.at(i, k)) * B.at(k, j);
+        mag += std::fabs(double(A.at(i, k)) * B.at(k, j));
+      }
+      const double tol = 1.2e-7 * (c.K + 2) * mag + 1e-30;
+      if (!(std::fabs(got - ref) <= tol) && bad++ < 5)
+        ADD_FAILURE() << describe(c) << " threads=" << threads << ": C(" << i << "," << j
+                      << ") = " << got << ", expected " << ref;
+    }
+  }
+  return C;
+}
+
+}  // namespace
+
+TEST(Gemm, ShapesAndTranspositions) {
+  const int64_t shapes[][3] = {{1, 1, 1},   {37, 53, 71}, {1, 100, 37},  {100, 1, 37},
+                               {29, 31, 1}, {14, 32, 16}, {15, 33, 17},  {13, 31, 15},
+                               {28, 64, 5}, {3, 2100, 9}, {170, 70, 300}, {5, 7, 600}};
+  for (const auto& s : shapes)
+    for (Layout la : {Layout::row, Layout::col})
+      for (Layout lb : {Layout::row, Layout::col}) {
+        Case c{s[0], s[1], s[2]};
+        c.la = la, c.lb = lb;
+        check_case(c, 2);
+      }
+}
+
+TEST(Gemm, LargeIsh) {
+  check_case({300, 500, 200}, 2);
+  Case t{300, 500, 200};
+  t.la = Layout::col, t.lb = Layout::col;
+  check_case(t, 2);
+}
+
+TEST(Gemm, GeneralStrides) {
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{{37, 53, 71}, {1, 40, 20}, {20, 1, 40}}) {
+    Case c{s[0], s[1], s[2]};
+    c.la = Layout::strided;
+    check_case(c, 2);
+    c.lb = Layout::strided;
+    check_case(c, 2);
+    c.la = Layout::row;
+    check_case(c, 1);
+  }
+}
+
+TEST(Gemm, HalfTypesAndMixed) {
+  const GemmType types[] = {GemmType::f32, GemmType::f16, GemmType::bf16};
+  for (GemmType ta : types)
+    for (GemmType tb : types)
+      for (Layout la : {Layout::row, Layout::col, Layout::strided})
+        for (Layout lb : {Layout::row, Layout::col, Layout::strided}) {
+          Case c{37, 53, 71, ta, tb, la, lb};
+          check_case(c, 2);
+        }
+  check_case({33, 47, 300, GemmType::bf16, GemmType::f16, Layout::col, Layout::col}, 3);
+}
+
+TEST(Gemm, Accumulate) {
+  for (Layout l : {Layout::row, Layout::col}) {
+    check_case({37, 53, 71, GemmType::f32, GemmType::f32, l, l, true}, 2);
+    check_case({1, 70, 600, GemmType::f32, GemmType::bf16, l, l, true}, 2);
+    check_case({170, 40, 300, GemmType::f16, GemmType::f32, l, l, true}, 3);
+  }
+}
+
+TEST(Gemm, FewRows) {
+  // M <= 4 with row-major B takes the unpacked path; B transposed the packed one.
+  const GemmType types[] = {GemmType::f32, GemmType::f16, GemmType::bf16};
+  for (int64_t M = 1; M <= 5; ++M)
+    for (GemmType tb : types)
+      for (Layout lb : {Layout::row, Layout::col})
+        for (bool acc : {false, true}) {
+          Case c{M, 150, 67, GemmType::bf16, tb, Layout::col, lb, acc};
+          const auto c1 = check_case(c, 1, 3);
+          const auto c3 = check_case(c, 3, 3);
+          EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0) << describe(c);
+        }
+  check_case({1, 1000, 1000}, 2);
+  check_case({3, 64, 1}, 2);
+}
+
+TEST(Gemm, FewColumns) {
+  // N <= 4 with row-major A takes the dot-product path; A transposed the packed one.
+  const GemmType types[] = {GemmType::f32, GemmType::f16, GemmType::bf16};
+  for (int64_t N = 1; N <= 5; ++N)
+    for (GemmType ta : types)
+      for (Layout la : {Layout::row, Layout::col})
+        for (bool acc : {false, true}) {
+          Case c{150, N, 67, ta, GemmType::f16, la, Layout::col, acc};
+          const auto c1 = check_case(c, 1, 5);
+          const auto c3 = check_case(c, 3, 5);
+          EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0) << describe(c);
+        }
+  check_case({1000, 1, 1000}, 2);
+  check_case({7, 2, 15}, 2);
+  check_case({7, 3, 16}, 2);
+  check_case({9, 4, 17, GemmType::bf16, GemmType::f32, Layout::row, Layout::strided}, 2);
+}
+
+TEST(Gemm, ZeroSizes) {
+  // K == 0: C = 0, or unchanged when accumulating.
+  std::vector<float> C(6, 5.0f);
+  float a = 1, b = 1;
+  GemmArgs args{2, 3, 0, {&a, GemmType::f32, 0, 1}, {&b, GemmType::f32, 3, 1}, C.data(), 3};
+  run_gemm(args, 2);
+  for (float x : C) EXPECT_EQ(x, 0.0f);
+  C.assign(6, 5.0f);
+  args.accumulate = true;
+  run_gemm(args, 2);
+  for (float x : C) EXPECT_EQ(x, 5.0f);
+  args.M = 0;  // nothing to do
+  args.accumulate = false;
+  run_gemm(args, 2);
+  for (float x : C) EXPECT_EQ(x, 5.0f);
+}
+
+TEST(Gemm, StandaloneContext) { check_case({37, 53, 71}, 0); }
+
+TEST(Gemm, BitIdenticalAcrossThreadCounts) {
+  const Case cases[] = {
+      {300, 500, 200},
+      {37, 530, 710, GemmType::f32, GemmType::f32, Layout::col, Layout::row},
+      {1, 900, 300, GemmType::f32, GemmType::f32, Layout::row, Layout::col},
+      {500, 3, 300, GemmType::bf16, GemmType::f32, Layout::row, Layout::row, true},
+      {129, 2100, 20},
+  };
+  for (const Case& c : cases) {
+    const auto c1 = check_case(c, 1, 7);
+    for (int threads : {2, 3, 4}) {
+      const auto cn = check_case(c, threads, 7);
+      ASSERT_EQ(c1.size(), cn.size());
+      EXPECT_EQ(std::memcmp(c1.data(), cn.data(), c1.size() * sizeof(float)), 0)
+          << describe(c) << " threads=" << threads;
+    }
+  }
+}
+
+TEST(Gemm, AllF16AndBF16Values) {
+  // Every 16-bit pattern through the packing conversions, including
+  // subnormals, infinities and NaNs. Row-major: C = [1] x B (1 x 65536).
+  // Transposed view: C = I16 x B with B 16 x 4096 (rs = 1, cs = 16); there
+  // 0 * inf gives NaN, so infinities and NaNs are only checked row-major.
+  std::vector<uint16_t> b(65536);
+  for (int64_t j = 0; j < 65536; ++j) b[j] = uint16_t(j);
+  std::vector<float> eye(16 * 16, 0.0f);
+  for (int i = 0; i < 16; ++i) eye[i * 16 + i] = 1.0f;
+  for (GemmType t : {GemmType::f16, GemmType::bf16}) {
+    auto want = [&](uint16_t h) {
+      return t == GemmType::f16 ? kiln::cpu::gemm_detail::f16_bits_to_f32(h)
+                                : kiln::cpu::gemm_detail::bf16_bits_to_f32(h);
+    };
+    for (bool col : {false, true}) {
+      const int64_t M = col ? 16 : 1, N = col ? 4096 : 65536, K = col ? 16 : 1;
+      std::vector<float> C(M * N);
+      GemmArgs args{M, N, K, {eye.data(), GemmType::f32, 16, 1}, {b.data(), t, col ? 1 : N, col ? 16 : 1},
+                    C.data(), N};
+      run_gemm(args, 2);
+      int bad = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          const float w = want(uint16_t(col ? j * 16 + i : j)), got = C[i * N + j];
+          if (!std::isfinite(w) && col) continue;
+          const bool ok = std::isnan(w) ? std::isnan(got) : got == w;
+          if (!ok && bad++ < 5) ADD_FAILURE() << (col ? "col " : "row ") << i << "," << j << ": " << got << " vs " << w;
+        }
+    }
+  }
+}
+
+TEST(Gemm, ScalarF16Conversion) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    const float got = kiln::cpu::gemm_detail::f16_bits_to_f32(uint16_t(h));
+    if (e == 31) {
+      if (m == 0) EXPECT_TRUE(std::isinf(got) && (got < 0) == (sign < 0)) << h;
+      else EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      const double want = e == 0 ? sign * std::ldexp(m, -24) : sign * std::ldexp(1024 + m, e - 25);
+      ASSERT_EQ(double(got), want) << h;
+      ASSERT_EQ(std::signbit(got), sign < 0) << h;
+    }
+  }
+}
