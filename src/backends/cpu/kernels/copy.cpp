@@ -1,0 +1,85 @@
+// Copies and constants: CPY (with dtype conversion), FILL, RAND_MASK, and the
+// in-place ACCUMULATE (gradient accumulators: src0 += src1).
+#include <cstring>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "core/rng.h"
+
+namespace kiln::cpu {
+
+// dst = convert(src0). src0 has any strides and dtype; dst is contiguous with the
+// same number of elements (its shape may differ: a copy that feeds a reshape), or
+// has src0's shape and any strides. Elements go in src0's row-major order.
+void kernel_CPY(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode* src = dst->src[0];
+  const int64_t n = src->numel();
+  Range r = thread_range(t, n, 1, 64);
+  if (r.empty()) return;
+  const Strides ds = dst->shape == src->shape ? dst->stride
+                                              : dense_strides(src->shape, int64_t(dst->elem_size()));
+  auto L = make_layout<2>(src->shape, {ds, src->stride});
+  const DType dt = dst->dtype, st = src->dtype;
+  for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
+               [&](const Ptrs<2>& p, int64_t len, const Steps<2>& step) {
+                 convert(p[1], st, step[1], p[0], dt, step[0], len);
+               });
+}
+
+// Every element = f[0] (converted to dst's dtype; i32 truncates).
+void kernel_FILL(TensorNode* dst, ThreadCtx& t) {
+  const int64_t n = dst->numel();
+  Range r = thread_range(t, n, 1, 64);
+  if (r.empty()) return;
+  const DType dt = dst->dtype;
+  const int64_t es = int64_t(dst->elem_size());
+  alignas(4) unsigned char pat[4] = {};
+  store_f32(pat, dt, dst->p.f[0]);
+  const bool zero = std::memcmp(pat, "\0\0\0\0", size_t(es)) == 0;
+  auto L = make_layout<1>(dst->shape, {dst->stride});
+  for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& p, int64_t len, const Steps<1>& st) {
+    if (st[0] == es && zero) {
+      std::memset(p[0], 0, size_t(len * es));
+    } else if (st[0] == es && es == 4) {
+      uint32_t v;
+      std::memcpy(&v, pat, 4);
+      std::fill_n((uint32_t*)p[0], len, v);
+    } else if (st[0] == es) {
+      uint16_t v;
+      std::memcpy(&v, pat, 2);
+      std::fill_n((uint16_t*)p[0], len, v);
+    } else {
+      for (int64_t i = 0; i < len; ++i) std::memcpy(p[0] + i * st[0], pat, size_t(es));
+    }
+  });
+}
+
+// dst[k] = rng_uniform(seed, k) < f[0] ? 1 : 0 for linear index k, with seed =
+// i[0] xor element 0 of the optional i32 seed tensor (sign-extended to 64 bits).
+void kernel_RAND_MASK(TensorNode* dst, ThreadCtx& t) {
+  const int64_t n = dst->numel();
+  Range r = thread_range(t, n, 8, 64);
+  if (r.empty()) return;
+  uint64_t seed = uint64_t(dst->p.i[0]);
+  if (dst->n_src > 0 && dst->src[0] != nullptr) {
+    int32_t s;
+    std::memcpy(&s, dst->src[0]->data, 4);
+    seed ^= uint64_t(int64_t(s));
+  }
+  const float p = dst->p.f[0];
+  auto L = make_layout<1>(dst->shape, {dst->stride});
+  int64_t k = r.begin;
+  for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& ptr, int64_t len, const Steps<1>& st) {
+    for (int64_t i = 0; i < len; ++i, ++k) {
+      float v = detail::rng_uniform(seed, uint64_t(k)) < p ? 1.0f : 0.0f;
+      std::memcpy(ptr[0] + i * st[0], &v, 4);
+    }
+  });
+}
+
+// src0 += src1 in place (dst aliases src0); src1 broadcasts to src0's shape.
+void kernel_ACCUMULATE(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::add, dst, dst->src[0], dst->src[1], t);
+}
+
+}  // namespace kiln::cpu

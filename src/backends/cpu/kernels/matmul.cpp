@@ -1,0 +1,94 @@
+// MATMUL: dst [..., M, N] (f32) = src0 [..., M, K] @ src1 [..., K, N], batch
+// dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides.
+//
+// Each batch is one cpu::gemm call on strided views (a transposed view is just
+// rs = 1, so x.T() needs no copy). Large batches are computed by all threads
+// together (gemm splits M/N tiles); many small ones are dealt out whole to
+// threads, each running gemm alone on a private ThreadCtx. gemm gives the same
+// bits for any thread count, so the choice never changes the result.
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+GemmType gemm_type(DType t) {
+  switch (t) {
+    case DType::f32: return GemmType::f32;
+    case DType::f16: return GemmType::f16;
+    case DType::bf16: return GemmType::bf16;
+    default: break;
+  }
+  fail("matmul", "inputs must be f32, f16 or bf16, got ", dtype_name(t));
+}
+
+// Byte strides of src's batch dims seen at dst's nb batch dims (0 = broadcast).
+Strides batch_strides(const TensorNode* src, const TensorNode* dst, int nb) {
+  Strides st{};
+  const int snb = src->shape.ndim() - 2;
+  for (int d = 0; d < nb; ++d) {
+    const int sd = d - (nb - snb);
+    if (sd >= 0 && src->shape[sd] != 1) st[d] = src->stride[sd];
+  }
+  return st;
+}
+
+// Work (multiply-adds) below which one thread does a whole batch by itself.
+constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
+
+}  // namespace
+
+void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *a = dst->src[0], *b = dst->src[1];
+  const int nd = dst->shape.ndim(), na = a->shape.ndim(), nb_ = b->shape.ndim();
+  KILN_ASSERT(nd >= 2 && na >= 2 && nb_ >= 2);
+  const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[na - 1];
+  KILN_ASSERT(dst->stride[nd - 1] == 4);
+  const int64_t ea = int64_t(a->elem_size()), eb = int64_t(b->elem_size());
+
+  GemmArgs g{};
+  g.M = M, g.N = N, g.K = K;
+  g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea};
+  g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb};
+  g.ldc = dst->stride[nd - 2] / 4;
+
+  // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
+  const int nbd = nd - 2;
+  Shape bs;
+  for (int d = 0; d < nbd; ++d) bs.push_back(dst->shape[d]);
+  Strides sd{};
+  for (int d = 0; d < nbd; ++d) sd[d] = dst->stride[d];
+  auto L = make_layout<3>(bs, {sd, batch_strides(a, dst, nbd), batch_strides(b, dst, nbd)});
+  const int64_t nbatch = bs.numel();
+
+  auto one = [&](const Ptrs<3>& p, ThreadCtx& ctx) {
+    GemmArgs gi = g;
+    gi.C = (float*)p[0];
+    gi.A.data = p[1];
+    gi.B.data = p[2];
+    gemm(gi, ctx);
+  };
+  // Calls fn(ptrs) for batches [b0, b1).
+  auto batches = [&](int64_t b0, int64_t b1, auto&& fn) {
+    for_each_run(L, {(char*)dst->data, (char*)a->data, (char*)b->data}, b0, b1,
+                 [&](const Ptrs<3>& p, int64_t n, const Steps<3>& st) {
+                   for (int64_t i = 0; i < n; ++i)
+                     fn(Ptrs<3>{p[0] + i * st[0], p[1] + i * st[1], p[2] + i * st[2]});
+                 });
+  };
+
+  const int64_t work = M * N * std::max<int64_t>(K, 1);
+  if (work < kSmallGemm) {
+    // Small products: whole batches per thread, each on a private context.
+    thread_local ThreadCtx solo;
+    const int k = useful_threads(nbatch, t.nth, work);
+    if (t.ith >= k) return;
+    Range r = split_range(nbatch, t.ith, k);
+    batches(r.begin, r.end, [&](const Ptrs<3>& p) { one(p, solo); });
+    return;
+  }
+  batches(0, nbatch, [&](const Ptrs<3>& p) { one(p, t); });
+}
+
+}  // namespace kiln::cpu

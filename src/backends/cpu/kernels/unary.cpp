@@ -1,0 +1,155 @@
+// Elementwise unary kernels: NEG ABS SIGN SQR SQRT EXP LOG SIN COS POW SCALE
+// CLAMP RELU LEAKY_RELU GELU GELU_ERF ERF SILU SIGMOID TANH SOFTPLUS.
+//
+// Each op is one generic lambda over vm::VF / vm::SF (vec_math.h). Dense runs
+// use the vector form (masked tail, so every element of a dense tensor goes
+// through the same code for any thread split); strided runs (views) use the
+// scalar form. dst may be src0 itself (in place): element i is read before it
+// is written. Transcendental ops count as `cost` cheap elements when deciding
+// how many threads a tensor is worth.
+#include <cmath>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+using vm::SF;
+using vm::VF;
+
+template <class F>
+void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
+  const TensorNode* src = dst->src[0];
+  const int64_t n = dst->numel();
+  Range r = thread_range(t, n, cost);
+  if (r.empty()) return;
+  const Shape& s = dst->shape;
+  auto L = make_layout<2>(s, {dst->stride, bcast_strides(src, s)});
+  const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
+  for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
+               [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
+                 float* d = (float*)p[0];
+                 const float* x = (const float*)p[1];
+                 if (st[0] == 4 && st[1] == 4)
+                   return map_dense(d, len, stream, [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
+                 const int64_t sd = st[0] / 4, sx = st[1] / 4;
+                 for (int64_t i = 0; i < len; ++i) d[i * sd] = f(SF{x[i * sx]}).v;
+               });
+}
+
+constexpr int64_t kCheap = 1, kMid = 4, kHeavy = 8;
+
+template <class V> inline V zero() { return vm::c<V>(0.0f); }
+
+// x^p for a constant p. Common exponents get exact or cheaper forms; the rest
+// use std::pow per element (pow is rare and never the bottleneck).
+void run_pow(TensorNode* dst, ThreadCtx& t) {
+  const float e = dst->p.f[0];
+  if (e == 1.0f) return run_unary(dst, t, kCheap, [](auto x) { return x; });
+  if (e == 2.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x; });
+  if (e == 3.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x * x; });
+  if (e == 0.5f) return run_unary(dst, t, kCheap, [](auto x) { return vm::sqrt(x); });
+  if (e == -1.0f) return run_unary(dst, t, kCheap, [](auto x) {
+    using V = decltype(x);
+    return vm::c<V>(1.0f) / x;
+  });
+  if (e == 0.0f) return run_unary(dst, t, kCheap, [](auto x) { return vm::c<decltype(x)>(1.0f); });
+  run_unary(dst, t, kHeavy * 4, [e](auto x) {
+    using V = decltype(x);
+    float buf[V::W];
+    vm::store(buf, x);
+    for (float& v : buf) v = std::pow(v, e);
+    return vm::loadv<V>(buf);
+  });
+}
+
+}  // namespace
+
+void kernel_NEG(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) { return -x; });
+}
+void kernel_ABS(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) { return vm::abs(x); });
+}
+// -1, 0 or 1 (NaN stays NaN, as torch.sign).
+void kernel_SIGN(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) {
+    using V = decltype(x);
+    V r = vm::select(x > zero<V>(), vm::c<V>(1.0f), zero<V>());
+    r = vm::select(x < zero<V>(), vm::c<V>(-1.0f), r);
+    return vm::select(vm::isnan(x), x, r);
+  });
+}
+void kernel_SQR(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) { return x * x; });
+}
+void kernel_SQRT(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) { return vm::sqrt(x); });
+}
+void kernel_EXP(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::exp(x); });
+}
+void kernel_LOG(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::log(x); });
+}
+void kernel_SIN(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::sin(x); });
+}
+void kernel_COS(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::cos(x); });
+}
+void kernel_POW(TensorNode* dst, ThreadCtx& t) { run_pow(dst, t); }
+void kernel_SCALE(TensorNode* dst, ThreadCtx& t) {
+  const float s = dst->p.f[0], b = dst->p.f[1];
+  run_unary(dst, t, kCheap, [s, b](auto x) {
+    using V = decltype(x);
+    return vm::madd(vm::c<V>(s), x, vm::c<V>(b));
+  });
+}
+// min(max(x, lo), hi); NaN stays NaN (as torch.clamp).
+void kernel_CLAMP(TensorNode* dst, ThreadCtx& t) {
+  const float lo = dst->p.f[0], hi = dst->p.f[1];
+  run_unary(dst, t, kCheap, [lo, hi](auto x) {
+    using V = decltype(x);
+    V r = vm::min(vm::max(x, vm::c<V>(lo)), vm::c<V>(hi));
+    return vm::select(vm::isnan(x), x, r);
+  });
+}
+// x > 0 ? x : 0 (NaN stays NaN).
+void kernel_RELU(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kCheap, [](auto x) {
+    using V = decltype(x);
+    return vm::select(x < zero<V>(), zero<V>(), x);
+  });
+}
+void kernel_LEAKY_RELU(TensorNode* dst, ThreadCtx& t) {
+  const float slope = dst->p.f[0];
+  run_unary(dst, t, kCheap, [slope](auto x) {
+    using V = decltype(x);
+    return vm::select(x > zero<V>(), x, x * vm::c<V>(slope));
+  });
+}
+void kernel_GELU(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kHeavy, [](auto x) { return vm::gelu_tanh(x); });
+}
+void kernel_GELU_ERF(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kHeavy, [](auto x) { return vm::gelu_erf(x); });
+}
+void kernel_ERF(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kHeavy, [](auto x) { return vm::erf(x); });
+}
+void kernel_SILU(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::silu(x); });
+}
+void kernel_SIGMOID(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::sigmoid(x); });
+}
+void kernel_TANH(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kMid, [](auto x) { return vm::tanh(x); });
+}
+void kernel_SOFTPLUS(TensorNode* dst, ThreadCtx& t) {
+  run_unary(dst, t, kHeavy, [](auto x) { return vm::softplus(x); });
+}
+
+}  // namespace kiln::cpu
