@@ -1,0 +1,155 @@
+// Training-loop figures (DESIGN.md principle 7: "per-step overhead is a
+// benchmark figure"):
+//   train_batch/fc      one physical batch of kiln-mnist's fc model (500 samples:
+//                       forward, backward, every 2nd call the AdamW step)
+//   eval_batch/fc       forward only
+//   get_batch/mnist     copying 500 u8 28x28 samples into the f32 input
+//   step_overhead/tiny  a whole logical step of a tiny model (2-4-2, batch 1):
+//                       nearly all of it is per-step overhead (thread-pool
+//                       dispatch and barriers, hyper-parameter upload, gradient
+//                       reset, loss read-back), next to
+//   graph_compute/tiny  the same model's graph run by Backend::compute alone
+//   profile/fc          the fc graph run node by node: counters give the time
+//                       per op (ms per physical batch, forward/backward/optimizer)
+//
+//   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
+// Threads: KILN_BENCH_THREADS (default 2, the issue's setting).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/opt.h"
+
+namespace {
+
+using namespace kiln;
+
+// On a shared machine the minimum over repetitions is the figure to quote
+// (--benchmark_repetitions=N adds it next to mean and median).
+double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+
+int bench_threads() {
+  const char* e = std::getenv("KILN_BENCH_THREADS");
+  return e && *e ? std::atoi(e) : 2;
+}
+
+// kiln-mnist's fc model with random inputs and labels.
+struct Fc {
+  explicit Fc(int64_t B = 500, int64_t logical = 1000) {
+    x = ctx.input(f32, {B, 784}, "images");
+    Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
+    Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
+    Tensor logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
+    OptConfig cfg;
+    cfg.inputs = x;
+    cfg.outputs = logits;
+    cfg.logical_batch = logical;
+    cfg.n_threads = bench_threads();
+    opt = std::make_unique<OptContext>(cfg);
+    kaiming_uniform(w1, 784, 1);
+    kaiming_uniform(w2, 500, 2);
+    std::vector<float> xs(size_t(x.numel()));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7919) % 256) / 255.0f;
+    x.set(xs);
+    std::vector<int32_t> ys(static_cast<size_t>(B));
+    for (int64_t i = 0; i < B; ++i) ys[size_t(i)] = int32_t(i % 10);
+    opt->labels().set(ys);
+  }
+  Context ctx;
+  Tensor x;
+  std::unique_ptr<OptContext> opt;
+};
+
+void train_batch_fc(benchmark::State& st) {
+  Fc m;
+  for (auto _ : st) m.opt->train_batch();
+  st.SetItemsProcessed(st.iterations() * 500);
+}
+BENCHMARK(train_batch_fc)->Name("train_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+
+void eval_batch_fc(benchmark::State& st) {
+  Fc m;
+  for (auto _ : st) m.opt->eval_batch();
+  st.SetItemsProcessed(st.iterations() * 500);
+}
+BENCHMARK(eval_batch_fc)->Name("eval_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+
+void get_batch_mnist(benchmark::State& st) {
+  Dataset ds(60000, {28, 28}, DataType::u8, {}, DataType::i32, 10);
+  auto px = ds.data<uint8_t>();
+  for (size_t i = 0; i < px.size(); ++i) px[i] = uint8_t(i * 31);
+  ds.shuffle(1);
+  Context ctx;
+  Tensor x = ctx.input(f32, {500, 784}), y = ctx.input(i32, {500});
+  CpuBackend cpu(1);
+  auto buf = allocate_tensors(ctx, cpu);
+  int64_t b = 0;
+  for (auto _ : st) ds.get_batch(x, y, b++ % 120);
+  st.SetItemsProcessed(st.iterations() * 500);
+}
+BENCHMARK(get_batch_mnist)->Name("get_batch/mnist")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+
+struct Tiny {
+  Tiny() {
+    x = ctx.input(f32, {1, 2}, "x");
+    Tensor w1 = ctx.param(f32, {2, 4}, "w1"), b1 = ctx.param(f32, {4}, "b1");
+    Tensor w2 = ctx.param(f32, {4, 2}, "w2"), b2 = ctx.param(f32, {2}, "b2");
+    OptConfig cfg;
+    cfg.inputs = x;
+    cfg.outputs = matmul(tanh(matmul(x, w1) + b1), w2) + b2;
+    cfg.n_threads = bench_threads();
+    opt = std::make_unique<OptContext>(cfg);
+    xavier_uniform(w1, 2, 4, 1);
+    xavier_uniform(w2, 4, 2, 2);
+    x.set({0.5f, -0.25f});
+    opt->labels().set(std::vector<int32_t>{1});
+  }
+  Context ctx;
+  Tensor x;
+  std::unique_ptr<OptContext> opt;
+};
+
+void step_overhead_tiny(benchmark::State& st) {
+  Tiny m;
+  for (auto _ : st) m.opt->train_batch();
+  st.counters["nodes"] = double(m.opt->graph().size());
+}
+BENCHMARK(step_overhead_tiny)->Name("step_overhead/tiny")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+
+void graph_compute_tiny(benchmark::State& st) {
+  Tiny m;
+  for (auto _ : st) m.opt->backend().compute(m.opt->graph());
+  st.counters["nodes"] = double(m.opt->graph().size());
+}
+BENCHMARK(graph_compute_tiny)->Name("graph_compute/tiny")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+
+// Node by node (one pool dispatch each, so small nodes read a little high).
+void profile_fc(benchmark::State& st) {
+  Fc m;
+  const auto& nodes = m.opt->graph().nodes();
+  const size_t nf = m.opt->n_forward_nodes(), nb = m.opt->n_backward_nodes();
+  std::map<std::string, double> ms;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : st) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto t0 = Clock::now();
+      m.opt->backend().compute(std::span<TensorNode* const>(&nodes[i], 1));
+      const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      ms[std::string(i < nf ? "f." : i < nb ? "b." : "o.") + op_name(nodes[i]->op)] += dt;
+    }
+  }
+  m.opt->reset_grads();
+  for (auto& [k, v] : ms) st.counters[k] = v / double(st.iterations());
+}
+BENCHMARK(profile_fc)->Name("profile/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
+
+}  // namespace
+
+BENCHMARK_MAIN();

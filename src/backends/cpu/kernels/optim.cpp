@@ -1,0 +1,116 @@
+// Optimizer steps: OPT_STEP_ADAMW and OPT_STEP_SGD (see kiln/ops.def). Both
+// update the param (src0, which dst aliases) and their state tensors in place,
+// element by element; the hyper-parameters come from the f32 [8] tensor that is
+// the node's last source, written on the host before each step.
+//
+// Elementwise, so any split over threads gives the same bits. AdamW runs in SIMD
+// vectors over contiguous runs (it has a sqrt and a division per element); SGD
+// is a few multiply-adds, which the compiler vectorises, in one scalar loop.
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// The 8 hyper-parameters (any stride: the hp tensor may be a view).
+struct Hyper {
+  float v[8];
+};
+Hyper read_hyper(const TensorNode* hp) {
+  Hyper h{};
+  const int64_t st = hp->shape.ndim() ? hp->stride[hp->shape.ndim() - 1] : 4;
+  for (int k = 0; k < 8; ++k) std::memcpy(&h.v[k], (const char*)hp->data + k * st, 4);
+  return h;
+}
+
+inline float& at(char* p, int64_t i, int64_t step) { return *reinterpret_cast<float*>(p + i * step); }
+
+}  // namespace
+
+// One AdamW update of n elements, for V in {VF, SF}: the same operation
+// sequence (explicitly fused multiply-adds) for the vector body, the masked
+// vector tail and the scalar strided path, so an element's result never
+// depends on where a thread's slice starts.
+struct AdamW {
+  float lr, b1, b2, eps, bc1, bc2, gs, keep, c1, c2;
+
+  template <vm::Vec V>
+  V step(V p, V g, V& m, V& v) const {
+    using vm::c;
+    g = g * c<V>(gs);
+    m = vm::madd(c<V>(b1), m, c<V>(c1) * g);
+    v = vm::madd(c<V>(b2), v, c<V>(c2) * (g * g));
+    const V mh = m * c<V>(bc1);
+    const V vh = vm::sqrt(v * c<V>(bc2)) + c<V>(eps);
+    return vm::madd(c<V>(-lr), mh / vh, p * c<V>(keep));
+  }
+};
+
+void kernel_OPT_STEP_ADAMW(TensorNode* dst, ThreadCtx& t) {
+  TensorNode* p = dst->src[0];
+  const TensorNode *g = dst->src[1], *m = dst->src[2], *v = dst->src[3];
+  const int64_t n = p->numel();
+  Range r = thread_range(t, n, 8, 16);
+  if (r.empty()) return;
+  const Hyper h = read_hyper(dst->src[4]);
+  AdamW a{h.v[0], h.v[1], h.v[2], h.v[3], h.v[5], h.v[6], h.v[7], 1.0f - h.v[0] * h.v[4], 1.0f - h.v[1],
+          1.0f - h.v[2]};
+  // dst's data is the param's (an alias): read and write through src0's strides.
+  auto L = make_layout<4>(p->shape, {p->stride, g->stride, m->stride, v->stride});
+  for_each_run(L, {(char*)dst->data, (char*)g->data, (char*)m->data, (char*)v->data}, r.begin, r.end,
+               [&](const Ptrs<4>& q, int64_t len, const Steps<4>& s) {
+                 if (s[0] == 4 && s[1] == 4 && s[2] == 4 && s[3] == 4) {
+                   float *pp = (float*)q[0], *gp = (float*)q[1], *mp = (float*)q[2], *vp = (float*)q[3];
+                   for (int64_t i = 0; i < len; i += vm::kW) {
+                     const int k = int(std::min<int64_t>(vm::kW, len - i));
+                     vm::VF mi = load_lanes(mp + i, 0, k), vi = load_lanes(vp + i, 0, k);
+                     const vm::VF pi = a.step(load_lanes(pp + i, 0, k), load_lanes(gp + i, 0, k), mi, vi);
+                     vm::store(mp + i, mi, k);
+                     vm::store(vp + i, vi, k);
+                     vm::store(pp + i, pi, k);
+                   }
+                   return;
+                 }
+                 for (int64_t i = 0; i < len; ++i) {
+                   vm::SF mi{at(q[2], i, s[2])}, vi{at(q[3], i, s[3])};
+                   const vm::SF pi = a.step(vm::SF{at(q[0], i, s[0])}, vm::SF{at(q[1], i, s[1])}, mi, vi);
+                   at(q[2], i, s[2]) = mi.v;
+                   at(q[3], i, s[3]) = vi.v;
+                   at(q[0], i, s[0]) = pi.v;
+                 }
+               });
+}
+
+void kernel_OPT_STEP_SGD(TensorNode* dst, ThreadCtx& t) {
+  TensorNode* p = dst->src[0];
+  const TensorNode* g = dst->src[1];
+  const bool has_buf = dst->n_src == 4;
+  const TensorNode* b = has_buf ? dst->src[2] : g;  // g: a harmless stand-in layout
+  const int64_t n = p->numel();
+  Range r = thread_range(t, n, 4, 16);
+  if (r.empty()) return;
+  const Hyper h = read_hyper(dst->src[dst->n_src - 1]);
+  const float lr = h.v[0], mu = h.v[1], damp = h.v[2], wd = h.v[4], gs = h.v[7];
+  const bool nesterov = h.v[3] != 0.0f, first = h.v[5] != 0.0f;
+  const float c = 1.0f - damp;
+  auto L = make_layout<3>(p->shape, {p->stride, g->stride, b->stride});
+  for_each_run(L, {(char*)dst->data, (char*)g->data, (char*)b->data}, r.begin, r.end,
+               [&](const Ptrs<3>& q, int64_t len, const Steps<3>& s) {
+                 for (int64_t i = 0; i < len; ++i) {
+                   float& pi = at(q[0], i, s[0]);
+                   float gi = at(q[1], i, s[1]) * gs + wd * pi;
+                   if (has_buf) {
+                     float& bi = at(q[2], i, s[2]);
+                     bi = first ? gi : mu * bi + c * gi;
+                     gi = nesterov ? gi + mu * bi : bi;
+                   }
+                   pi = pi - lr * gi;
+                 }
+               });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,102 @@
+// Checkpoints of an OptContext: params, optimizer state and counters in one GGUF
+// file (kiln/io.h writes atomically and validates on reading).
+#include <unordered_set>
+
+#include "opt/opt_context_impl.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kKeyOptimizer = "kiln.opt.optimizer";
+constexpr const char* kKeyStep = "kiln.opt.step";
+constexpr const char* kKeyEpoch = "kiln.opt.epoch";
+
+void check_names(const std::vector<Tensor>& params) {
+  std::unordered_set<std::string> seen;
+  for (const Tensor& p : params) {
+    if (p.name().empty())
+      fail("checkpoint", "param ", p.shape().str(), " has no name: name every param (Tensor::set_name) to save it");
+    if (!seen.insert(p.name()).second) fail("checkpoint", "two params are named '", p.name(), "'");
+  }
+}
+
+// The file's tensor `name` must fit t (GgufFile::load checks the shape exactly;
+// this runs first so that a bad file changes nothing).
+void check_fits(const GgufFile& f, Tensor t, const std::string& name) {
+  const GgufTensorInfo& info = f.tensor_info(name);
+  if (info.dtype != t.dtype() || info.shape.numel() != t.numel())
+    fail("checkpoint", f.path(), ": tensor '", name, "' is ", dtype_name(info.dtype), " ", info.shape.str(),
+         " but the model's is ", dtype_name(t.dtype()), " ", t.shape().str());
+}
+
+}  // namespace
+
+void OptContext::save(const std::string& path, bool with_optimizer_state,
+                      const std::vector<std::pair<std::string, GgufValue>>& extra) const {
+  const Impl& s = *impl_;
+  check_names(s.params);
+  with_optimizer_state = with_optimizer_state && !s.cfg.forward_only;
+  if (with_optimizer_state && s.pending != 0)
+    fail("checkpoint", s.pending, " physical batches are accumulated but not stepped yet; save after an ",
+         "optimizer step (a whole logical batch)");
+  GgufWriter w;
+  for (const auto& [k, v] : extra) w.set(k, v);
+  for (const Tensor& p : s.params) w.add_tensor(p, p.name());
+  if (with_optimizer_state) {
+    w.set(kKeyOptimizer, optimizer_name(s.cfg.optimizer));
+    w.set(kKeyStep, int64_t(s.step));
+    w.set(kKeyEpoch, int64_t(s.epoch));
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const std::string& n = s.params[i].name();
+      if (s.cfg.optimizer == OptimizerType::adamw) {
+        w.add_tensor(s.state_a[i], n + ".opt.m");
+        w.add_tensor(s.state_b[i], n + ".opt.v");
+      } else if (s.state_a[i].defined()) {
+        w.add_tensor(s.state_a[i], n + ".opt.buf");
+      }
+    }
+  }
+  w.save(path);
+}
+
+GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
+  Impl& s = *impl_;
+  check_names(s.params);
+  GgufFile f(path);  // validates header, metadata and tensor descriptors
+  // Check everything before changing anything: a bad file leaves the context as it was.
+  for (const Tensor& p : s.params) check_fits(f, p, p.name());
+  const bool has_state = with_optimizer_state && !s.cfg.forward_only && f.has(kKeyStep);
+  int64_t step = 0, epoch = 0;
+  if (has_state) {
+    const std::string kind = f.get(kKeyOptimizer).as_string();
+    if (kind != optimizer_name(s.cfg.optimizer))
+      fail("checkpoint", path, ": the file holds ", kind, " state but this context uses ",
+           optimizer_name(s.cfg.optimizer));
+    step = f.get(kKeyStep).as_int();
+    epoch = f.get(kKeyEpoch).as_int();
+    if (step < 0 || epoch < 0) fail("checkpoint", path, ": negative step ", step, " or epoch ", epoch);
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const std::string& n = s.params[i].name();
+      if (s.state_a[i].defined())
+        check_fits(f, s.state_a[i], n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
+      if (s.state_b[i].defined()) check_fits(f, s.state_b[i], n + ".opt.v");
+    }
+  }
+  for (const Tensor& p : s.params) f.load(p, p.name());
+  if (has_state) {
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      const std::string& n = s.params[i].name();
+      if (s.state_a[i].defined())
+        f.load(s.state_a[i], n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
+      if (s.state_b[i].defined()) f.load(s.state_b[i], n + ".opt.v");
+    }
+    s.step = step;
+    s.epoch = epoch;
+  }
+  s.zero_grads();
+  s.pending = 0;
+  return f;
+}
+
+}  // namespace kiln

@@ -1,0 +1,100 @@
+// epoch(), fit() and evaluate(): the training loop over a Dataset.
+#include <chrono>
+#include <cstdio>
+
+#include "kiln/opt.h"
+
+namespace kiln {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Seed of epoch e's order: depends on (seed, e) only, so a resumed run shuffles
+// like an uninterrupted one.
+uint64_t epoch_seed(uint64_t seed, int64_t e) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(e + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void check_dataset(const OptContext& opt, const Dataset& data) {
+  if (opt.labels().defined() && !data.has_labels())
+    fail("fit", "the model needs labels ", opt.labels().shape().str(), " but the dataset has none");
+}
+
+// Runs `n` physical batches of `range` (train or eval) with progress output.
+Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_t n, bool train,
+                 int64_t epoch, const FitOptions& o) {
+  Result r;
+  const int64_t B = opt.physical_batch();
+  ProgressBar bar(train ? "train" : "val  ", n * B, o.progress && ProgressBar::stderr_is_tty());
+  const Clock::time_point t0 = Clock::now();
+  for (int64_t b = 0; b < n; ++b) {
+    data.get_batch(opt.inputs(), opt.labels(), b, range);
+    const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r);
+    bar.update((b + 1) * B, r);
+    if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n, train, l, &r, since(t0)});
+  }
+  if (n > 0) bar.finish(n * B, r);
+  return r;
+}
+
+}  // namespace
+
+EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange val, const FitOptions& o) {
+  check_dataset(opt, data);
+  const int64_t B = opt.physical_batch();
+  // Whole logical batches only: a partial one would leave gradients pending.
+  const int64_t n_train = train.n_batches(opt.logical_batch()) * opt.accumulation_steps();
+  if (n_train == 0 && train.size() > 0)
+    fail("fit", "the training range has ", train.size(), " samples, fewer than one logical batch of ",
+         opt.logical_batch());
+  EpochResult e;
+  e.epoch = opt.epoch();
+  const Clock::time_point t0 = Clock::now();
+  e.train = run_phase(opt, data, train, n_train, true, e.epoch, o);
+  e.val = run_phase(opt, data, val, val.n_batches(B), false, e.epoch, o);
+  e.seconds = since(t0);
+  opt.set_epoch(e.epoch + 1);
+  return e;
+}
+
+std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o) {
+  check_dataset(opt, data);
+  if (!(o.val_split >= 0 && o.val_split < 1)) fail("fit", "val_split must be in [0, 1), got ", o.val_split);
+  auto [train, val] = data.split(o.val_split, opt.logical_batch());
+  const int64_t steps_per_epoch = train.n_batches(opt.logical_batch());
+  if (steps_per_epoch == 0)
+    fail("fit", "the training part has ", train.size(), " samples (of ", data.size(),
+         "), fewer than one logical batch of ", opt.logical_batch());
+  opt.set_run_length(steps_per_epoch, o.epochs);
+  const bool tty = o.progress && ProgressBar::stderr_is_tty();
+  std::vector<EpochResult> history;
+  for (int64_t ep = opt.epoch(); ep < o.epochs; ++ep) {
+    if (o.shuffle) {
+      data.reset_order();
+      data.shuffle(epoch_seed(o.seed, ep), train);
+    }
+    if (tty) std::fprintf(stderr, "epoch %lld/%lld\n", (long long)(ep + 1), (long long)o.epochs);
+    EpochResult e = epoch(opt, data, train, val, o);
+    if (o.progress && !tty) {
+      std::fprintf(stderr, "%s\n", epoch_line(e, o.epochs).c_str());
+      std::fflush(stderr);
+    }
+    history.push_back(e);
+    if (o.on_epoch && !o.on_epoch(history.back())) break;
+  }
+  return history;
+}
+
+Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool progress) {
+  check_dataset(opt, data);
+  FitOptions o;
+  o.progress = progress;
+  return run_phase(opt, data, range, range.n_batches(opt.physical_batch()), false, opt.epoch(), o);
+}
+
+}  // namespace kiln

@@ -1,0 +1,350 @@
+// OptContext: builds the loss, forward, backward and optimizer graphs once and
+// allocates them statically (DESIGN.md principle 7). Per step: the caller uploads
+// a batch, the context writes the step's hyper-parameters and computes.
+#include <cmath>
+#include <unordered_set>
+
+#include "kiln/cpu.h"
+#include "kiln/ops.h"
+#include "opt/opt_context_impl.h"
+
+namespace kiln {
+
+namespace {
+
+std::string label(Tensor t) {
+  std::string s = t.name().empty() ? "#" : "'";
+  s += t.name().empty() ? std::to_string(t.node()->id) : t.name() + "'";
+  return s;
+}
+
+bool is_leaf(Tensor t) { return t.op() == Op::NONE; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Building.
+
+void OptContext::Impl::build() {
+  const char* op = "opt";
+  if (!cfg.inputs.defined()) fail(op, "inputs is an undefined tensor");
+  if (!cfg.outputs.defined()) fail(op, "outputs is an undefined tensor");
+  if (!is_leaf(cfg.inputs)) fail(op, "inputs ", label(cfg.inputs), " must be a leaf (Context::input)");
+  if (cfg.inputs.ndim() < 1) fail(op, "inputs ", label(cfg.inputs), " needs a batch dim");
+  inputs = cfg.inputs;
+  outputs = cfg.outputs;
+  B = inputs.size(0);
+  Context& ctx = inputs.ctx();
+  if (&outputs.ctx() != &ctx) fail(op, "inputs and outputs come from different contexts");
+
+  // Loss and labels.
+  labels = cfg.labels;
+  if (labels.defined() && !is_leaf(labels)) fail(op, "labels ", label(labels), " must be a leaf (Context::input)");
+  switch (cfg.loss) {
+    case LossKind::cross_entropy:
+      if (outputs.ndim() != 2 || outputs.size(0) != B)
+        fail(op, "cross-entropy needs logits [", B, ", classes] but outputs is ", outputs.shape().str());
+      if (!labels.defined()) labels = ctx.input(i32, {B}, "labels");
+      loss = cross_entropy(outputs, labels);
+      break;
+    case LossKind::mse:
+      if (!labels.defined()) labels = ctx.input(f32, outputs.shape(), "labels");
+      loss = mse_loss(outputs, labels);
+      break;
+    case LossKind::user:
+      if (!cfg.user_loss.defined()) fail(op, "LossKind::user needs OptConfig::user_loss");
+      loss = cfg.user_loss;
+      break;
+  }
+  if (loss.numel() != 1 || loss.dtype() != f32)
+    fail(op, "the loss must be a one-element f32 tensor, got ", dtype_name(loss.dtype()), " ", loss.shape().str());
+  if (labels.defined() && (labels.ndim() < 1 || labels.size(0) != B))
+    fail(op, "labels ", label(labels), " ", labels.shape().str(), " must have the batch size ", B,
+         " of inputs ", inputs.shape().str(), " as first dim");
+  loss.set_name("loss");
+
+  // Accuracy: argmax of [B, C] outputs against class ids (or one-hot rows).
+  if (cfg.loss != LossKind::mse && labels.defined() && outputs.ndim() == 2 && outputs.size(1) > 1) {
+    pred = argmax(outputs, -1).set_name("pred");
+    if (labels.dtype() == i32 && labels.ndim() == 1)
+      correct = count_equal(pred, labels);
+    else if (labels.ndim() == 2 && labels.shape() == outputs.shape())
+      correct = count_equal(pred, argmax(labels, -1));
+    if (correct.defined()) correct.set_name("n_correct");
+  }
+
+  // Forward + backward.
+  graph = Graph::forward(loss);
+  graph.expand(outputs);
+  if (correct.defined()) {
+    graph.expand(pred);
+    graph.expand(correct);
+  }
+  bool uses_inputs = false;
+  for (TensorNode* l : graph.leafs()) uses_inputs |= l == inputs.node();
+  if (!uses_inputs) fail(op, "the loss does not depend on inputs ", label(inputs));
+  if (backends.size() > 1) g_eval = graph;  // forward only (copied before backward)
+  if (cfg.forward_only) {
+    n_fwd = n_bwd = graph.size();
+    for (TensorNode* l : graph.leafs())
+      if (l->flags & kFlagParam) params.emplace_back(l);
+    if (!cfg.params.empty()) params = cfg.params;
+    state_a.resize(params.size());
+    state_b.resize(params.size());
+    return;
+  }
+  graph.backward(loss);
+  n_fwd = graph.n_forward();
+  n_bwd = graph.size();
+
+  // Params: given, or every param with a gradient.
+  if (cfg.params.empty()) {
+    for (TensorNode* l : graph.leafs())
+      if ((l->flags & kFlagParam) && !(l->flags & kFlagGradAcc) && graph.grad(Tensor(l)).defined())
+        params.emplace_back(l);
+  } else {
+    std::unordered_set<const TensorNode*> seen;
+    for (const Tensor& p : cfg.params) {
+      if (!p.defined()) fail(op, "a param is an undefined tensor");
+      if (!p.has_flag(kFlagParam)) fail(op, "", label(p), " is not a param: create it with Context::param");
+      if (!seen.insert(p.node()).second) fail(op, "param ", label(p), " is listed twice");
+      if (!graph.grad(p).defined()) fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
+      params.push_back(p);
+    }
+  }
+  if (params.empty()) fail(op, "the loss depends on no param");
+  for (const Tensor& p : params)
+    if (p.dtype() != f32)
+      fail(op, "param ", label(p), " is ", dtype_name(p.dtype()), ": optimizers update f32 params");
+
+  // Optimizer state and step nodes.
+  if (backends.size() > 1) g_accum = graph;
+  hp = ctx.tensor(f32, {8}, "opt.hp");
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i];
+    const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
+    grads.push_back(graph.grad(p));
+    Tensor a, b, s;
+    if (cfg.optimizer == OptimizerType::adamw) {
+      a = ctx.tensor(f32, p.shape(), base + ".opt.m");
+      b = ctx.tensor(f32, p.shape(), base + ".opt.v");
+      s = adamw_step(p, grads.back(), a, b, hp);
+    } else {
+      // A momentum buffer only when the schedule's first step uses momentum.
+      if (schedule(StepInfo{}).sgd.momentum != 0.0f) a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
+      s = sgd_step(p, grads.back(), a, hp);
+    }
+    state_a.push_back(a);
+    state_b.push_back(b);
+    steps.push_back(s);
+    graph.expand(s);
+    if (backends.size() > 1) g_opt.expand(s);
+  }
+}
+
+void OptContext::Impl::allocate() {
+  Backend& be0 = *backends[0];
+  // Leaves live for the whole run: one static buffer of the preferred backend's
+  // memory (tensors the user allocated already keep their memory).
+  BufferType& bt = be0.buffer_type();
+  std::vector<TensorNode*> todo;
+  TensorAllocator measure(bt);
+  for (TensorNode* l : graph.leafs())
+    if (!l->data && l->numel() > 0) {
+      todo.push_back(l);
+      measure.alloc(l);
+    }
+  static_bytes = measure.high_water();
+  static_buf = bt.alloc(std::max<size_t>(static_bytes, bt.alignment()));
+  static_buf->clear(0);  // gradients and moments start at zero
+  TensorAllocator place(*static_buf);
+  for (TensorNode* l : todo) place.place(l);
+
+  if (backends.size() == 1) {
+    for (TensorNode* n : graph.nodes())
+      if (!be0.supports_op(n))
+        fail("opt", "backend ", be0.name(), " does not support ", op_name(n->op), " (node #", n->id,
+             n->name.empty() ? "" : " '" + n->name + "'",
+             "): give several backends to run through the scheduler");
+    galloc = std::make_unique<GraphAllocator>(bt);
+    galloc->alloc(graph);
+    plan = galloc->plan();
+  } else {
+    sched = std::make_unique<Scheduler>(backends);
+    if (cfg.forward_only) {
+      sched->alloc(g_eval);
+      return;
+    }
+    sched->reserve(g_accum);
+    sched->alloc(g_accum);
+    sched_opt = std::make_unique<Scheduler>(backends);
+    sched_opt->alloc(g_opt);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Running.
+
+void OptContext::Impl::run_forward() {
+  if (galloc) {
+    backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data(), n_fwd));
+  } else {
+    sched->compute(g_eval);
+  }
+}
+
+void OptContext::Impl::run_backward() {
+  if (galloc) {
+    backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data(), n_bwd));
+  } else {
+    sched->compute(g_accum);
+  }
+}
+
+void OptContext::Impl::run_step() {
+  const StepInfo info{step, epoch, steps_per_epoch, epochs};
+  last = schedule(info);
+  if (cfg.optimizer == OptimizerType::sgd && last.sgd.momentum != 0.0f && !state_a[0].defined())
+    fail("opt", "SGD momentum is ", last.sgd.momentum, " at step ", step,
+         " but was 0 at step 0, so the context keeps no momentum buffer");
+  const float gscale = pending > 0 ? 1.0f / float(pending) : 1.0f;
+  const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw ? adamw_hyper(last.adamw, step + 1, gscale)
+                                                                       : sgd_hyper(last.sgd, step == 0, gscale);
+  hp.set(std::span<const float>(h));
+  if (galloc) {
+    backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data() + n_bwd, graph.size() - n_bwd));
+  } else {
+    sched_opt->compute(g_opt);
+  }
+  ++step;
+  pending = 0;
+  zero_grads();
+}
+
+double OptContext::Impl::read_scalar(Tensor t) const {
+  TensorNode* n = t.node();
+  if (n->buffer && n->is_contiguous()) {
+    if (n->dtype == f32) {
+      float x;
+      n->buffer->get(n, &x, 0, 4);
+      return x;
+    }
+    if (n->dtype == i32) {
+      int32_t x;
+      n->buffer->get(n, &x, 0, 4);
+      return x;
+    }
+  }
+  return t.item();
+}
+
+void OptContext::Impl::zero_grads() {
+  for (Tensor& g : grads) g.fill_zero();
+}
+
+// ---------------------------------------------------------------------------
+// Public surface.
+
+OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.cfg = std::move(cfg);
+  if (s.cfg.backends.empty()) {
+    s.own_backend = std::make_unique<CpuBackend>(s.cfg.n_threads);
+    s.backends = {s.own_backend.get()};
+  } else {
+    for (Backend* b : s.cfg.backends)
+      if (!b) fail("opt", "a backend is null");
+    s.backends = s.cfg.backends;
+  }
+  s.schedule = s.cfg.schedule ? s.cfg.schedule : schedule::constant();
+  s.build();
+  s.logical = s.cfg.logical_batch > 0 ? s.cfg.logical_batch : s.B;
+  if (s.logical % s.B != 0)
+    fail("opt", "the logical batch ", s.logical, " is not a multiple of the physical batch ", s.B,
+         " (inputs ", s.inputs.shape().str(), ")");
+  s.k = s.logical / s.B;
+  s.allocate();
+}
+
+OptContext::~OptContext() = default;
+
+Tensor OptContext::inputs() const { return impl_->inputs; }
+Tensor OptContext::labels() const { return impl_->labels; }
+Tensor OptContext::outputs() const { return impl_->outputs; }
+Tensor OptContext::loss() const { return impl_->loss; }
+Tensor OptContext::pred() const { return impl_->pred; }
+Tensor OptContext::n_correct() const { return impl_->correct; }
+const std::vector<Tensor>& OptContext::params() const { return impl_->params; }
+Tensor OptContext::grad(Tensor param) const { return impl_->graph.grad(param); }
+std::pair<Tensor, Tensor> OptContext::state(Tensor param) const {
+  for (size_t i = 0; i < impl_->params.size(); ++i)
+    if (impl_->params[i] == param) return {impl_->state_a[i], impl_->state_b[i]};
+  return {};
+}
+OptimizerType OptContext::optimizer() const { return impl_->cfg.optimizer; }
+LossKind OptContext::loss_kind() const { return impl_->cfg.loss; }
+int64_t OptContext::physical_batch() const { return impl_->B; }
+int64_t OptContext::logical_batch() const { return impl_->logical; }
+int64_t OptContext::accumulation_steps() const { return impl_->k; }
+int64_t OptContext::step() const { return impl_->step; }
+int64_t OptContext::epoch() const { return impl_->epoch; }
+void OptContext::set_epoch(int64_t e) { impl_->epoch = e; }
+void OptContext::set_run_length(int64_t steps_per_epoch, int64_t epochs) {
+  impl_->steps_per_epoch = steps_per_epoch;
+  impl_->epochs = epochs;
+}
+void OptContext::set_schedule(ScheduleFn fn) { impl_->schedule = fn ? std::move(fn) : schedule::constant(); }
+const OptimizerParams& OptContext::last_params() const { return impl_->last; }
+int64_t OptContext::pending_batches() const { return impl_->pending; }
+Backend& OptContext::backend() { return *impl_->backends[0]; }
+const MemoryPlan& OptContext::memory_plan() const { return impl_->plan; }
+size_t OptContext::static_bytes() const { return impl_->static_bytes; }
+const Graph& OptContext::graph() const { return impl_->graph; }
+size_t OptContext::n_forward_nodes() const { return impl_->n_fwd; }
+size_t OptContext::n_backward_nodes() const { return impl_->n_bwd; }
+
+void OptContext::forward() { impl_->run_forward(); }
+
+void OptContext::Impl::check_trainable() const {
+  if (cfg.forward_only) fail("opt", "this context is forward-only (OptConfig::forward_only): it cannot train");
+}
+
+void OptContext::forward_backward() {
+  impl_->check_trainable();
+  impl_->run_backward();
+  ++impl_->pending;
+}
+
+void OptContext::optimizer_step() {
+  impl_->check_trainable();
+  impl_->run_step();
+}
+
+void OptContext::reset_grads() {
+  impl_->zero_grads();
+  impl_->pending = 0;
+}
+
+double OptContext::train_batch(Result* r) {
+  Impl& s = *impl_;
+  s.check_trainable();
+  s.run_backward();
+  const double l = s.read_scalar(s.loss);
+  if (!std::isfinite(l))
+    fail("fit", "loss is ", std::isnan(l) ? "NaN" : "Inf", " at step ", s.step, " (epoch ", s.epoch,
+         ", physical batch ", s.pending + 1, " of ", s.k, ")");
+  ++s.pending;
+  if (r) r->add(l, s.B, s.correct.defined() ? int64_t(s.read_scalar(s.correct)) : -1);
+  if (s.pending == s.k) s.run_step();
+  return l;
+}
+
+double OptContext::eval_batch(Result* r) {
+  Impl& s = *impl_;
+  s.run_forward();
+  const double l = s.read_scalar(s.loss);
+  if (r) r->add(l, s.B, s.correct.defined() ? int64_t(s.read_scalar(s.correct)) : -1);
+  return l;
+}
+
+}  // namespace kiln

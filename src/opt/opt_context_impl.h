@@ -1,0 +1,56 @@
+// Internal to src/opt: the state of an OptContext (opt_context.cpp builds and
+// runs it; checkpoint.cpp saves and loads it).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kiln/alloc.h"
+#include "kiln/opt.h"
+#include "kiln/sched.h"
+
+namespace kiln {
+
+struct OptContext::Impl {
+  OptConfig cfg;
+  Tensor inputs, labels, outputs, loss, pred, correct;
+  Tensor hp;  // f32 [8], shared by every param's step node
+  std::vector<Tensor> params, grads;
+  std::vector<Tensor> state_a, state_b;  // AdamW: m and v; SGD: momentum buffer (or none), -
+  std::vector<Tensor> steps;             // the optimizer step nodes, one per param
+
+  // One graph holds everything, in execution order: [0, n_fwd) forward,
+  // [n_fwd, n_bwd) backward (ending in the gradient accumulations),
+  // [n_bwd, size) the optimizer steps. With one backend the phases run as
+  // spans of it; with several, through schedulers (graphs below).
+  Graph graph;
+  size_t n_fwd = 0, n_bwd = 0;
+
+  std::unique_ptr<Backend> own_backend;
+  std::vector<Backend*> backends;
+  std::unique_ptr<Buffer> static_buf;  // leaves: params, grads, state, inputs, hp
+  size_t static_bytes = 0;
+  std::unique_ptr<GraphAllocator> galloc;  // one backend: the graph's intermediates
+  MemoryPlan plan;
+  // Several backends: g_eval and g_accum share nodes, so they share one scheduler
+  // (it re-plans only when the phase changes); the step graph reads pre-allocated
+  // tensors only and has a scheduler of its own, so stepping never re-plans.
+  std::unique_ptr<Scheduler> sched, sched_opt;
+  Graph g_eval, g_accum, g_opt;
+
+  int64_t B = 0, logical = 0, k = 1;
+  int64_t step = 0, epoch = 0, pending = 0;
+  int64_t steps_per_epoch = 0, epochs = 0;
+  ScheduleFn schedule;
+  OptimizerParams last;
+
+  void build();
+  void allocate();
+  void run_forward();
+  void run_backward();  // forward + backward
+  void run_step();
+  double read_scalar(Tensor t) const;
+  void zero_grads();
+  void check_trainable() const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// Internal to the harness: one case instantiated in its own Context, optionally
+// with the grad-mode loss sum(out * R) and its backward pass, ready to run on a
+// backend.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "ops/harness/check.h"
+
+namespace kiln::test {
+
+struct Session {
+  Session(const Case& c, bool grad_mode);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Gives every tensor memory on `be` and uploads the case's values (and R).
+  void allocate(Backend& be);
+  void run(Backend& be) { be.compute(g); }
+  // The reference's starting values: every input leaf (and R).
+  RefValues leaf_values() const;
+
+  const Case& c;
+  bool grad_mode;
+  Context ctx;
+  Built b;
+  std::vector<std::vector<double>> values;  // per input, stored layout
+  Tensor R, loss;                            // grad mode only
+  std::vector<size_t> params;                // grad mode: indices of inputs that are params
+  Graph g;
+  std::unique_ptr<Buffer> buf;
+};
+
+// Gives leaves that the caller did not give a value a value: zero for gradient
+// accumulators, the backend's data for leaves that have memory; else RefError.
+void fill_leaves(const Graph& g, RefValues& vals);
+
+// Runs a check body, turning exceptions (kiln::Error from the library, RefError
+// from the reference) into a failed CheckResult.
+template <class F>
+CheckResult guarded(F&& f) {
+  CheckResult r;
+  try {
+    f(r);
+  } catch (const kiln::Error& e) {
+    r.fail(std::string("kiln::Error: ") + e.what());
+  } catch (const RefError& e) {
+    r.fail(std::string("reference: ") + e.what());
+  } catch (const std::exception& e) {
+    r.fail(std::string("exception: ") + e.what());
+  }
+  return r;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,196 @@
+// Reference: softmax family, one-hot, row gather/scatter, concat, pad, repeat.
+#include <cmath>
+#include <limits>
+
+#include "ops/reference/reference.h"
+
+namespace kiln::test {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softmax / log_softmax over the last axis of scale*x (+ mask) with the causal rule.
+RefValue softmax_like(const RefArgs& a, bool log) {
+  const RefValue& x = a.in(0);
+  const RefValue* mask = a.n_src > 1 && a.src[1] ? a.src[1] : nullptr;
+  const double scale = a.p().f[0];
+  const bool causal = a.p().i[0] != 0;
+  const Shape& s = x.shape;
+  const int nd = s.ndim();
+  if (nd < 1) ref_fail(a.node, "softmax needs 1+ dims");
+  if (mask) {
+    const Shape b = ref_bcast_shape(a.node, s, mask->shape);
+    if (!(b == s)) ref_fail(a.node, "mask " + mask->shape.str() + " does not broadcast to " + s.str());
+  }
+  RefValue r = ref_out(a.node, s);
+  const int64_t C = s[nd - 1];
+  const int64_t R = nd >= 2 ? s[nd - 2] : 1;
+  std::vector<double> z(static_cast<size_t>(C));
+  for (int64_t row = 0; row < x.numel() / C; ++row) {
+    // Multi-index of the row's first element.
+    int64_t idx[kMaxDims] = {};
+    int64_t rest = row;
+    for (int d = nd - 2; d >= 0; --d) {
+      idx[d] = rest % s[d];
+      rest /= s[d];
+    }
+    const int64_t rr = nd >= 2 ? idx[nd - 2] : 0;
+    double m = -kInf;
+    for (int64_t c = 0; c < C; ++c) {
+      idx[nd - 1] = c;
+      double v = scale * x.v[size_t(row * C + c)];
+      if (mask) v += ref_bcast_at(*mask, idx, nd);
+      if (causal && c > rr + (C - R)) v = -kInf;
+      z[size_t(c)] = v;
+      m = std::max(m, v);
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(z[size_t(c)] - m);
+    for (int64_t c = 0; c < C; ++c) {
+      const double e = z[size_t(c)] - m;
+      r.v[size_t(row * C + c)] = log ? e - std::log(sum) : std::exp(e) / sum;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+RefValue ref_SOFTMAX(const RefArgs& a) { return softmax_like(a, false); }
+RefValue ref_LOG_SOFTMAX(const RefArgs& a) { return softmax_like(a, true); }
+
+// ONE_HOT: labels [...] -> [..., classes] f32 (out-of-range labels not modelled).
+RefValue ref_ONE_HOT(const RefArgs& a) {
+  const RefValue& lab = a.in(0);
+  const int64_t classes = a.p().i[0];
+  Shape s = lab.shape;
+  s.push_back(classes);
+  RefValue r = ref_out(a.node, s);
+  for (int64_t k = 0; k < lab.numel(); ++k) {
+    const int64_t c = int64_t(lab.v[size_t(k)]);
+    if (c >= 0 && c < classes) r.v[size_t(k * classes + c)] = 1.0;
+  }
+  return r;
+}
+
+// GET_ROWS: table [V, D], indices [...] -> [..., D].
+RefValue ref_GET_ROWS(const RefArgs& a) {
+  const RefValue& t = a.in(0);
+  const RefValue& idx = a.in(1);
+  if (t.shape.ndim() != 2) ref_fail(a.node, "table must be [V, D], is " + t.shape.str());
+  const int64_t V = t.shape[0], D = t.shape[1];
+  Shape s = idx.shape;
+  s.push_back(D);
+  RefValue r = ref_out(a.node, s);
+  for (int64_t k = 0; k < idx.numel(); ++k) {
+    const int64_t row = int64_t(idx.v[size_t(k)]);
+    if (row < 0 || row >= V) continue;  // range errors are not modelled
+    for (int64_t d = 0; d < D; ++d) r.v[size_t(k * D + d)] = t.v[size_t(row * D + d)];
+  }
+  return r;
+}
+
+// SCATTER_ADD_ROWS: values [..., D], indices [...] -> zeros [i[0], D] += rows.
+RefValue ref_SCATTER_ADD_ROWS(const RefArgs& a) {
+  const RefValue& val = a.in(0);
+  const RefValue& idx = a.in(1);
+  const int nd = val.shape.ndim();
+  if (nd < 1) ref_fail(a.node, "values need 1+ dims");
+  const int64_t D = val.shape[nd - 1];
+  if (idx.numel() * D != val.numel())
+    ref_fail(a.node, "values " + val.shape.str() + " vs indices " + idx.shape.str());
+  const int64_t rows = a.p().i[0];
+  RefValue r = ref_out(a.node, Shape{rows, D});
+  for (int64_t k = 0; k < idx.numel(); ++k) {
+    const int64_t row = int64_t(idx.v[size_t(k)]);
+    if (row < 0 || row >= rows) continue;
+    for (int64_t d = 0; d < D; ++d) r.v[size_t(row * D + d)] += val.v[size_t(k * D + d)];
+  }
+  return r;
+}
+
+// CONCAT: src0, src1 along i[0].
+RefValue ref_CONCAT(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const RefValue& y = a.in(1);
+  const int nd = x.shape.ndim();
+  int dim = int(a.p().i[0]);
+  if (dim < 0) dim += nd;
+  if (y.shape.ndim() != nd || dim < 0 || dim >= nd) ref_fail(a.node, "bad concat");
+  Shape s = x.shape;
+  for (int d = 0; d < nd; ++d)
+    if (d != dim && x.shape[d] != y.shape[d])
+      ref_fail(a.node, "concat " + x.shape.str() + " with " + y.shape.str());
+  s[dim] = x.shape[dim] + y.shape[dim];
+  RefValue r = ref_out(a.node, s);
+  Index it(s);
+  do {
+    int64_t src_idx[kMaxDims];
+    for (int d = 0; d < nd; ++d) src_idx[d] = it.i[d];
+    const bool first = it.i[dim] < x.shape[dim];
+    if (!first) src_idx[dim] -= x.shape[dim];
+    const RefValue& from = first ? x : y;
+    r.v[size_t(ref_linear(s, it.i))] = from.v[size_t(ref_linear(from.shape, src_idx))];
+  } while (it.next());
+  return r;
+}
+
+// PAD: i[2d], i[2d+1] = before/after for dim d; f[0] = fill.
+RefValue ref_PAD(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int nd = x.shape.ndim();
+  Shape s = x.shape;
+  for (int d = 0; d < nd; ++d) s[d] += a.p().i[2 * d] + a.p().i[2 * d + 1];
+  RefValue r = ref_out(a.node, s);
+  Index it(s);
+  do {
+    int64_t src_idx[kMaxDims];
+    bool inside = true;
+    for (int d = 0; d < nd; ++d) {
+      src_idx[d] = it.i[d] - a.p().i[2 * d];
+      inside = inside && src_idx[d] >= 0 && src_idx[d] < x.shape[d];
+    }
+    r.v[size_t(ref_linear(s, it.i))] =
+        inside ? x.v[size_t(ref_linear(x.shape, src_idx))] : double(a.p().f[0]);
+  } while (it.next());
+  return r;
+}
+
+// REPEAT: dst[idx] = src[idx % src.shape] (same ndim; dst dims are multiples).
+RefValue ref_REPEAT(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const Shape& s = a.node->shape;
+  if (s.ndim() != x.shape.ndim()) ref_fail(a.node, "repeat changes ndim");
+  for (int d = 0; d < s.ndim(); ++d)
+    if (x.shape[d] == 0 || s[d] % x.shape[d] != 0)
+      ref_fail(a.node, s.str() + " is not a tiling of " + x.shape.str());
+  RefValue r = ref_out(a.node);
+  Index it(s);
+  do {
+    int64_t src_idx[kMaxDims];
+    for (int d = 0; d < s.ndim(); ++d) src_idx[d] = it.i[d] % x.shape[d];
+    r.v[size_t(ref_linear(s, it.i))] = x.v[size_t(ref_linear(x.shape, src_idx))];
+  } while (it.next());
+  return r;
+}
+
+// REPEAT_BACK: dst[j] = sum of src over the tiles of shape dst.shape.
+RefValue ref_REPEAT_BACK(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const Shape& s = a.node->shape;
+  if (s.ndim() != x.shape.ndim()) ref_fail(a.node, "repeat_back changes ndim");
+  for (int d = 0; d < s.ndim(); ++d)
+    if (s[d] == 0 || x.shape[d] % s[d] != 0)
+      ref_fail(a.node, x.shape.str() + " is not a tiling of " + s.str());
+  RefValue r = ref_out(a.node);
+  Index it(x.shape);
+  do {
+    int64_t dst_idx[kMaxDims];
+    for (int d = 0; d < s.ndim(); ++d) dst_idx[d] = it.i[d] % s[d];
+    r.v[size_t(ref_linear(s, dst_idx))] += x.v[size_t(ref_linear(x.shape, it.i))];
+  } while (it.next());
+  return r;
+}
+
+}  // namespace kiln::test

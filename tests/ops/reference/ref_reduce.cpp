@@ -1,0 +1,136 @@
+// Reference: reductions and matmul.
+#include <cmath>
+#include <limits>
+
+#include "ops/reference/reference.h"
+
+namespace kiln::test {
+
+namespace {
+
+// The reduced shape: axis -1 reduces everything (to 0 dims, or all-ones with keepdim).
+Shape reduced_shape(const TensorNode* node, const Shape& s, int64_t axis, bool keepdim) {
+  Shape r;
+  if (axis < -1 || axis >= s.ndim()) ref_fail(node, "axis " + std::to_string(axis) + " out of range");
+  for (int d = 0; d < s.ndim(); ++d) {
+    if (axis == -1 || d == axis) {
+      if (keepdim) r.push_back(1);
+    } else {
+      r.push_back(s[d]);
+    }
+  }
+  return r;
+}
+
+// Linear index in the reduced output of the source element at idx.
+int64_t reduced_linear(const Shape& s, const int64_t* idx, int64_t axis) {
+  int64_t l = 0;
+  for (int d = 0; d < s.ndim(); ++d) {
+    if (axis == -1 || d == axis) continue;
+    l = l * s[d] + idx[d];
+  }
+  return l;
+}
+
+}  // namespace
+
+// SUM: i[0] = axis or -1 (all), i[1] = keepdim.
+RefValue ref_SUM(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int64_t axis = a.p().i[0];
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  Index it(x.shape);
+  if (x.numel() == 0) return r;
+  do {
+    r.v[size_t(reduced_linear(x.shape, it.i, axis))] += x.v[size_t(ref_linear(x.shape, it.i))];
+  } while (it.next());
+  return r;
+}
+
+// MAX: as SUM.
+RefValue ref_MAX(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int64_t axis = a.p().i[0];
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  for (double& e : r.v) e = -std::numeric_limits<double>::infinity();
+  Index it(x.shape);
+  do {
+    double& m = r.v[size_t(reduced_linear(x.shape, it.i, axis))];
+    m = std::max(m, x.v[size_t(ref_linear(x.shape, it.i))]);
+  } while (it.next());
+  return r;
+}
+
+// ARGMAX: index along axis i[0] (>= 0) of the first maximum; i32.
+RefValue ref_ARGMAX(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int64_t axis = a.p().i[0];
+  if (axis < 0) ref_fail(a.node, "argmax needs an axis >= 0");
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  if (a.node->dtype != DType::i32) ref_fail(a.node, "argmax result must be i32");
+  std::vector<double> best(r.v.size(), -std::numeric_limits<double>::infinity());
+  std::vector<bool> seen(r.v.size(), false);
+  Index it(x.shape);  // row-major: along the axis, earlier indices come first
+  do {
+    const size_t o = size_t(reduced_linear(x.shape, it.i, axis));
+    const double v = x.v[size_t(ref_linear(x.shape, it.i))];
+    if (!seen[o] || v > best[o]) {
+      seen[o] = true;
+      best[o] = v;
+      r.v[o] = double(it.i[axis]);
+    }
+  } while (it.next());
+  return r;
+}
+
+// COUNT_EQUAL: number of equal elements of two same-shape tensors; i32 scalar.
+RefValue ref_COUNT_EQUAL(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const RefValue& y = a.in(1);
+  if (!(x.shape == y.shape)) ref_fail(a.node, "shapes " + x.shape.str() + " and " + y.shape.str());
+  if (x.dtype != y.dtype) ref_fail(a.node, "dtypes differ");
+  RefValue r = ref_out(a.node, Shape());
+  double n = 0;
+  for (size_t k = 0; k < x.v.size(); ++k) n += x.v[k] == y.v[k] ? 1 : 0;
+  r.v[0] = n;
+  return r;
+}
+
+// MATMUL: [..., M, K] @ [..., K, N], batch dims broadcast (right-aligned).
+RefValue ref_MATMUL(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const RefValue& y = a.in(1);
+  const int nx = x.shape.ndim(), ny = y.shape.ndim();
+  if (nx < 2 || ny < 2) ref_fail(a.node, "matmul needs 2+ dims");
+  const int64_t M = x.shape[nx - 2], K = x.shape[nx - 1], N = y.shape[ny - 1];
+  if (y.shape[ny - 2] != K) ref_fail(a.node, x.shape.str() + " @ " + y.shape.str());
+  Shape bx, by;
+  for (int d = 0; d < nx - 2; ++d) bx.push_back(x.shape[d]);
+  for (int d = 0; d < ny - 2; ++d) by.push_back(y.shape[d]);
+  const Shape batch = ref_bcast_shape(a.node, bx, by);
+  Shape s = batch;
+  s.push_back(M);
+  s.push_back(N);
+  RefValue r = ref_out(a.node, s);
+  if (a.node->dtype != DType::f32) ref_fail(a.node, "matmul result must be f32");
+  // Iterate over output elements; for each, walk the K axis of both operands.
+  Index it(s);
+  const int nd = s.ndim();
+  do {
+    int64_t ix[kMaxDims] = {}, iy[kMaxDims] = {};
+    for (int d = 0; d < nx - 2; ++d) ix[d] = bx[d] == 1 ? 0 : it.i[nd - 2 - (nx - 2) + d];
+    for (int d = 0; d < ny - 2; ++d) iy[d] = by[d] == 1 ? 0 : it.i[nd - 2 - (ny - 2) + d];
+    ix[nx - 2] = it.i[nd - 2];
+    iy[ny - 1] = it.i[nd - 1];
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      ix[nx - 1] = k;
+      iy[ny - 2] = k;
+      acc += x.v[size_t(ref_linear(x.shape, ix))] * y.v[size_t(ref_linear(y.shape, iy))];
+    }
+    r.v[size_t(ref_linear(s, it.i))] = acc;
+  } while (it.next());
+  return r;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,122 @@
+// Reference: views, in-place accumulation, copies and constants.
+#include <cstdint>
+
+#include "core/rng.h"
+#include "ops/reference/reference.h"
+
+namespace kiln::test {
+
+// RESHAPE: same elements in row-major order (the builder only reshapes
+// contiguous tensors, so the logical order is the memory order).
+RefValue ref_RESHAPE(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  if (x.numel() != a.node->shape.numel())
+    ref_fail(a.node, "reshape " + x.shape.str() + " to " + a.node->shape.str());
+  RefValue r = ref_out(a.node);
+  r.v = x.v;
+  return r;
+}
+
+// PERMUTE: output axis d is source axis p.i[d].
+RefValue ref_PERMUTE(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int nd = x.shape.ndim();
+  Shape s;
+  bool used[kMaxDims] = {};
+  for (int d = 0; d < nd; ++d) {
+    const int64_t src_axis = a.p().i[d];
+    if (src_axis < 0 || src_axis >= nd || used[src_axis]) ref_fail(a.node, "bad permutation");
+    used[src_axis] = true;
+    s.push_back(x.shape[int(src_axis)]);
+  }
+  RefValue r = ref_out(a.node, s);
+  Index it(s);
+  do {
+    int64_t src_idx[kMaxDims] = {};
+    for (int d = 0; d < nd; ++d) src_idx[a.p().i[d]] = it.i[d];
+    r.v[size_t(ref_linear(s, it.i))] = x.v[size_t(ref_linear(x.shape, src_idx))];
+  } while (it.next());
+  return r;
+}
+
+// NARROW: i[0]=dim, i[1]=start, i[2]=length.
+RefValue ref_NARROW(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int dim = int(a.p().i[0]);
+  const int64_t start = a.p().i[1], len = a.p().i[2];
+  if (dim < 0 || dim >= x.shape.ndim() || start < 0 || len < 0 || start + len > x.shape[dim])
+    ref_fail(a.node, "narrow out of range");
+  Shape s = x.shape;
+  s[dim] = len;
+  RefValue r = ref_out(a.node, s);
+  Index it(s);
+  if (s.numel() == 0) return r;
+  do {
+    int64_t src_idx[kMaxDims];
+    for (int d = 0; d < s.ndim(); ++d) src_idx[d] = it.i[d];
+    src_idx[dim] += start;
+    r.v[size_t(ref_linear(s, it.i))] = x.v[size_t(ref_linear(x.shape, src_idx))];
+  } while (it.next());
+  return r;
+}
+
+// EXPAND: size-1 (or missing leading) dims are repeated to the node's shape.
+RefValue ref_EXPAND(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const Shape& s = a.node->shape;
+  if (s.ndim() < x.shape.ndim()) ref_fail(a.node, "expand to fewer dims");
+  for (int d = 0; d < x.shape.ndim(); ++d) {
+    const int64_t want = s[s.ndim() - x.shape.ndim() + d];
+    if (x.shape[d] != 1 && x.shape[d] != want)
+      ref_fail(a.node, "cannot expand " + x.shape.str() + " to " + s.str());
+  }
+  RefValue r = ref_out(a.node);
+  Index it(s);
+  do {
+    r.v[size_t(ref_linear(s, it.i))] = ref_bcast_at(x, it.i, s.ndim());
+  } while (it.next());
+  return r;
+}
+
+// ACCUMULATE: src0 + src1 (ref_eval also stores the result as src0's value).
+RefValue ref_ACCUMULATE(const RefArgs& a) {
+  const RefValue& acc = a.in(0);
+  const RefValue& g = a.in(1);
+  if (!(acc.shape == g.shape)) ref_fail(a.node, "accumulate " + g.shape.str() + " into " + acc.shape.str());
+  RefValue r = ref_out(a.node, acc.shape);
+  for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = acc.v[k] + g.v[k];
+  return r;
+}
+
+// CPY: convert to the node's dtype (f16/bf16 rounding, f32 -> i32 truncation).
+RefValue ref_CPY(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  RefValue r = ref_out(a.node, x.shape);
+  for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = ref_round_to(a.node->dtype, x.v[k]);
+  return r;
+}
+
+// FILL: every element = f[0].
+RefValue ref_FILL(const RefArgs& a) {
+  RefValue r = ref_out(a.node);
+  const double v = ref_round_to(a.node->dtype, double(a.p().f[0]));
+  for (double& e : r.v) e = v;
+  return r;
+}
+
+// RAND_MASK: 1 where rng_uniform(seed, linear index) < f[0]; the optional i32 seed
+// tensor's element 0 is xor-ed into the seed i[0].
+RefValue ref_RAND_MASK(const RefArgs& a) {
+  uint64_t seed = uint64_t(a.p().i[0]);
+  if (a.n_src > 0) {
+    const RefValue& s = a.in(0);
+    if (s.v.empty()) ref_fail(a.node, "empty seed tensor");
+    seed ^= uint64_t(int64_t(s.v[0]));
+  }
+  RefValue r = ref_out(a.node);
+  for (size_t k = 0; k < r.v.size(); ++k)
+    r.v[k] = kiln::detail::rng_uniform(seed, k) < a.p().f[0] ? 1.0 : 0.0;
+  return r;
+}
+
+}  // namespace kiln::test
