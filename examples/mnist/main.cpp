@@ -204,6 +204,9 @@ int train(const Args& a) {
                kind.c_str(), be.names.c_str(), threads.c_str(), (long long)kPhysicalBatch, (long long)kLogicalBatch,
                (long long)a.epochs);
 
+  std::fprintf(stderr, "kiln-mnist: memory: %.1f MiB params/gradients/optimizer state/inputs, %.1f MiB graph\n",
+               double(opt.static_bytes()) / (1 << 20), double(opt.memory_plan().buffer_size) / (1 << 20));
+
   kiln::FitOptions fo;
   fo.epochs = a.epochs;
   fo.val_split = kValSplit;

@@ -195,6 +195,44 @@ TEST(OptContext, SchedulesReachTheOptimizer) {
   };
   OptContext opt(cfg);
   mlp.init(1);
+  FitOptions o = quiet(2);
+  o.val_split = 0.2;  // 300 samples: 200 train (2 steps of 100), 100 validation
+  int train_batches = 0, val_batches = 0, epochs = 0;
+  o.on_batch = [&](const BatchInfo& b) {
+    (b.train ? train_batches : val_batches)++;
+    EXPECT_EQ(b.result->n_batches, b.batch + 1);
+    EXPECT_EQ(b.n_batches, b.train ? 4 : 2);
+  };
+  o.on_epoch = [&](const EpochResult& e) {
+    EXPECT_EQ(e.epoch, epochs++);
+    EXPECT_EQ(e.val.n_samples, 100);
+    return true;
+  };
+  fit(opt, data, o);
+  EXPECT_EQ(train_batches, 8);
+  EXPECT_EQ(val_batches, 4);
+  EXPECT_EQ(epochs, 2);
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_EQ(seen[3].step, 3);
+  EXPECT_EQ(seen[3].epoch, 1);
+  EXPECT_EQ(seen[3].steps_per_epoch, 2);
+  EXPECT_EQ(seen[3].epochs, 2);
+  EXPECT_FLOAT_EQ(opt.last_params().lr(), 0.004f);
+}
+
+TEST(OptContext, SchedulesSeeTheRunLength) {
+  Dataset data = make_blobs(300, 6);
+  Mlp mlp(50);
+  OptConfig cfg = mlp.config(100);
+  std::vector<StepInfo> seen;
+  cfg.schedule = [&](const StepInfo& s) {
+    seen.push_back(s);
+    OptimizerParams p;
+    p.set_lr(0.001f * float(s.step + 1));
+    return p;
+  };
+  OptContext opt(cfg);
+  mlp.init(1);
   fit(opt, data, quiet(2));
   ASSERT_EQ(seen.size(), 6u);
   EXPECT_EQ(seen[4].step, 4);
