@@ -147,18 +147,18 @@ void OptContext::Impl::allocate() {
   // Leaves live for the whole run: one static buffer of the preferred backend's
   // memory (tensors the user allocated already keep their memory).
   BufferType& bt = be0.buffer_type();
-  std::vector<TensorNode*> todo;
+  std::vector<TensorNode*> pending;
   TensorAllocator measure(bt);
   for (TensorNode* l : graph.leafs())
     if (!l->data && l->numel() > 0) {
-      todo.push_back(l);
+      pending.push_back(l);
       measure.alloc(l);
     }
   static_bytes = measure.high_water();
   static_buf = bt.alloc(std::max<size_t>(static_bytes, bt.alignment()));
   static_buf->clear(0);  // gradients and moments start at zero
   TensorAllocator place(*static_buf);
-  for (TensorNode* l : todo) place.place(l);
+  for (TensorNode* l : pending) place.place(l);
 
   if (backends.size() == 1) {
     for (TensorNode* n : graph.nodes())

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/error_check.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -13,37 +14,6 @@ namespace {
 using kiln::f32;
 using kiln::i32;
 using kiln::Tensor;
-
-// The kiln::Error message thrown by f, or a marker saying what happened instead.
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a kiln::Error: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-// msg starts with "[op] " and contains every one of `parts`.
-::testing::AssertionResult is_error(const std::string& msg, const std::string& op,
-                                    std::initializer_list<const char*> parts) {
-  const std::string prefix = "[" + op + "] ";
-  if (msg.rfind(prefix, 0) != 0)
-    return ::testing::AssertionFailure() << "message does not start with \"" << prefix
-                                         << "\": " << msg;
-  for (const char* p : parts)
-    if (msg.find(p) == std::string::npos)
-      return ::testing::AssertionFailure() << "message does not mention \"" << p << "\": " << msg;
-  return ::testing::AssertionSuccess() << msg;
-}
-
-// EXPECT_KILN_ERROR(statement, "op", "part", ...): statement throws kiln::Error
-// "[op] ..." naming every part.
-#define EXPECT_KILN_ERROR(stmt, op, ...) \
-  EXPECT_TRUE(is_error(error_message([&] { (void)(stmt); }), op, {__VA_ARGS__}))
 
 // ---- rank and shape ----
 
@@ -57,8 +27,8 @@ TEST(ErrorsCore, NegativeDimension) {
   // Which op reports it ("[shape]" or "[input]") depends on whether Shape itself
   // allows -1 (reshape's inferred dim); either way it is a kiln::Error naming -3.
   kiln::Context ctx;
-  const std::string msg = error_message([&] { ctx.input(f32, {2, -3}); });
-  EXPECT_TRUE(is_error(msg, "shape", {"-3"}) || is_error(msg, "input", {"-3"})) << msg;
+  const std::string msg = kiln_test::error_message([&] { ctx.input(f32, {2, -3}); });
+  EXPECT_TRUE(kiln_test::is_error(msg, "shape", {"-3"}) || kiln_test::is_error(msg, "input", {"-3"})) << msg;
 }
 
 TEST(ErrorsCore, IntegerParam) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error_check.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -19,33 +20,6 @@ using kiln::f16;
 using kiln::f32;
 using kiln::i32;
 using kiln::Tensor;
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a kiln::Error: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-::testing::AssertionResult is_error(const std::string& msg, const std::string& op,
-                                    std::initializer_list<const char*> parts) {
-  const std::string prefix = "[" + op + "] ";
-  if (msg.rfind(prefix, 0) != 0)
-    return ::testing::AssertionFailure() << "message does not start with \"" << prefix
-                                         << "\": " << msg;
-  for (const char* p : parts)
-    if (msg.find(p) == std::string::npos)
-      return ::testing::AssertionFailure() << "message does not mention \"" << p << "\": " << msg;
-  return ::testing::AssertionSuccess() << msg;
-}
-
-#define EXPECT_KILN_ERROR(stmt, op, ...) \
-  EXPECT_TRUE(is_error(error_message([&] { (void)(stmt); }), op, {__VA_ARGS__}))
 
 // Allocates every tensor of ctx on a CPU backend and runs the graph of `out`.
 struct Runner {

@@ -1,14 +1,23 @@
-// GEMM driver (BLIS-style loop nest):
-//   for jc in N by NC:                      B panel kc x nc, shared by all threads
-//     for pc in K by KC:                    (packed cooperatively, then a barrier)
-//       for ic in my rows by MC:            A block mc x kc, private to the thread
-//         for jr in my strips of the panel: micro-kernel over each MR x NR tile
-//           for ir in the block by MR:
-// Threads own disjoint rectangles of C (a tm x tn grid of MR/NR-aligned
-// ranges); K is never split, and the K blocking depends only on K, so every C
-// element gets the same operations whatever the thread count.
+// GEMM driver (BLIS-style blocking, loops reordered for work stealing):
+//   for jc in N by ncb:            B[:, jc:jc+ncb] packed for all of K (KC x NR
+//                                  strips), shared by all threads: packed
+//                                  cooperatively, then a barrier
+//     for each row chunk (<= MC):  the work units; thread i owns those of its
+//                                  rectangle of C and, when done, takes units
+//                                  of slower threads (atomic counters)
+//       for pc in K by KC:         A block mc x kc, packed by the unit's thread
+//         for jr in the strips:    micro-kernel over each MR x NR tile
+//           for ir in the chunk by MR:
+// K is never split across threads, and the K blocking depends only on K, so
+// every C element gets the same operations whatever the thread count and
+// whichever thread computes it.
+// Special cases: products under kSoloWork multiply-adds run on thread 0 alone;
+// M <= 4 with row-contiguous B and N <= 4 with row-contiguous A skip packing
+// (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <new>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_internal.h"
@@ -23,9 +32,9 @@ struct Grid {
   int tm = 1, tn = 1;  // threads along M and N; tm*tn <= nth
 };
 
-// Picks the thread grid with the least estimated time per k step on the
-// busiest thread: its micro-tiles plus packing its own A rows (B packing is
-// shared evenly whatever the grid).
+// Picks the grid of thread rectangles with the least estimated time per k step
+// on the busiest thread: its micro-tiles plus packing its own A rows (B packing
+// is shared evenly whatever the grid).
 Grid choose_grid(int64_t M, int64_t N, int nth) {
 #if defined(KILN_GEMM_AVX512)
   constexpr double kTileCost = MR * NR / 32.0, kRowCost = 0.5;
@@ -53,76 +62,142 @@ Grid choose_grid(int64_t M, int64_t N, int nth) {
 // would save less than the synchronization costs.
 constexpr double kSoloWork = 1 << 18;
 
+// Packed B holds all of K for ncb columns at a time: at most this many floats
+// (plus rounding) unless K alone is larger than that.
+constexpr int64_t kBPanelFloats = int64_t(4) << 20;  // 16 MiB
+
+// Everything the threads must agree on, computed identically on each.
+struct Plan {
+  int64_t M, N, K;
+  int64_t nkb, kcb;  // K blocks: the arithmetic depends on these (and on K only)
+  int64_t ncb;       // columns of B packed at once (a multiple of NR)
+  int64_t pm, pn;    // MR panels of M, NR strips of N
+  Grid grid;
+  int nth;
+
+  Plan(const GemmArgs& g, int nth_) : M(g.M), N(g.N), K(g.K), nth(nth_) {
+    nkb = ceil_div(K, KC);
+    kcb = nkb == 1 ? K : round_up(ceil_div(K, nkb), 16);
+    nkb = ceil_div(K, kcb);  // (no empty last block)
+    const int64_t cap = std::max<int64_t>(NR, kBPanelFloats / (nkb * kcb) / NR * NR);
+    const int64_t nnb = ceil_div(N, cap);
+    ncb = round_up(ceil_div(N, nnb), NR);
+    pm = ceil_div(M, MR);
+    pn = ceil_div(N, NR);
+    grid = choose_grid(M, N, nth);
+  }
+  int64_t kc(int64_t p) const { return std::min(kcb, K - p * kcb); }
+
+  // Thread i's rectangle of C: M panels [p0, p1), N strips [q0, q1), split
+  // into `chunks` row chunks (the work units, in this order).
+  struct Rect {
+    int64_t p0 = 0, p1 = 0, q0 = 0, q1 = 0, chunks = 0;
+  };
+  Rect rect(int i) const {
+    Rect r;
+    if (i >= grid.tm * grid.tn) return r;
+    const int ti = i / grid.tn, tj = i % grid.tn;
+    r.p0 = pm * ti / grid.tm, r.p1 = pm * (ti + 1) / grid.tm;
+    r.q0 = pn * tj / grid.tn, r.q1 = pn * (tj + 1) / grid.tn;
+    const int64_t panels = r.p1 - r.p0;
+    if (panels <= 0 || r.q1 <= r.q0) return {};
+    // Row chunks of at most MC rows; with several threads at least 4 per
+    // thread (when there are enough panels) so that a thread that finishes
+    // early can take over some of a slower (e.g. descheduled) thread's work.
+    r.chunks = ceil_div(panels, MC / MR);
+    if (nth > 1) r.chunks = std::max(r.chunks, std::min<int64_t>(panels, 4));
+    return r;
+  }
+};
+
+// Work-unit counters in the shared buffer, one cache line per thread: thread i
+// takes its own chunks in order; once done it takes chunks of the others.
+struct alignas(64) UnitCounter {
+  std::atomic<int64_t> next;
+};
+
+// Chunk c of rectangle r: C rows [i0, i1) x this panel's strips [s_lo, s_hi),
+// over all of K. Packs its own A blocks.
+void run_chunk(const GemmArgs& g, const Plan& pl, const Plan::Rect& r, int64_t c, int64_t jc,
+               int64_t ns, const float* bbuf, float* abuf) {
+  const int64_t panels = r.p1 - r.p0;
+  const int64_t i0 = (r.p0 + panels * c / r.chunks) * MR;
+  const int64_t i1 = std::min(pl.M, (r.p0 + panels * (c + 1) / r.chunks) * MR);
+  const int64_t s_base = jc / NR;
+  const int64_t s_lo = std::max(r.q0, s_base) - s_base, s_hi = std::min(r.q1, s_base + ns) - s_base;
+  if (i1 <= i0 || s_hi <= s_lo) return;
+  const int64_t mc = i1 - i0, ldc = g.ldc;
+  for (int64_t p = 0; p < pl.nkb; ++p) {
+    const int64_t kc = pl.kc(p);
+    const bool add_c = g.accumulate || p > 0;
+    pack_a(g.A, i0, p * pl.kcb, mc, kc, abuf);
+    const float* bp0 = bbuf + p * pl.kcb * pl.ncb;
+    for (int64_t s = s_lo; s < s_hi; ++s) {
+      const int64_t j = jc + s * NR;
+      const int n = int(std::min<int64_t>(NR, pl.N - j));
+      const float* bp = bp0 + s * kc * NR;
+      float* cp = g.C + i0 * ldc + j;
+      for (int64_t ir = 0; ir < mc; ir += MR) {
+        const int m = int(std::min<int64_t>(MR, mc - ir));
+        kernel(kc, abuf + ir * kc, bp, cp + ir * ldc, ldc, m, n, add_c);
+      }
+    }
+  }
+}
+
 // The blocked algorithm for thread ith of nth. With nth > 1 the threads share
-// the packed B panel (t.shared_scratch) and meet at barriers; with nth == 1 it
+// the packed B (t.shared_scratch) and meet at barriers; with nth == 1 it
 // touches only t.scratch() and never synchronizes.
 void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
-  const int64_t M = g.M, N = g.N, K = g.K, ldc = g.ldc;
-  const auto barrier = [&] {
-    if (nth > 1) t.barrier();
-  };
+  const Plan pl(g, nth);
+  const Plan::Rect mine = pl.rect(ith);
 
-  // Blockings that depend only on the shape (K's decides the arithmetic).
-  const int64_t nkb = ceil_div(K, KC);
-  const int64_t kcb = nkb == 1 ? K : round_up(ceil_div(K, nkb), 16);
-  const int64_t nnb = ceil_div(N, NC);
-  const int64_t ncb = round_up(ceil_div(N, nnb), NR);
-  const int64_t pm = ceil_div(M, MR), pn = ceil_div(N, NR);
-
-  // This thread's rectangle: M panels [p0, p1), N strips [q0, q1).
-  const Grid gr = choose_grid(M, N, nth);
-  const bool active = ith < gr.tm * gr.tn;
-  const int ti = ith / gr.tn, tj = ith % gr.tn;
-  const int64_t p0 = pm * ti / gr.tm, p1 = pm * (ti + 1) / gr.tm;
-  const int64_t q0 = pn * tj / gr.tn, q1 = pn * (tj + 1) / gr.tn;
-  const int64_t i_begin = p0 * MR, i_end = std::min(M, p1 * MR);
-  const int64_t my_rows = active ? std::max<int64_t>(i_end - i_begin, 0) : 0;
-  const int64_t nmc = std::max<int64_t>(ceil_div(my_rows, MC), 1);
-  const int64_t mcb = round_up(std::max<int64_t>(ceil_div(my_rows, nmc), 1), MR);
-
-  const int64_t kc_max = std::min(K, kcb);
-  const size_t a_bytes = size_t(mcb * kc_max) * sizeof(float);
-  const size_t b_bytes = size_t(kc_max * ncb) * sizeof(float);  // a multiple of 128
-  float *abuf, *bbuf;
+  // Buffers: [unit counters | packed B: block p at p*kcb*ncb] shared; A private.
+  const size_t hdr = nth > 1 ? size_t(nth) * sizeof(UnitCounter) : 0;
+  const size_t b_bytes = size_t(pl.nkb * pl.kcb * pl.ncb) * sizeof(float);
+  int64_t max_chunk_rows = MR;
+  for (int i = 0; i < nth; ++i) {  // any thread may run any thread's chunks
+    const Plan::Rect r = pl.rect(i);
+    if (r.chunks > 0) max_chunk_rows = std::max(max_chunk_rows, ceil_div(r.p1 - r.p0, r.chunks) * MR);
+  }
+  const size_t a_bytes = size_t(max_chunk_rows * std::min(pl.K, pl.kcb)) * sizeof(float);
+  char* shared;
+  float* abuf;
   if (nth > 1) {
-    bbuf = static_cast<float*>(t.shared_scratch(b_bytes));
+    shared = static_cast<char*>(t.shared_scratch(hdr + b_bytes));
     abuf = static_cast<float*>(t.scratch(a_bytes));
   } else {
-    bbuf = static_cast<float*>(t.scratch(b_bytes + a_bytes));
-    abuf = bbuf + b_bytes / sizeof(float);
+    shared = static_cast<char*>(t.scratch(b_bytes + a_bytes));
+    abuf = reinterpret_cast<float*>(shared + b_bytes);  // b_bytes is a multiple of 64
   }
+  auto* counters = reinterpret_cast<UnitCounter*>(shared);
+  float* bbuf = reinterpret_cast<float*>(shared + hdr);
 
-  bool first = true;
-  for (int64_t jc = 0; jc < N; jc += ncb) {
-    const int64_t nc = std::min(ncb, N - jc);
-    const int64_t ns = ceil_div(nc, NR), s_base = jc / NR;
-    // Strips of this panel that this thread computes.
-    const int64_t lo = std::max(q0, s_base) - s_base, hi = std::min(q1, s_base + ns) - s_base;
-    for (int64_t pc = 0; pc < K; pc += kcb) {
-      const int64_t kc = std::min(kcb, K - pc);
-      if (!first) barrier();  // everyone is done with the previous B panel
-      first = false;
-      const int64_t sa = ns * ith / nth, sb = ns * (ith + 1) / nth;
-      if (sb > sa)
-        pack_b(g.B, pc, jc + sa * NR, kc, std::min(nc, sb * NR) - sa * NR, bbuf + sa * kc * NR);
-      barrier();
-      if (my_rows == 0 || lo >= hi) continue;
+  for (int64_t jc = 0; jc < pl.N; jc += pl.ncb) {
+    const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
+    if (jc > 0 && nth > 1) t.barrier();  // everyone is done with the previous panel
 
-      const bool add_c = g.accumulate || pc > 0;
-      for (int64_t ic = i_begin; ic < i_end; ic += mcb) {
-        const int64_t mc = std::min(mcb, i_end - ic);
-        pack_a(g.A, ic, pc, mc, kc, abuf);
-        for (int64_t s = lo; s < hi; ++s) {
-          const int64_t j = jc + s * NR;
-          const int n = int(std::min<int64_t>(NR, N - j));
-          const float* bp = bbuf + s * kc * NR;
-          float* cp = g.C + ic * ldc + j;
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int m = int(std::min<int64_t>(MR, mc - ir));
-            kernel(kc, abuf + ir * kc, bp, cp + ir * ldc, ldc, m, n, add_c);
-          }
-        }
-      }
+    // Pack this thread's share of B: items (K block p, strip s).
+    const int64_t items = pl.nkb * ns;
+    for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; ++it) {
+      const int64_t p = it / ns, s = it % ns, kc = pl.kc(p);
+      pack_b(g.B, p * pl.kcb, jc + s * NR, kc, std::min<int64_t>(NR, nc - s * NR),
+             bbuf + p * pl.kcb * pl.ncb + s * kc * NR);
+    }
+
+    if (nth == 1) {
+      for (int64_t c = 0; c < mine.chunks; ++c) run_chunk(g, pl, mine, c, jc, ns, bbuf, abuf);
+      continue;
+    }
+    if (ith == 0)
+      for (int i = 0; i < nth; ++i) new (&counters[i].next) std::atomic<int64_t>(0);
+    t.barrier();  // B packed, counters set
+    for (int v = 0; v < nth; ++v) {
+      const int i = (ith + v) % nth;
+      const Plan::Rect r = v == 0 ? mine : pl.rect(i);
+      if (r.chunks == 0) continue;
+      for (int64_t c; (c = counters[i].next.fetch_add(1, std::memory_order_relaxed)) < r.chunks;)
+        run_chunk(g, pl, r, c, jc, ns, bbuf, abuf);
     }
   }
 }

@@ -5,7 +5,7 @@
 // Packed layouts (all f32):
 //   A block  mc x kc -> ceil(mc/MR) micro-panels, panel p at p*kc*MR,
 //            element (i, k) of the panel at [k*MR + i]; rows past mc are 0.
-//   B panel  kc x nc -> ceil(nc/NR) strips, strip s at s*kc*NR,
+//   B block  kc x nc -> ceil(nc/NR) strips, strip s at s*kc*NR,
 //            element (k, j) of the strip at [k*NR + j]; columns past nc are 0.
 #pragma once
 #include <cstdint>
@@ -28,15 +28,15 @@ namespace kiln::cpu::gemm_detail {
 // 2 vector loads and 14 broadcast loads. (Measured on Zen 5: 12x32, 8x48 and
 // 6x64 are within noise of it; KC 192..512 too.)
 inline constexpr int MR = 14, NR = 32;
-inline constexpr int64_t KC = 256, MC = 14 * 12, NC = 2048;
+inline constexpr int64_t KC = 256, MC = 14 * 12;
 inline constexpr const char* kIsa = "avx512";  // for benchmark labels
 #elif defined(KILN_GEMM_AVX2)
 inline constexpr int MR = 6, NR = 16;  // 12 ymm accumulators
-inline constexpr int64_t KC = 256, MC = 6 * 24, NC = 2048;
+inline constexpr int64_t KC = 256, MC = 6 * 24;
 inline constexpr const char* kIsa = "avx2";
 #else
 inline constexpr int MR = 4, NR = 8;  // 8 SSE accumulators: no spills on x86-64
-inline constexpr int64_t KC = 256, MC = 4 * 32, NC = 2048;
+inline constexpr int64_t KC = 256, MC = 4 * 32;
 inline constexpr const char* kIsa = "generic";
 #endif
 

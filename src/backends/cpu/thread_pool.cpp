@@ -34,15 +34,19 @@ using Clock = std::chrono::steady_clock;
 
 // How long a thread spins before it sleeps (futex, via std::atomic::wait).
 // Spinning keeps back-to-back runs and barriers cheap; sleeping keeps an idle
-// pool off the CPU. An idle worker waiting for the next run spins kIdleSpinNs.
+// pool off the CPU. An idle worker waiting for the next run spins kIdleSpinNs
+// (long enough to bridge the gap between graph runs of a training loop: waking
+// a sleeping worker costs 50-250 us on this VM).
 // Waits inside a run (barriers, the caller joining the workers) adapt their
 // spin budget per thread between kMinSpinNs and kMaxSpinNs: it doubles when a
 // wait ends while spinning and halves when it ends in sleep, so that when the
 // threads share a core with each other or other processes (spinning would only
 // delay the thread being waited for) waits fall back to sleeping quickly.
-constexpr int64_t kIdleSpinNs = 200'000;
+// After kYieldAfterNs every spin also yields the core, for the same reason.
+constexpr int64_t kIdleSpinNs = 1'000'000;
 constexpr int64_t kMaxSpinNs = 50'000;
 constexpr int64_t kMinSpinNs = 1'000;
+constexpr int64_t kYieldAfterNs = 5'000;
 
 // Waits until pred(word) holds: spins for up to *budget_ns, then sleeps on the
 // word. `sleepers` counts sleeping threads so that a waker can skip the notify
@@ -64,7 +68,14 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
       return cur;
     }
     cpu_relax();
-    if ((i & 31) == 31 && Clock::now() - start > limit) break;
+    if ((i & 31) == 31) {
+      const auto waited = Clock::now() - start;
+      if (waited > limit) break;
+      // Past the first few microseconds, let another runnable thread on this
+      // core go first (e.g. the one being waited for, when the scheduler put
+      // both on one core); returns at once when there is none.
+      if (waited > std::chrono::nanoseconds(kYieldAfterNs)) std::this_thread::yield();
+    }
   }
   if (adapt) *budget_ns = std::max(*budget_ns / 2, kMinSpinNs);
   // Dekker with wake(): either we see the new value or the waker sees us.

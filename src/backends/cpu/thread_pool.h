@@ -7,7 +7,7 @@
 //     for (node : graph) { node.compute(t.ith, t.nth); t.barrier(); }
 //   });
 //
-// Between runs the workers spin for 200 us (so back-to-back runs are cheap) and
+// Between runs the workers spin for 1 ms (so back-to-back runs are cheap) and
 // then sleep on a futex (std::atomic::wait), so an idle pool uses no CPU.
 #pragma once
 #include <cstddef>
