@@ -174,6 +174,14 @@ TEST(Gemm, LargeIsh) {
   check_case(t, 2);
 }
 
+TEST(Gemm, LongK) {
+  // K large enough that B is packed in several column panels.
+  const Case c{20, 130, 33000};
+  const auto c1 = check_case(c, 1, 9);
+  const auto c2 = check_case(c, 2, 9);
+  EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0);
+}
+
 TEST(Gemm, GeneralStrides) {
   for (const auto& s : std::vector<std::array<int64_t, 3>>{{37, 53, 71}, {1, 40, 20}, {20, 1, 40}}) {
     Case c{s[0], s[1], s[2]};

@@ -67,7 +67,7 @@ TEST(ThreadPool, RunsAfterWorkersWentToSleep) {
   ThreadPool pool(3);
   std::atomic<int> count{0};
   for (int r = 0; r < 5; ++r) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the idle spin
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the 1 ms idle spin
     pool.run([&](ThreadCtx& t) {
       t.barrier();
       count++;
