@@ -6,6 +6,7 @@
 
 #include "backends/cpu/gemm_convert.h"
 #include "backends/cpu/gemm_internal.h"
+#include "backends/cpu/gemm_masked_load.h"
 
 #if defined(KILN_GEMM_AVX512)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -25,21 +26,6 @@ void convert_a(const GemmOperand& A, int64_t M, int64_t K, float* a32) {
 }
 
 #if defined(KILN_GEMM_AVX512)
-
-inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
-template <GemmType T>
-inline __m512 load16(const void* p, __mmask16 m) {
-  if constexpr (T == GemmType::f32) {
-    return _mm512_maskz_loadu_ps(m, p);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    if constexpr (T == GemmType::f16) return _mm512_cvtph_ps(h);
-    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
 
 // C[0:MM, j0:j0+n] for n <= kChunk.
 template <GemmType T, int MM>
