@@ -1,15 +1,15 @@
 // Training-loop figures (DESIGN.md principle 7: "per-step overhead is a
 // benchmark figure"):
-//   train_batch/fc      one physical batch of kiln-mnist's fc model (500 samples:
-//                       forward, backward, every 2nd call the AdamW step)
-//   eval_batch/fc       forward only
+//   train_batch/{fc,cnn}  one physical batch of kiln-mnist's fc or cnn model (500
+//                       samples: forward, backward, every 2nd call the AdamW step)
+//   eval_batch/{fc,cnn} forward only
 //   get_batch/mnist     copying 500 u8 28x28 samples into the f32 input
 //   step_overhead/tiny  a whole logical step of a tiny model (2-4-2, batch 1):
 //                       nearly all of it is per-step overhead (thread-pool
 //                       dispatch and barriers, hyper-parameter upload, gradient
 //                       reset, loss read-back), next to
 //   graph_compute/tiny  the same model's graph run by Backend::compute alone
-//   profile/fc          the fc graph run node by node: counters give the time
+//   profile/{fc,cnn}    the graph run node by node: counters give the time
 //                       per op (ms per physical batch, forward/backward/optimizer)
 //
 //   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
@@ -40,21 +40,36 @@ int bench_threads() {
   return e && *e ? std::atoi(e) : 2;
 }
 
-// kiln-mnist's fc model with random inputs and labels.
-struct Fc {
-  explicit Fc(int64_t B = 500, int64_t logical = 1000) {
-    x = ctx.input(f32, {B, 784}, "images");
-    Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
-    Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
-    Tensor logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
+// kiln-mnist's fc or cnn model with random inputs and labels.
+struct Mnist {
+  explicit Mnist(bool cnn, int64_t B = 500, int64_t logical = 1000) {
+    Tensor logits;
+    std::vector<std::pair<Tensor, int64_t>> init;  // weight, fan_in
+    if (!cnn) {
+      x = ctx.input(f32, {B, 784}, "images");
+      Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
+      Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
+      logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
+      init = {{w1, 784}, {w2, 500}};
+    } else {
+      x = ctx.input(f32, {B, 1, 28, 28}, "images");
+      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"), c1 = ctx.param(f32, {8}, "conv1.bias");
+      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"), c2 = ctx.param(f32, {16}, "conv2.bias");
+      Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
+      Conv2dOptions pad1;
+      pad1.padding[0] = pad1.padding[1] = 1;
+      Tensor h = max_pool2d(relu(conv2d(x, k1, c1, pad1)));
+      h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
+      logits = matmul(h.reshape({B, 784}), w) + b;
+      init = {{k1, 9}, {k2, 72}, {w, 784}};
+    }
     OptConfig cfg;
     cfg.inputs = x;
     cfg.outputs = logits;
     cfg.logical_batch = logical;
     cfg.n_threads = bench_threads();
     opt = std::make_unique<OptContext>(cfg);
-    kaiming_uniform(w1, 784, 1);
-    kaiming_uniform(w2, 500, 2);
+    for (size_t i = 0; i < init.size(); ++i) kaiming_uniform(init[i].first, init[i].second, i + 1);
     std::vector<float> xs(size_t(x.numel()));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7919) % 256) / 255.0f;
     x.set(xs);
@@ -67,19 +82,21 @@ struct Fc {
   std::unique_ptr<OptContext> opt;
 };
 
-void train_batch_fc(benchmark::State& st) {
-  Fc m;
+void train_batch(benchmark::State& st, bool cnn) {
+  Mnist m(cnn);
   for (auto _ : st) m.opt->train_batch();
   st.SetItemsProcessed(st.iterations() * 500);
 }
-BENCHMARK(train_batch_fc)->Name("train_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(train_batch, fc, false)->Name("train_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(train_batch, cnn, true)->Name("train_batch/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
 
-void eval_batch_fc(benchmark::State& st) {
-  Fc m;
+void eval_batch(benchmark::State& st, bool cnn) {
+  Mnist m(cnn);
   for (auto _ : st) m.opt->eval_batch();
   st.SetItemsProcessed(st.iterations() * 500);
 }
-BENCHMARK(eval_batch_fc)->Name("eval_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(eval_batch, fc, false)->Name("eval_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(eval_batch, cnn, true)->Name("eval_batch/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
 
 void get_batch_mnist(benchmark::State& st) {
   Dataset ds(60000, {28, 28}, DataType::u8, {}, DataType::i32, 10);
@@ -131,8 +148,8 @@ void graph_compute_tiny(benchmark::State& st) {
 BENCHMARK(graph_compute_tiny)->Name("graph_compute/tiny")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
 
 // Node by node (one pool dispatch each, so small nodes read a little high).
-void profile_fc(benchmark::State& st) {
-  Fc m;
+void profile(benchmark::State& st, bool cnn) {
+  Mnist m(cnn);
   const auto& nodes = m.opt->graph().nodes();
   const size_t nf = m.opt->n_forward_nodes(), nb = m.opt->n_backward_nodes();
   std::map<std::string, double> ms;
@@ -148,7 +165,8 @@ void profile_fc(benchmark::State& st) {
   m.opt->reset_grads();
   for (auto& [k, v] : ms) st.counters[k] = v / double(st.iterations());
 }
-BENCHMARK(profile_fc)->Name("profile/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(profile, fc, false)->Name("profile/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(profile, cnn, true)->Name("profile/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
 
 }  // namespace
 
