@@ -40,7 +40,7 @@ struct Shape {
   bool ta, tb;  // A / B given as transposed views
 };
 
-enum ShapeId { kSq1024, kFwd, kDW, kDX, kGemv, kSmall };
+enum ShapeId { kSq1024, kFwd, kDW, kDX, kGemv, kSmall, kConv1, kConv1DW, kConv2, kConv2DW, kConv2DX };
 constexpr Shape kShapes[] = {
     {1024, 1024, 1024, false, false},  // sq1024
     {500, 500, 784, false, false},     // fwd
@@ -48,6 +48,15 @@ constexpr Shape kShapes[] = {
     {500, 784, 500, false, true},      // dX
     {1, 1024, 1024, false, false},     // gemv (batch 1)
     {64, 64, 64, false, false},        // small
+    // kiln-mnist cnn, the per-image products of conv2d (columns [C*KH*KW,
+    // OH*OW]): conv 1->8 on 28x28 and conv 8->16 on 14x14. (Whole-batch
+    // products, e.g. 16 x 98000 x 72, measured 1.4-3.8x slower: the per-image
+    // operands stay in L2.)
+    {8, 784, 9, false, false},         // conv1 forward
+    {8, 9, 784, false, true},          // conv1 d weight
+    {16, 196, 72, false, false},       // conv2 forward
+    {16, 72, 196, false, true},        // conv2 d weight
+    {72, 196, 16, true, false},        // conv2 d columns
 };
 
 ThreadPool& pool(int n) {
@@ -136,6 +145,11 @@ KILN_GEMM_BENCH(fwd_500x784x500, kFwd)
 KILN_GEMM_BENCH(dW_784x500x500_At, kDW)
 KILN_GEMM_BENCH(dX_500x500x784_Bt, kDX)
 KILN_GEMM_BENCH(gemv_1x1024x1024, kGemv)
+BENCHMARK_CAPTURE(BM_kiln, conv1_8x784x9, kConv1, GemmType::f32)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_kiln, conv1_dW_8x9x784_Bt, kConv1DW, GemmType::f32)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_kiln, conv2_16x196x72, kConv2, GemmType::f32)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_kiln, conv2_dW_16x72x196_Bt, kConv2DW, GemmType::f32)->Arg(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_kiln, conv2_dX_72x196x16_At, kConv2DX, GemmType::f32)->Arg(1)->UseRealTime();
 KILN_GEMM_BENCH(small_64, kSmall)
 BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bbf16, kFwd, GemmType::bf16)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bf16, kFwd, GemmType::f16)->Arg(2)->UseRealTime();

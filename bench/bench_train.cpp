@@ -159,7 +159,7 @@ void profile(benchmark::State& st, bool cnn) {
       const auto t0 = Clock::now();
       m.opt->backend().compute(std::span<TensorNode* const>(&nodes[i], 1));
       const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      ms[std::string(i < nf ? "f." : i < nb ? "b." : "o.") + op_name(nodes[i]->op)] += dt;
+      ms[std::string(i < nf ? "f." : i < nb ? "b." : "o.") + op_name(nodes[i]->op) + (getenv("SHAPES") ? nodes[i]->shape.str() + (nodes[i]->src[1] && nodes[i]->src[1]->stride[nodes[i]->src[1]->shape.ndim()-1] != 4 ? "T" : "") : "")] += dt;
     }
   }
   m.opt->reset_grads();

@@ -230,6 +230,34 @@ TEST(Gemm, FewRows) {
   check_case({3, 64, 1}, 2);
 }
 
+TEST(Gemm, FewRowsShortK) {
+  // 5..16 rows with K <= 128 and row-major B: the unpacked path, rows in groups
+  // of 4 (conv2d's per-image products); K = 129 is packed again.
+  for (int64_t M : {5, 8, 13, 16, 17})
+    for (int64_t K : {9, 72, 128, 129})
+      for (bool acc : {false, true}) {
+        Case c{M, 196, K, GemmType::f32, GemmType::f32, Layout::row, Layout::row, acc};
+        const auto c1 = check_case(c, 1, 7);
+        const auto c2 = check_case(c, 2, 7);
+        EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0) << describe(c);
+      }
+}
+
+TEST(Gemm, SmallOutputLongK) {
+  // M*N <= 1536 with K >= 384 and row-major A: dot products in 4x4 blocks, B
+  // columns read in place when B is a transposed f32 view (conv2d's weight
+  // gradient), converted otherwise; ragged edges on both sides.
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{{16, 72, 400}, {8, 9, 784}, {5, 7, 384}, {3, 300, 500}})
+    for (GemmType tb : {GemmType::f32, GemmType::bf16})
+      for (Layout lb : {Layout::row, Layout::col})
+        for (bool acc : {false, true}) {
+          Case c{s[0], s[1], s[2], GemmType::f32, tb, Layout::row, lb, acc};
+          const auto c1 = check_case(c, 1, 9);
+          const auto c3 = check_case(c, 3, 9);
+          EXPECT_EQ(std::memcmp(c1.data(), c3.data(), c1.size() * sizeof(float)), 0) << describe(c);
+        }
+}
+
 TEST(Gemm, FewColumns) {
   // N <= 4 with row-major A takes the dot-product path; A transposed the packed one.
   const GemmType types[] = {GemmType::f32, GemmType::f16, GemmType::bf16};

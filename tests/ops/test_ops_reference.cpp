@@ -74,13 +74,13 @@ TEST(OpsReference, Im2colColumnOrderAndPadding) {
   OpParams p;
   const int64_t w[8] = {2, 2, 1, 1, 0, 0, 1, 1};
   for (int k = 0; k < 8; ++k) p.i[k] = w[k];
-  expect_near(r.eval(make_op(Op::IM2COL, DType::f32, {1, 1, 8}, {x}, p)), {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_near(r.eval(make_op(Op::IM2COL, DType::f32, {1, 8, 1}, {x}, p)), {1, 2, 3, 4, 5, 6, 7, 8});
   // 1x1 input, 3x3 kernel, padding 1: one window, the input in the middle column.
   Ref r2;
   Tensor y = r2.leaf({1, 1, 1, 1}, {9});
   const int64_t w2[8] = {3, 3, 1, 1, 1, 1, 1, 1};
   for (int k = 0; k < 8; ++k) p.i[k] = w2[k];
-  expect_near(r2.eval(make_op(Op::IM2COL, DType::f32, {1, 1, 9}, {y}, p)), {0, 0, 0, 0, 9, 0, 0, 0, 0});
+  expect_near(r2.eval(make_op(Op::IM2COL, DType::f32, {1, 9, 1}, {y}, p)), {0, 0, 0, 0, 9, 0, 0, 0, 0});
 }
 
 TEST(OpsReference, PadRepeatConcat) {

@@ -61,10 +61,16 @@ bool pack_b_simd(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64
                  float* dst);
 
 // GEMMs without packing for a few rows or columns. gemm_small_m.cpp: M <=
-// kSmallM and B's rows contiguous; thread ith of nth computes its share of N;
-// a32 is scratch for M*K floats. gemm_small_n.cpp: N <= kSmallN and A's rows
-// contiguous; threads split M; b32 is scratch for N*K floats.
+// kSmallM (or kSmallMShortK with a short K) and B's rows contiguous; thread ith of nth computes its share of N;
+// a32 is scratch for M*K floats. gemm_small_n.cpp: N <= kSmallN (or a small C
+// with a long K) and A's rows contiguous; threads split M; b32 is scratch for N*K floats.
 inline constexpr int64_t kSmallM = 4, kSmallN = 4;
+// With K <= kShortK the unpacked path also wins up to kSmallMShortK rows: packing
+// B would cost as much as the product (conv2d with few channels).
+inline constexpr int64_t kSmallMShortK = 16, kShortK = 128;
+// A small C over a long K is dot products: small_n handles M*N <= kDotMN when
+// K >= kDotK (packing would be most of the work).
+inline constexpr int64_t kDotMN = 1536, kDotK = 384;
 bool small_m_applicable(const GemmArgs& g);
 void gemm_small_m(const GemmArgs& g, int ith, int nth, float* a32);
 bool small_n_applicable(const GemmArgs& g);

@@ -1,7 +1,10 @@
-// GEMM for a few rows of A (M <= kSmallM, e.g. batch-1 inference) with B rows
-// contiguous: no packing of B; B is streamed once, row by row, straight from
-// its storage. Each C element is one FMA chain over k (then one add of the old
-// C when accumulating); threads split N in chunks of 64 columns.
+// GEMM for a few rows of A (M <= kSmallM, e.g. batch-1 inference; or M <=
+// kSmallMShortK when K is short, e.g. conv2d's per-image products with O output
+// channels) with B rows contiguous: no packing of B; B is streamed row by row
+// straight from its storage, once per group of 4 rows of A (a 64-column chunk
+// of B stays in L1/L2 between the groups). Each C element is one FMA chain over
+// k (then one add of the old C when accumulating); threads split N in chunks of
+// 64 columns.
 #include <algorithm>
 
 #include "backends/cpu/gemm_convert.h"
@@ -137,7 +140,8 @@ void do_chunk(const GemmArgs& g, const float* a32, int64_t j0, int64_t n) {
 }  // namespace
 
 bool small_m_applicable(const GemmArgs& g) {
-  return g.M >= 1 && g.M <= kSmallM && g.B.cs == 1 && g.N >= 1 && g.K >= 1;
+  const bool few_rows = g.M <= kSmallM || (g.M <= kSmallMShortK && g.K <= kShortK);
+  return g.M >= 1 && few_rows && g.B.cs == 1 && g.N >= 1 && g.K >= 1;
 }
 
 void gemm_small_m(const GemmArgs& g, int ith, int nth, float* a32) {
@@ -145,7 +149,12 @@ void gemm_small_m(const GemmArgs& g, int ith, int nth, float* a32) {
   const int64_t chunks = ceil_div(g.N, kChunk);
   for (int64_t c = chunks * ith / nth; c < chunks * (ith + 1) / nth; ++c) {
     const int64_t j0 = c * kChunk;
-    do_chunk(g, a32, j0, std::min(kChunk, g.N - j0));
+    for (int64_t i0 = 0; i0 < g.M; i0 += 4) {  // rows in groups of 4 (the register block)
+      GemmArgs rows = g;
+      rows.M = std::min<int64_t>(4, g.M - i0);
+      rows.C = g.C + i0 * g.ldc;
+      do_chunk(rows, a32 + i0 * g.K, j0, std::min(kChunk, g.N - j0));
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // GEMM for a few columns of B (N <= kSmallN, e.g. a matrix-vector product or a
-// 1-output layer) with A rows contiguous: no packing of A; each C element is a
-// dot product of a row of A (streamed once from its storage) with a column of
-// B (converted to f32 once). The summation order (16 lanes of FMA chains over
+// 1-output layer), or a small C with a long K (M*N <= kDotMN, K >= kDotK, e.g.
+// conv2d's per-image weight gradient), with A rows contiguous: no packing of A;
+// each C element is a dot product of a row of A (streamed from its storage) with
+// a column of B (read in place when contiguous f32, else converted once), in
+// register blocks of 4 rows x 4 columns. The summation order (16 lanes of FMA chains over
 // k, then a fixed reduction tree) depends only on K; threads split M.
 #include <algorithm>
 
@@ -27,7 +29,7 @@ inline void finish(const GemmArgs& g, int64_t i, int64_t j, float dot) {
 
 // Rows [i0, i1) of C[:, 0:NN], four rows at a time.
 template <GemmType T, int NN>
-void rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+void rows(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t i1) {
   constexpr int64_t es = T == GemmType::f32 ? 4 : 2;
   const int64_t K = g.K;
   const char* base = static_cast<const char*>(g.A.data);
@@ -44,7 +46,7 @@ void rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
       const __mmask16 m = lanes(K - k);
       __m512 bv[NN];
 #pragma GCC unroll 4
-      for (int j = 0; j < NN; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b32 + j * K + k);
+      for (int j = 0; j < NN; ++j) bv[j] = _mm512_maskz_loadu_ps(m, b32 + j * ldb + k);
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const __m512 av = load16<T>(a[r] + k * es, m);
@@ -58,32 +60,33 @@ void rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
 }
 
 template <GemmType T>
-void rows_n(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+void rows_n(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t i1) {
   switch (g.N) {
-    case 1: return rows<T, 1>(g, b32, i0, i1);
-    case 2: return rows<T, 2>(g, b32, i0, i1);
-    case 3: return rows<T, 3>(g, b32, i0, i1);
-    default: return rows<T, 4>(g, b32, i0, i1);
+    case 1: return rows<T, 1>(g, b32, ldb, i0, i1);
+    case 2: return rows<T, 2>(g, b32, ldb, i0, i1);
+    case 3: return rows<T, 3>(g, b32, ldb, i0, i1);
+    default: return rows<T, 4>(g, b32, ldb, i0, i1);
   }
 }
 
-void do_rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+// C[i0:i1, 0:N] for N <= 4; column j of B at b32 + j*ldb.
+void do_rows(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t i1) {
   switch (g.A.type) {
-    case GemmType::f32: return rows_n<GemmType::f32>(g, b32, i0, i1);
-    case GemmType::f16: return rows_n<GemmType::f16>(g, b32, i0, i1);
-    case GemmType::bf16: return rows_n<GemmType::bf16>(g, b32, i0, i1);
+    case GemmType::f32: return rows_n<GemmType::f32>(g, b32, ldb, i0, i1);
+    case GemmType::f16: return rows_n<GemmType::f16>(g, b32, ldb, i0, i1);
+    case GemmType::bf16: return rows_n<GemmType::bf16>(g, b32, ldb, i0, i1);
   }
 }
 
 #else  // portable: 8 partial sums per dot product
 
 template <GemmType T>
-void rows_any(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+void rows_any(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t i1) {
   const int64_t K = g.K;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t row = i * g.A.rs;
     for (int64_t j = 0; j < g.N; ++j) {
-      const float* b = b32 + j * K;
+      const float* b = b32 + j * ldb;
       float s[8] = {};
       int64_t k = 0;
       for (; k + 8 <= K; k += 8)
@@ -94,11 +97,11 @@ void rows_any(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
   }
 }
 
-void do_rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
+void do_rows(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t i1) {
   switch (g.A.type) {
-    case GemmType::f32: return rows_any<GemmType::f32>(g, b32, i0, i1);
-    case GemmType::f16: return rows_any<GemmType::f16>(g, b32, i0, i1);
-    case GemmType::bf16: return rows_any<GemmType::bf16>(g, b32, i0, i1);
+    case GemmType::f32: return rows_any<GemmType::f32>(g, b32, ldb, i0, i1);
+    case GemmType::f16: return rows_any<GemmType::f16>(g, b32, ldb, i0, i1);
+    case GemmType::bf16: return rows_any<GemmType::bf16>(g, b32, ldb, i0, i1);
   }
 }
 
@@ -107,13 +110,27 @@ void do_rows(const GemmArgs& g, const float* b32, int64_t i0, int64_t i1) {
 }  // namespace
 
 bool small_n_applicable(const GemmArgs& g) {
-  return g.N >= 1 && g.N <= kSmallN && g.A.cs == 1 && g.M >= 1 && g.K >= 1;
+  const bool dots = g.N <= kSmallN || (g.K >= kDotK && g.M * g.N <= kDotMN);
+  return g.N >= 1 && dots && g.A.cs == 1 && g.M >= 1 && g.K >= 1;
 }
 
 void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32) {
-  for (int64_t j = 0; j < g.N; ++j)
-    for (int64_t k = 0; k < g.K; ++k) b32[j * g.K + k] = load_as_f32(g.B.data, g.B.type, k * g.B.rs + j * g.B.cs);
-  do_rows(g, b32, g.M * ith / nth, g.M * (ith + 1) / nth);
+  // B's columns as f32 rows: read in place when they already are (B^T views).
+  const float* bcols = b32;
+  int64_t ldb = g.K;
+  if (g.B.type == GemmType::f32 && g.B.rs == 1) {
+    bcols = static_cast<const float*>(g.B.data);
+    ldb = g.B.cs;
+  } else {
+    for (int64_t j = 0; j < g.N; ++j)
+      for (int64_t k = 0; k < g.K; ++k) b32[j * g.K + k] = load_as_f32(g.B.data, g.B.type, k * g.B.rs + j * g.B.cs);
+  }
+  for (int64_t j0 = 0; j0 < g.N; j0 += 4) {  // columns in groups of 4 (the register block)
+    GemmArgs cols = g;
+    cols.N = std::min<int64_t>(4, g.N - j0);
+    cols.C = g.C + j0;
+    do_rows(cols, bcols + j0 * ldb, ldb, g.M * ith / nth, g.M * (ith + 1) / nth);
+  }
 }
 
 }  // namespace kiln::cpu::gemm_detail

@@ -1,11 +1,16 @@
-// Convolution and pooling builders: conv2d (composite: IM2COL + matmul), max/avg
-// pooling, and the backward rules of IM2COL, COL2IM and the pooling ops.
+// Convolution and pooling builders: conv2d (CONV2D, + ADD for the bias), max/avg
+// pooling, and the backward rules of the convolution, IM2COL, COL2IM and
+// pooling ops.
 //
 // Semantics decisions (PyTorch unless noted):
 // - conv2d: x f32 [N, C, H, W], weight f32 [O, C, KH, KW], bias f32 [O] optional;
 //   groups = 1 only; zero padding; stride >= 1, padding >= 0, dilation >= 1.
-//   Computed as weight[O, C*KH*KW] @ cols[N, OH*OW, C*KH*KW]^T, which lands
-//   directly in [N, O, OH*OW] (no permute copy), then reshaped to [N, O, OH, OW].
+//   One CONV2D node: the CPU kernel unfolds one image at a time into columns
+//   [C*KH*KW, OH*OW] kept in cache and multiplies weight[O, C*KH*KW] by them, so
+//   the unfolded batch (9x the input) never goes through memory. (IM2COL +
+//   MATMUL express the same thing as a composite; measured 2-3x slower for
+//   kiln-mnist's cnn, docs/benchmarks.md.) CONV2D, CONV2D_BACK_INPUT and
+//   CONV2D_BACK_WEIGHT are bilinear and each one's gradients are the others.
 // - Output size: floor((H + 2P - D*(K-1) - 1) / S) + 1 (ceil_mode=False); an
 //   output size <= 0 is an error.
 // - max_pool2d / avg_pool2d: stride 0 means "same as kernel" (PyTorch default);
@@ -72,10 +77,7 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
   const int64_t prm[8] = {kh, kw, opt.stride[0], opt.stride[1], opt.padding[0], opt.padding[1],
                           opt.dilation[0], opt.dilation[1]};
   for (int i = 0; i < 8; ++i) p.i[i] = prm[i];
-  const int64_t ckk = c * kh * kw;
-  Tensor cols(detail::new_op(Op::IM2COL, f32, {n, oh * ow, ckk}, {x.node()}, p));
-  Tensor y = matmul(weight.reshape({o, ckk}), cols.T());  // [N, O, OH*OW]
-  y = y.reshape({n, o, oh, ow});
+  Tensor y(detail::new_op(Op::CONV2D, f32, {n, o, oh, ow}, {x.node(), weight.node()}, p));
   if (bias.defined()) y = add(y, bias.reshape({1, o, 1, 1}));
   return y;
 }
@@ -117,6 +119,43 @@ Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt) {
 }
 
 namespace detail {
+
+namespace {
+
+Tensor conv_back_input(Tensor dy, Tensor weight, const Shape& x_shape, const OpParams& p) {
+  return Tensor(new_op(Op::CONV2D_BACK_INPUT, f32, x_shape, {dy.node(), weight.node()}, p));
+}
+
+Tensor conv_back_weight(Tensor x, Tensor dy, const Shape& w_shape, const OpParams& p) {
+  return Tensor(new_op(Op::CONV2D_BACK_WEIGHT, f32, w_shape, {x.node(), dy.node()}, p));
+}
+
+Tensor conv(Tensor x, Tensor weight, const Shape& y_shape, const OpParams& p) {
+  return Tensor(new_op(Op::CONV2D, f32, y_shape, {x.node(), weight.node()}, p));
+}
+
+}  // namespace
+
+// y = conv(x, w): <G, y> = <back_input(G, w), x> = <back_weight(x, G), w>.
+void backward_CONV2D(GradCtx& g) {
+  const Tensor x = g.src(0), w = g.src(1), gy = g.grad();
+  if (g.needs(0)) g.add(0, conv_back_input(gy, w, x.shape(), g.params()));
+  if (g.needs(1)) g.add(1, conv_back_weight(x, gy, w.shape(), g.params()));
+}
+
+// dx = back_input(dy, w) is linear in dy (adjoint: conv) and in w.
+void backward_CONV2D_BACK_INPUT(GradCtx& g) {
+  const Tensor dy = g.src(0), w = g.src(1), gx = g.grad();
+  if (g.needs(0)) g.add(0, conv(gx, w, dy.shape(), g.params()));
+  if (g.needs(1)) g.add(1, conv_back_weight(gx, dy, w.shape(), g.params()));
+}
+
+// dw = back_weight(x, dy): in x the adjoint is back_input(dy, .), in dy conv(x, .).
+void backward_CONV2D_BACK_WEIGHT(GradCtx& g) {
+  const Tensor x = g.src(0), dy = g.src(1), gw = g.grad();
+  if (g.needs(0)) g.add(0, conv_back_input(dy, gw, x.shape(), g.params()));
+  if (g.needs(1)) g.add(1, conv(x, gw, dy.shape(), g.params()));
+}
 
 // IM2COL and COL2IM are adjoint linear maps: each one's gradient is the other.
 void backward_IM2COL(GradCtx& g) {

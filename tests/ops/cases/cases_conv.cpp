@@ -1,5 +1,5 @@
-// Cases: conv2d (stride, padding, dilation, bias, rectangular), im2col/col2im
-// directly, max/avg pooling (padding, overlapping windows) and their backward ops.
+// Cases: conv2d (stride, padding, dilation, bias, rectangular, strided operands),
+// its backward ops and im2col/col2im directly, max/avg pooling (padding, overlapping windows) and their backward ops.
 #include <cmath>
 #include <limits>
 
@@ -91,6 +91,7 @@ void add_conv(std::vector<Case>& cs, Sz z) {
       {"conv2d_rect", in("x", {B, C, H, H + 2}), {2, C, 2, 3}, true, {2, 3, 1, 2, 1, 0}},
       {"conv2d_1x1", in("x", {2, 3, 3, 3}), {4, 3, 1, 1}, true, {1, 1, 1, 1, 0, 0}},
       {"conv2d_strided_input", with(in("x", {B, C, H, H}), Layout::narrowed), {2, C, 3, 3}, true, {3, 3, 1, 1, 1, 1}},
+      {"conv2d_batch9", in("x", {9, 2, 5, 4}), {3, 2, 3, 3}, true, {3, 3, 1, 1, 1, 1}},  // > 8 images: dW groups
   };
   const Cv larger{"conv2d_larger", in("x", {2, 3, z(12, 64), z(13, 64)}), {8, 3, 3, 3}, true, {3, 3, 1, 1, 1, 1}};
   for (const Cv& cv : cvs) {
@@ -105,14 +106,14 @@ void add_conv(std::vector<Case>& cs, Sz z) {
       o.dilation[0] = w.dh, o.dilation[1] = w.dw;
       return conv2d(x[0], x[1], bias ? x[2] : Tensor(), o);
     };
-    Case c = make_case(cv.name, {Op::IM2COL}, ins, build, true);
+    Case c = make_case(cv.name, {Op::CONV2D}, ins, build, true);
     c.spec = conv_spec(w, bias);
     cs.push_back(c);
   }
   {  // larger, eval only
     std::vector<Input> ins = {larger.x, in("w", larger.w, gen::uniform(-0.5, 0.5)), in("b", {larger.w[0]})};
     const Win w = larger.win;
-    Case c = make_case(larger.name, {Op::IM2COL}, ins,
+    Case c = make_case(larger.name, {Op::CONV2D}, ins,
                        [w](Context&, X x) {
                          Conv2dOptions o;
                          o.padding[0] = w.ph, o.padding[1] = w.pw;
@@ -122,6 +123,37 @@ void add_conv(std::vector<Case>& cs, Sz z) {
     c.spec = conv_spec(w, true);
     cs.push_back(c);
   }
+  {  // a strided weight view (copied into a matrix by the kernels)
+    const Win w{3, 3, 1, 1, 1, 1};
+    Case c = make_case("conv2d_strided_weight", {Op::CONV2D},
+                       {in("x", {2, C, H, H}), with(in("w", {O, C, 3, 3}, gen::uniform(-0.5, 0.5)), Layout::transposed)},
+                       [w](Context&, X x) {
+                         Conv2dOptions o;
+                         o.padding[0] = o.padding[1] = 1;
+                         return conv2d(x[0], x[1], Tensor(), o);
+                       },
+                       true);
+    c.spec = conv_spec(w, false);
+    cs.push_back(c);
+  }
+  // The fused backward ops directly (their gradients are the double-backward
+  // rules); plain and strided (transposed-layout) operands.
+  const Win wd{3, 3, 2, 1, 1, 0, 1, 2};
+  const Shape xs{2, C, H + 2, H + 3}, ws{O, C, 3, 3};
+  const Shape ys{2, O, osz(H + 2, 3, 2, 1, 1), osz(H + 3, 3, 1, 0, 2)};
+  auto back_input = [wd, xs](Context&, X x) {
+    return make_op(Op::CONV2D_BACK_INPUT, DType::f32, xs, {x[0], x[1]}, conv_params(wd));
+  };
+  auto back_weight = [wd, ws](Context&, X x) {
+    return make_op(Op::CONV2D_BACK_WEIGHT, DType::f32, ws, {x[0], x[1]}, conv_params(wd));
+  };
+  const Gen wg = gen::uniform(-0.5, 0.5);
+  cs.push_back(make_case("conv2d_back_input", {Op::CONV2D_BACK_INPUT}, {in("dy", ys), in("w", ws, wg)}, back_input, true));
+  cs.push_back(make_case("conv2d_back_input_strided", {Op::CONV2D_BACK_INPUT},
+                         {with(in("dy", ys), Layout::transposed), with(in("w", ws, wg), Layout::transposed)}, back_input, true));
+  cs.push_back(make_case("conv2d_back_weight", {Op::CONV2D_BACK_WEIGHT}, {in("x", xs), in("dy", ys)}, back_weight, true));
+  cs.push_back(make_case("conv2d_back_weight_strided", {Op::CONV2D_BACK_WEIGHT},
+                         {with(in("x", xs), Layout::transposed), with(in("dy", ys), Layout::transposed)}, back_weight, true));
   // IM2COL / COL2IM directly (each is the other's gradient).
   const Win w1{2, 3, 1, 2, 1, 1}, w2{2, 2, 1, 1, 0, 0, 2, 2};
   auto im2col = [](Win w, Shape out) {
@@ -132,15 +164,15 @@ void add_conv(std::vector<Case>& cs, Sz z) {
   };
   const int64_t h1 = z(4, 64), w1x = z(5, 64);
   const int64_t oh1 = osz(h1, 2, 1, 1, 1), ow1 = osz(w1x, 3, 2, 1, 1);
-  const Shape cols1{B, oh1 * ow1, C * 6};
+  const Shape cols1{B, C * 6, oh1 * ow1};
   cs.push_back(make_case("im2col_stride_pad", {Op::IM2COL}, {in("x", {B, C, h1, w1x})},
                          im2col(w1, cols1), true));
   const int64_t h2 = z(5, 64), oh2 = osz(h2, 2, 1, 0, 2);
   cs.push_back(make_case("im2col_dilated_strided", {Op::IM2COL},
                          {with(in("x", {2, 1, h2, h2}), Layout::transposed)},
-                         im2col(w2, {2, oh2 * oh2, 4}), true));
+                         im2col(w2, {2, 4, oh2 * oh2}), true));
   cs.push_back(make_case("col2im_stride_pad", {Op::COL2IM}, {in("cols", cols1)}, col2im(w1, {B, C, h1, w1x}), true));
-  cs.push_back(make_case("col2im_dilated", {Op::COL2IM}, {in("cols", {2, oh2 * oh2, 4})},
+  cs.push_back(make_case("col2im_dilated", {Op::COL2IM}, {in("cols", {2, 4, oh2 * oh2})},
                          col2im(w2, {2, 1, h2, h2}), true));
 }
 

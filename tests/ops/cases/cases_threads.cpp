@@ -137,7 +137,7 @@ void add_nn_mt(std::vector<Case>& cs, Sz z) {
 
 void add_conv_mt(std::vector<Case>& cs, Sz z) {
   const int64_t B = z(4, 16), C = z(8, 32), H = z(24, 64);
-  cs.push_back(mt("conv2d_mt", {Op::IM2COL},
+  cs.push_back(mt("conv2d_mt", {Op::CONV2D},
                   {in("x", {B, C, H, H}), in("w", {16, C, 3, 3}, gen::uniform(-0.3, 0.3)), in("b", {16})},
                   [](Context&, X x) {
                     Conv2dOptions o;

@@ -2,10 +2,12 @@
 // dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides.
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
-// rs = 1, so x.T() needs no copy). Large batches are computed by all threads
-// together (gemm splits M/N tiles); many small ones are dealt out whole to
-// threads, each running gemm alone on a private ThreadCtx. gemm gives the same
-// bits for any thread count, so the choice never changes the result.
+// rs = 1, so x.T() needs no copy). Small products, and batches that split evenly
+// or are many, are dealt out whole to threads, each running gemm alone on a
+// private ThreadCtx: no barrier per product (conv2d runs one small product per
+// image). A few large products are computed by all threads together (gemm
+// splits M/N tiles). gemm gives the same bits for any thread count, so the
+// choice never changes the result.
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -79,7 +81,8 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   };
 
   const int64_t work = M * N * std::max<int64_t>(K, 1);
-  if (work < kSmallGemm) {
+  const bool many = nbatch >= t.nth && (nbatch % t.nth == 0 || nbatch >= 8 * int64_t(t.nth));
+  if (work < kSmallGemm || many) {
     // Small products: whole batches per thread, each on a private context.
     thread_local ThreadCtx solo;
     const int k = useful_threads(nbatch, t.nth, work);

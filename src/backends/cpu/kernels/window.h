@@ -33,14 +33,6 @@ struct Window {
       dw = p.i[7];
     }
   }
-  // Kernel columns [*k0, *k1) whose input column lies inside [0, w) for output
-  // column ow (the rest read padding).
-  void valid_kw(int64_t ow, int64_t w, int64_t* k0, int64_t* k1) const {
-    const int64_t base = ow * sw - pw;  // iw = base + kw*dw
-    *k0 = base >= 0 ? 0 : (-base + dw - 1) / dw;
-    *k1 = base >= w ? 0 : std::min(kw, (w - base + dw - 1) / dw);
-    if (*k1 < *k0) *k1 = *k0;
-  }
   int64_t out_h(int64_t h) const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
@@ -54,5 +46,15 @@ struct Planes {
         sn(t->stride[0]), sc(t->stride[1]), sh(t->stride[2]), sw(t->stride[3]) {}
   const char* plane(int64_t n, int64_t c) const { return data + n * sn + c * sc; }
 };
+
+// Columns of one image (conv.cpp). Row (c, kh, kw) of the [C*KH*KW, OH*OW]
+// columns from plane c (byte strides sh_b, sw_b): d[oh*OW + ow] = x(ih, iw), 0 in
+// the padding.
+void im2col_row(const char* plane, int64_t sh_b, int64_t sw_b, int64_t h, int64_t w,
+                const Window& win, int64_t kh, int64_t kw, int64_t oh_n, int64_t ow_n, float* d);
+// The adjoint for one plane: d [h, w] (contiguous) = the sum of the KH*KW column
+// rows of plane c, row (kh, kw) at rows + (kh*KW + kw)*s1 bytes, elements s2 apart.
+void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w,
+                  const Window& win, int64_t oh_n, int64_t ow_n, float* d);
 
 }  // namespace kiln::cpu::window

@@ -1,0 +1,205 @@
+// Fused convolution kernels: CONV2D, CONV2D_BACK_INPUT, CONV2D_BACK_WEIGHT.
+//
+// Each image is unfolded into columns [C*KH*KW, OH*OW] (window.h's im2col_row)
+// in a per-thread buffer that stays in L2, and multiplied right away:
+//   CONV2D              y[n]  = W [O, CKK] @ cols(x[n])
+//   CONV2D_BACK_INPUT   dx[n] = col2im(W^T @ dy[n])
+//   CONV2D_BACK_WEIGHT  dW    = sum_n dy[n] @ cols(x[n])^T (8 images per product)
+// so the unfolded batch (KH*KW times the input) never goes through memory.
+// Images are dealt out whole to threads, each running gemm alone (no barrier
+// per image); with fewer images than threads the extra threads idle. dW sums
+// images in fixed groups (the grouping depends only on N), group partials are
+// added in group order: results are the same bits for any thread count.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/window.h"
+
+namespace kiln::cpu {
+
+using namespace window;
+
+namespace {
+
+// The sizes of one convolution, from x [N,C,H,W] and weight [O,C,KH,KW].
+struct Conv {
+  Window win;
+  int64_t n, c, h, w, o, oh, ow, p, ckk;
+  Conv(const OpParams& prm, const Shape& x, const Shape& wt)
+      : win(prm, true), n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(wt[0]) {
+    oh = win.out_h(h);
+    ow = win.out_w(w);
+    p = oh * ow;
+    ckk = c * win.kh * win.kw;
+  }
+};
+
+// Dims (rd, rd+1, ...) of t at byte offset `base` as a matrix: rows along dim rd,
+// columns the later dims merged row-major. When those do not merge (a strided
+// view), the matrix is copied into buf and that copy is returned.
+struct Mat {
+  const float* p;
+  int64_t rs;  // row stride in floats; columns are contiguous
+};
+
+Mat as_matrix(const TensorNode* t, const char* base, int rd, float* buf) {
+  const int nd = t->shape.ndim();
+  int64_t expect = sizeof(float), cols = 1;
+  bool merged = true;
+  for (int d = nd - 1; d > rd; --d) {
+    if (t->shape[d] != 1 && t->stride[d] != expect) merged = false;
+    expect *= t->shape[d];
+    cols *= t->shape[d];
+  }
+  if (merged) return {reinterpret_cast<const float*>(base), t->stride[rd] / int64_t(sizeof(float))};
+  for (int64_t i = 0; i < t->shape[rd]; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      int64_t rem = j, off = i * t->stride[rd];
+      for (int d = nd - 1; d > rd; --d) {
+        off += (rem % t->shape[d]) * t->stride[d];
+        rem /= t->shape[d];
+      }
+      buf[i * cols + j] = ld(base + off);
+    }
+  }
+  return {buf, cols};
+}
+
+// Images [begin, end) of this thread: whole images, as many threads as have work.
+Range my_images(const ThreadCtx& t, const Conv& cv) {
+  const int k = useful_threads(cv.n, t.nth, cv.o * cv.p * cv.ckk);
+  if (t.ith >= k) return {0, 0};
+  return split_range(cv.n, t.ith, k);
+}
+
+// Image n's columns [ckk, p] into cols, rows ld floats apart.
+void unfold(const Planes& x, const Conv& cv, int64_t n, float* cols, int64_t ld) {
+  const int64_t kk = cv.win.kh * cv.win.kw;
+  for (int64_t r = 0; r < cv.ckk; ++r)
+    im2col_row(x.plane(n, r / kk), x.sh, x.sw, cv.h, cv.w, cv.win, (r % kk) / cv.win.kw,
+               r % cv.win.kw, cv.oh, cv.ow, cols + r * ld);
+}
+
+GemmOperand f32_operand(const float* p, int64_t rs, int64_t cs) {
+  return {p, GemmType::f32, rs, cs};
+}
+
+// gemm on this thread alone (its own packing buffers, no barriers).
+void gemm_solo(const GemmArgs& g) {
+  thread_local ThreadCtx solo;
+  gemm(g, solo);
+}
+
+}  // namespace
+
+void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *x = dst->src[0], *wt = dst->src[1];
+  const Conv cv(dst->p, x->shape, wt->shape);
+  const Range r = my_images(t, cv);
+  if (r.begin >= r.end) return;
+  float* buf = static_cast<float*>(t.scratch(size_t(cv.ckk * cv.p + cv.o * cv.ckk) * sizeof(float)));
+  float* cols = buf;
+  const Mat wm = as_matrix(wt, static_cast<const char*>(wt->data), 0, buf + cv.ckk * cv.p);
+  const Planes xp(x);
+  for (int64_t n = r.begin; n < r.end; ++n) {
+    unfold(xp, cv, n, cols, cv.p);
+    GemmArgs g{};
+    g.M = cv.o, g.N = cv.p, g.K = cv.ckk;
+    g.A = f32_operand(wm.p, wm.rs, 1);
+    g.B = f32_operand(cols, cv.p, 1);
+    g.C = static_cast<float*>(dst->data) + n * cv.o * cv.p;
+    g.ldc = cv.p;
+    gemm_solo(g);
+  }
+}
+
+void kernel_CONV2D_BACK_INPUT(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *dy = dst->src[0], *wt = dst->src[1];
+  const Conv cv(dst->p, dst->shape, wt->shape);
+  const Range r = my_images(t, cv);
+  if (r.begin >= r.end) return;
+  const int64_t kk = cv.win.kh * cv.win.kw;
+  float* buf = static_cast<float*>(
+      t.scratch(size_t(cv.ckk * cv.p + cv.o * cv.ckk + cv.o * cv.p) * sizeof(float)));
+  float* cols = buf;
+  float* dy_buf = buf + cv.ckk * cv.p + cv.o * cv.ckk;
+  const Mat wm = as_matrix(wt, static_cast<const char*>(wt->data), 0, buf + cv.ckk * cv.p);
+  for (int64_t n = r.begin; n < r.end; ++n) {
+    const Mat dm = as_matrix(dy, static_cast<const char*>(dy->data) + n * dy->stride[0], 1, dy_buf);
+    GemmArgs g{};  // cols [ckk, p] = W^T [ckk, O] @ dy[n] [O, p]
+    g.M = cv.ckk, g.N = cv.p, g.K = cv.o;
+    g.A = f32_operand(wm.p, 1, wm.rs);
+    g.B = f32_operand(dm.p, dm.rs, 1);
+    g.C = cols;
+    g.ldc = cv.p;
+    gemm_solo(g);
+    float* dx = static_cast<float*>(dst->data) + n * cv.c * cv.h * cv.w;
+    for (int64_t c = 0; c < cv.c; ++c)
+      col2im_plane(reinterpret_cast<const char*>(cols + c * kk * cv.p),
+                   cv.p * int64_t(sizeof(float)), sizeof(float), cv.h, cv.w, cv.win, cv.oh, cv.ow,
+                   dx + c * cv.h * cv.w);
+  }
+}
+
+void kernel_CONV2D_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *x = dst->src[0], *dy = dst->src[1];
+  const Conv cv(dst->p, x->shape, dst->shape);
+  // Images are summed in kGroups fixed groups; group 0 sums into dst, the others
+  // into shared partials that are then added to dst in group order. Within a
+  // group, kBatch images at a time form one product with K = kBatch*p (their
+  // columns and dy side by side): C is small and K long, so gemm takes
+  // dot products, and their final reductions are paid once per kBatch images.
+  constexpr int64_t kGroups = 8, kBatch = 8;
+  const int64_t groups = std::min(cv.n, kGroups), wsize = cv.o * cv.ckk;
+  float* dw = static_cast<float*>(dst->data);
+  float* partials =
+      groups > 1 ? static_cast<float*>(t.shared_scratch(size_t((groups - 1) * wsize) * sizeof(float)))
+                 : nullptr;
+  const int k = useful_threads(groups, t.nth, (cv.n / groups) * cv.o * cv.p * cv.ckk);
+  if (t.ith < k) {
+    const Range gr = split_range(groups, t.ith, k);
+    const int64_t kmax = kBatch * cv.p;  // row length of the side-by-side buffers
+    float* buf = static_cast<float*>(
+        t.scratch(size_t(cv.ckk * kmax + cv.o * kmax + cv.o * cv.p) * sizeof(float)));
+    float* cols = buf;                      // [ckk, kmax]
+    float* dys = buf + cv.ckk * kmax;       // [o, kmax]
+    float* dy_buf = dys + cv.o * kmax;      // one strided dy image, gathered
+    const Planes xp(x);
+    for (int64_t gi = gr.begin; gi < gr.end; ++gi) {
+      float* out = gi == 0 ? dw : partials + (gi - 1) * wsize;
+      const int64_t n0 = cv.n * gi / groups, n1 = cv.n * (gi + 1) / groups;
+      for (int64_t b0 = n0; b0 < n1; b0 += kBatch) {
+        const int64_t nb = std::min(kBatch, n1 - b0), kb = nb * cv.p;
+        for (int64_t i = 0; i < nb; ++i) {
+          const int64_t n = b0 + i;
+          unfold(xp, cv, n, cols + i * cv.p, kb);
+          const Mat dm =
+              as_matrix(dy, static_cast<const char*>(dy->data) + n * dy->stride[0], 1, dy_buf);
+          for (int64_t o = 0; o < cv.o; ++o)
+            std::memcpy(dys + o * kb + i * cv.p, dm.p + o * dm.rs, size_t(cv.p) * sizeof(float));
+        }
+        GemmArgs g{};  // dW [O, ckk] (+)= dys [O, kb] @ cols^T [kb, ckk]
+        g.M = cv.o, g.N = cv.ckk, g.K = kb;
+        g.A = f32_operand(dys, kb, 1);
+        g.B = f32_operand(cols, 1, kb);
+        g.C = out;
+        g.ldc = cv.ckk;
+        g.accumulate = b0 > n0;
+        gemm_solo(g);
+      }
+    }
+  }
+  if (groups <= 1) return;
+  t.barrier();  // every group's sum is written
+  const Range er = thread_range(t, wsize, groups);
+  for (int64_t i = er.begin; i < er.end; ++i) {
+    float s = dw[i];
+    for (int64_t gi = 1; gi < groups; ++gi) s += partials[(gi - 1) * wsize + i];
+    dw[i] = s;
+  }
+}
+
+}  // namespace kiln::cpu
