@@ -111,9 +111,45 @@ void im2col_row(const char* plane, int64_t sh_b, int64_t sw_b, int64_t h, int64_
   }
 }
 
+#if defined(__AVX512F__)
+
+namespace {
+
+// col2im_plane for stride 1 and unit element steps: each plane row ih gathers
+// its KH*KW contributions in registers (masked loads of the column rows that
+// reach it) and is stored once, instead of KH*KW read-add-write passes.
+void col2im_plane_gather(const char* rows, int64_t s1, int64_t h, int64_t w, const Window& win,
+                         int64_t oh_n, int64_t ow_n, float* d) {
+  for (int64_t ih = 0; ih < h; ++ih) {
+    for (int64_t j = 0; j < w; j += 16) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t kh = 0; kh < win.kh; ++kh) {
+        const int64_t oh = ih + win.ph - kh * win.dh;  // ih = oh - ph + kh*dh
+        if (oh < 0 || oh >= oh_n) continue;
+        for (int64_t kw = 0; kw < win.kw; ++kw) {
+          const int64_t off = kw * win.dw - win.pw;  // iw = ow + off
+          // Lanes iw = j + l with ow = iw - off in [0, ow_n) and iw < w.
+          const __mmask16 m = run_mask(j, std::max<int64_t>(off, 0), std::min(w, ow_n + off));
+          const float* src =
+              reinterpret_cast<const float*>(rows + (kh * win.kw + kw) * s1) + oh * ow_n - off;
+          acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, src + j));
+        }
+      }
+      _mm512_mask_storeu_ps(d + ih * w + j, run_mask(j, 0, w), acc);
+    }
+  }
+}
+
+}  // namespace
+
+#endif
+
 void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w,
                   const Window& win, int64_t oh_n, int64_t ow_n, float* d) {
   const bool unit = win.sw == 1 && s2 == int64_t(sizeof(float));
+#if defined(__AVX512F__)
+  if (unit && win.sh == 1) return col2im_plane_gather(rows, s1, h, w, win, oh_n, ow_n, d);
+#endif
   std::fill(d, d + h * w, 0.0f);
   for (int64_t kh = 0; kh < win.kh; ++kh) {
     for (int64_t kw = 0; kw < win.kw; ++kw) {
