@@ -9,8 +9,9 @@
 //                       dispatch and barriers, hyper-parameter upload, gradient
 //                       reset, loss read-back), next to
 //   graph_compute/tiny  the same model's graph run by Backend::compute alone
-//   profile/{fc,cnn}    the graph run node by node: counters give the time
-//                       per op (ms per physical batch, forward/backward/optimizer)
+//   profile/{fc,cnn}    forward and backward run node by node: counters give the
+//                       time per op (ms per physical batch; KILN_PROFILE_SHAPES=1
+//                       splits them by output shape)
 //
 //   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
 // Threads: KILN_BENCH_THREADS (default 2, the setting).
@@ -154,12 +155,17 @@ void profile(benchmark::State& st, bool cnn) {
   const size_t nf = m.opt->n_forward_nodes(), nb = m.opt->n_backward_nodes();
   std::map<std::string, double> ms;
   using Clock = std::chrono::steady_clock;
+  const bool per_shape = std::getenv("KILN_PROFILE_SHAPES") != nullptr;  // one counter per op and shape
   for (auto _ : st) {
-    for (size_t i = 0; i < nodes.size(); ++i) {
+    // Forward and backward only: the optimizer nodes would run without the
+    // per-step values the training loop writes, and turn the weights to NaN.
+    for (size_t i = 0; i < nb; ++i) {
       const auto t0 = Clock::now();
       m.opt->backend().compute(std::span<TensorNode* const>(&nodes[i], 1));
       const double dt = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      ms[std::string(i < nf ? "f." : i < nb ? "b." : "o.") + op_name(nodes[i]->op) + (getenv("SHAPES") ? nodes[i]->shape.str() + (nodes[i]->src[1] && nodes[i]->src[1]->stride[nodes[i]->src[1]->shape.ndim()-1] != 4 ? "T" : "") : "")] += dt;
+      std::string key = std::string(i < nf ? "f." : "b.") + op_name(nodes[i]->op);
+      if (per_shape) key += nodes[i]->shape.str();
+      ms[key] += dt;
     }
   }
   m.opt->reset_grads();

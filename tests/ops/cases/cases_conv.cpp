@@ -193,6 +193,11 @@ void add_pools(std::vector<Case>& cs, Sz z) {
       {"strided_input", with(in("x", {B, C, H, H + 2}, g), Layout::transposed), {2, 2, 2, 2, 0, 0}, false},
       {"negative_padded", in("x", {B, C, H, H}, gen::distinct(-9, -1)), {3, 3, 1, 1, 1, 1}, false},
       {"larger", in("x", {1, 2, z(11, 64), z(13, 64)}, g), {3, 3, 2, 2, 1, 1}, false},
+      // 2x2 stride 2 has its own vector path: odd H and W leave the last row and
+      // column outside every window; 17 windows a row end in a partial vector.
+      {"k2_s2_odd", in("x", {B, C, H + 1, H + 3}, g), {2, 2, 2, 2, 0, 0}, false},
+      {"k2_s2_wide", in("x", {1, 2, 4, 35}, g), {2, 2, 2, 2, 0, 0}, false},
+      {"k2_s2_narrowed", with(in("x", {B, C, H + 1, 35}, g), Layout::narrowed), {2, 2, 2, 2, 0, 0}, false},
   };
   for (int is_max = 1; is_max >= 0; --is_max) {
     for (const Pl& pl : pls) {
@@ -212,9 +217,17 @@ void add_pools(std::vector<Case>& cs, Sz z) {
       c.spec = pool_spec(w, is_max);
       cs.push_back(c);
     }
+    // Big enough to split over 2 and 3 threads (their results must be bit-identical).
+    const Win k2{2, 2, 2, 2, 0, 0};
+    Case big = make_case(std::string(is_max ? "max_pool2d_" : "avg_pool2d_") + "k2_s2_threads",
+                         {is_max ? Op::MAX_POOL2D : Op::AVG_POOL2D}, {in("x", {8, 8, 28, 29}, g)},
+                         [is_max](Context&, X x) { return is_max ? max_pool2d(x[0]) : avg_pool2d(x[0]); }, true);
+    big.fd = false;
+    big.spec = pool_spec(k2, is_max);
+    cs.push_back(big);
   }
-  // The backward ops directly. Ties in x: the first maximum (row-major) of each
-  // window gets the window's gradient.
+  // The backward ops directly. Ties in x (-0 and +0 too): the first maximum
+  // (row-major) of each window gets the window's gradient.
   auto pool_params = [](Win w) {
     OpParams p = conv_params(w);
     p.i[6] = p.i[7] = 0;
@@ -228,13 +241,14 @@ void add_pools(std::vector<Case>& cs, Sz z) {
   const Bk bks[] = {
       {"k2_s2", {B, C, H, H}, {2, 2, 2, 2, 0, 0}},
       {"k3_s1_p1_overlap", {B, C, H, H + 1}, {3, 3, 1, 1, 1, 1}},
+      {"k2_s2_odd_wide", {B, C, H + 1, 35}, {2, 2, 2, 2, 0, 0}},
   };
   for (const Bk& bk : bks) {
     const Win w = bk.w;
     const Shape go{bk.x[0], bk.x[1], osz(bk.x[2], w.kh, w.sh, w.ph, 1), osz(bk.x[3], w.kw, w.sw, w.pw, 1)};
     const Shape xs = bk.x;
     Case mb = make_case(std::string("max_pool2d_back_ties_") + bk.name, {Op::MAX_POOL2D_BACK},
-                        {constant(in("x", xs, gen::choice({0, 1, 1, 2}))), in("grad", go)},
+                        {constant(in("x", xs, gen::choice({-0.0, 0, 1, 1, 2}))), in("grad", go)},
                         [w, xs, pool_params](Context&, X x) {
                           return make_op(Op::MAX_POOL2D_BACK, DType::f32, xs, {x[0], x[1]}, pool_params(w));
                         },
