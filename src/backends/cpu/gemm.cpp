@@ -231,4 +231,9 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
   t.barrier();  // all of C is written; the shared B panel is free again
 }
 
+void gemm_alone(const GemmArgs& args) {
+  thread_local ThreadCtx alone;
+  gemm(args, alone);
+}
+
 }  // namespace kiln::cpu

@@ -37,4 +37,8 @@ struct GemmArgs {
 // overlap A or B. Small products (< 2^18 multiply-adds) run on thread 0 alone.
 void gemm(const GemmArgs& args, ThreadCtx& t);
 
+// gemm computed by the calling thread alone, on a thread-local context (its own
+// packing buffers, no barriers): for kernels that deal whole products to threads.
+void gemm_alone(const GemmArgs& args);
+
 }  // namespace kiln::cpu

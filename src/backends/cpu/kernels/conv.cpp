@@ -12,9 +12,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/window.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "backends/cpu/kernels/simd.h"
 
 namespace kiln::cpu {
 
@@ -37,7 +35,7 @@ namespace window {
 
 // Lanes l of a 16-wide chunk starting at output column j with j + l in [lo, hi).
 inline __mmask16 run_mask(int64_t j, int64_t lo, int64_t hi) {
-  auto below = [](int64_t n) -> uint32_t { return n <= 0 ? 0u : n >= 16 ? 0xffffu : (1u << n) - 1u; };
+  auto below = [](int64_t n) { return vm::tail_mask(int(std::clamp<int64_t>(n, 0, 16))); };
   return __mmask16(below(hi - j) & ~below(lo - j));
 }
 

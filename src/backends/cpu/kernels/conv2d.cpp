@@ -87,12 +87,6 @@ GemmOperand f32_operand(const float* p, int64_t rs, int64_t cs) {
   return {p, GemmType::f32, rs, cs};
 }
 
-// gemm on this thread alone (its own packing buffers, no barriers).
-void gemm_solo(const GemmArgs& g) {
-  thread_local ThreadCtx solo;
-  gemm(g, solo);
-}
-
 }  // namespace
 
 void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
@@ -112,7 +106,7 @@ void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
     g.B = f32_operand(cols, cv.p, 1);
     g.C = static_cast<float*>(dst->data) + n * cv.o * cv.p;
     g.ldc = cv.p;
-    gemm_solo(g);
+    gemm_alone(g);
   }
 }
 
@@ -135,7 +129,7 @@ void kernel_CONV2D_BACK_INPUT(TensorNode* dst, ThreadCtx& t) {
     g.B = f32_operand(dm.p, dm.rs, 1);
     g.C = cols;
     g.ldc = cv.p;
-    gemm_solo(g);
+    gemm_alone(g);
     float* dx = static_cast<float*>(dst->data) + n * cv.c * cv.h * cv.w;
     for (int64_t c = 0; c < cv.c; ++c)
       col2im_plane(reinterpret_cast<const char*>(cols + c * kk * cv.p),
@@ -188,7 +182,7 @@ void kernel_CONV2D_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
         g.C = out;
         g.ldc = cv.ckk;
         g.accumulate = b0 > n0;
-        gemm_solo(g);
+        gemm_alone(g);
       }
     }
   }

@@ -64,12 +64,12 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   auto L = make_layout<3>(bs, {sd, batch_strides(a, dst, nbd), batch_strides(b, dst, nbd)});
   const int64_t nbatch = bs.numel();
 
-  auto one = [&](const Ptrs<3>& p, ThreadCtx& ctx) {
+  auto at = [&](const Ptrs<3>& p) {
     GemmArgs gi = g;
     gi.C = (float*)p[0];
     gi.A.data = p[1];
     gi.B.data = p[2];
-    gemm(gi, ctx);
+    return gi;
   };
   // Calls fn(ptrs) for batches [b0, b1).
   auto batches = [&](int64_t b0, int64_t b1, auto&& fn) {
@@ -84,14 +84,13 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   const bool many = nbatch >= t.nth && (nbatch % t.nth == 0 || nbatch >= 8 * int64_t(t.nth));
   if (work < kSmallGemm || many) {
     // Small products: whole batches per thread, each on a private context.
-    thread_local ThreadCtx solo;
     const int k = useful_threads(nbatch, t.nth, work);
     if (t.ith >= k) return;
     Range r = split_range(nbatch, t.ith, k);
-    batches(r.begin, r.end, [&](const Ptrs<3>& p) { one(p, solo); });
+    batches(r.begin, r.end, [&](const Ptrs<3>& p) { gemm_alone(at(p)); });
     return;
   }
-  batches(0, nbatch, [&](const Ptrs<3>& p) { one(p, t); });
+  batches(0, nbatch, [&](const Ptrs<3>& p) { gemm(at(p), t); });
 }
 
 }  // namespace kiln::cpu
