@@ -126,9 +126,5 @@ Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt = {});
 // a training loop can vary the mask per step without rebuilding the graph.
 Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor = {});
 
-// ---- low-level: for backends, tests and the next op ----
-// Creates a node of `op` with given srcs, dtype, shape and params (no checks).
-Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
-               const OpParams& p = {});
 
 }  // namespace kiln

@@ -49,10 +49,13 @@ class Shape {
   std::array<int64_t, kMaxDims> d_{};
 };
 
-struct OpParams {
-  int64_t i[8] = {};
-  float f[4] = {};
+namespace detail {
+// Raw parameter bytes of a node: written and read only as the op's struct from
+// kiln/op_params.h (op_params<Op::X>(node)), never by position.
+struct OpParamBytes {
+  alignas(8) unsigned char bytes[80] = {};
 };
+}  // namespace detail
 
 enum TensorFlag : uint32_t {
   kFlagInput = 1u << 0,
@@ -66,14 +69,19 @@ enum TensorFlag : uint32_t {
 class Context;
 class Buffer;
 
-// Metadata of one tensor. Data-free until an allocator sets `data`.
+namespace detail {
+
+// Metadata of one tensor. Data-free until an allocator sets `data`. Internal: op
+// builders, allocators, the scheduler and backend kernels read and write these
+// fields; programs use the Tensor handle. (kiln::TensorNode names it for backend
+// code, which takes nodes in its interface.)
 struct TensorNode {
   int64_t id = 0;  // creation index inside its context
   DType dtype = DType::f32;
   Shape shape;
   std::array<int64_t, kMaxDims> stride{};  // byte strides per dim
   Op op = Op::NONE;
-  OpParams p;
+  OpParamBytes params;  // see kiln/op_params.h
   std::array<TensorNode*, kMaxSrc> src{};
   int n_src = 0;
   TensorNode* view_src = nullptr;  // set for VIEW ops: memory owner (never itself a view)
@@ -94,6 +102,9 @@ struct TensorNode {
   int64_t offset_of(const int64_t* idx) const;
 };
 
+}  // namespace detail
+using detail::TensorNode;
+
 // A cheap, copyable handle to a TensorNode. Operators and free functions in
 // kiln/ops.h build new nodes; nothing is computed until a backend runs a Graph.
 class Tensor {
@@ -113,7 +124,6 @@ class Tensor {
   Op op() const { return n_->op; }
   const std::string& name() const { return n_->name; }
   Tensor& set_name(std::string name);
-  Tensor& set_flags(uint32_t f);
   bool has_flag(TensorFlag f) const { return (n_->flags & f) != 0; }
   Context& ctx() const { return *n_->ctx; }
 
@@ -145,5 +155,11 @@ class Tensor {
  private:
   TensorNode* n_ = nullptr;
 };
+
+namespace detail {
+// Adds flags to t's node (graph building and tests; programs mark tensors through
+// Context::input/param and Graph).
+void set_flags(Tensor t, uint32_t f);
+}  // namespace detail
 
 }  // namespace kiln

@@ -7,11 +7,16 @@
 #include <unordered_set>
 
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 
 namespace kiln {
+
+void detail::GradCtx::add(int i, Tensor g) {
+  if (!needs_[i]) return;
+  added_[i] = added_[i].defined() ? kiln::add(added_[i], g) : g;
+}
 
 namespace {
 const char* label(const TensorNode* n) { return n->name.empty() ? op_name(n->op) : n->name.c_str(); }

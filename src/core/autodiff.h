@@ -2,6 +2,7 @@
 // `void backward_<ENUM>(GradCtx&)` defined next to its builder in src/core/ops/.
 // Rules are written with kiln's own ops, so the backward pass is an ordinary graph.
 #pragma once
+#include "kiln/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::detail {
@@ -12,14 +13,18 @@ class GradCtx {
       : node_(node), grad_(grad), needs_(needs) {}
   Tensor out() const { return Tensor(node_); }     // the forward node
   Tensor src(int i) const { return Tensor(node_->src[i]); }
-  const OpParams& params() const { return node_->p; }
+  // The forward node's parameters (kiln/op_params.h): g.params<Op::SCALE>().mul.
+  template <Op op>
+  op_params_t<op> params() const {
+    return op_params<op>(*node_);
+  }
   Tensor grad() const { return grad_; }            // dLoss/dOut, shape of out()
   bool needs(int i) const { return needs_[i]; }    // does src i want a gradient?
   // Contributes dLoss/dSrc_i. g must have src i's shape (use sum_to after
-  // broadcasting); contributions from several consumers are summed by the caller.
-  void add(int i, Tensor g) {
-    if (needs_[i]) added_[i] = g;
-  }
+  // broadcasting). A rule may contribute to the same source more than once (an op
+  // that reads one tensor twice); the contributions are summed, as are those of
+  // several consumers (by the caller).
+  void add(int i, Tensor g);
   Tensor added(int i) const { return added_[i]; }
 
  private:

@@ -1,6 +1,6 @@
 #include "kiln/context.h"
 
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 
 namespace kiln {
 

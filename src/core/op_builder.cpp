@@ -1,4 +1,4 @@
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 
 namespace kiln::detail {
 
@@ -13,7 +13,7 @@ std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_siz
 }
 
 TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
-                   const OpParams& p) {
+                   const OpParamBytes& p) {
   Context* ctx = nullptr;
   for (TensorNode* x : srcs)
     if (x) {
@@ -22,7 +22,7 @@ TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorN
     }
   KILN_ASSERT(ctx != nullptr);
   TensorNode* n = ctx->new_node(t, s, op);
-  n->p = p;
+  n->params = p;
   int i = 0;
   for (TensorNode* x : srcs) {
     KILN_ASSERT(i < kMaxSrc);
@@ -82,8 +82,8 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
 
 namespace kiln {
 
-Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
-               const OpParams& p) {
+Tensor detail::make_op_bytes(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
+                             const OpParamBytes& p) {
   if (srcs.size() > size_t(kMaxSrc)) fail(op_name(op), "at most ", kMaxSrc, " sources");
   if (srcs.size() == 0) fail(op_name(op), "make_op needs at least one source (for its context)");
   TensorNode* ns[kMaxSrc] = {};

@@ -34,10 +34,7 @@ Tensor& Tensor::set_name(std::string name) {
   return *this;
 }
 
-Tensor& Tensor::set_flags(uint32_t f) {
-  n_->flags |= f;
-  return *this;
-}
+void detail::set_flags(Tensor t, uint32_t f) { t.node()->flags |= f; }
 
 namespace {
 

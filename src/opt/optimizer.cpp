@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/opt.h"
 
 namespace kiln {

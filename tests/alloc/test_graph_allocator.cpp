@@ -61,7 +61,7 @@ TEST(GraphAllocator, NeverInPlaceOverKeptTensors) {
   Context ctx;
   Tensor x = ctx.input(f32, {8}, "x"), p = ctx.param(f32, {8}, "p"), c = ctx.tensor(f32, {8}, "c");
   Tensor h = scale(c, 3.0f);
-  h.set_flags(kFlagOutput);  // an output read by a later node
+  detail::set_flags(h, kFlagOutput);  // an output read by a later node
   Tensor y = relu(x) + relu(p) + relu(h);
   Graph g = Graph::forward(y);
   g.expand(h);

@@ -8,6 +8,7 @@
 
 #include "core/error_check.h"
 #include "kiln/kiln.h"
+#include "kiln/op_params.h"
 
 namespace {
 
@@ -293,7 +294,7 @@ TEST(ErrorsCore, InPlaceOpOnGradientPath) {
   kiln::Context ctx;
   Tensor x = ctx.input(f32, {3}), w = ctx.param(f32, {3});
   Tensor h = x * w;
-  Tensor acc = kiln::make_op(kiln::Op::ACCUMULATE, f32, h.shape(), {h, x});
+  Tensor acc = kiln::detail::make_op(kiln::Op::ACCUMULATE, f32, h.shape(), {h, x});
   Tensor loss = kiln::sum(acc);
   kiln::Graph g = kiln::Graph::forward(loss);
   EXPECT_KILN_ERROR(g.backward(loss), "backward", "accumulate");

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "core/autodiff.h"
 #include "kiln/kiln.h"
+#include "kiln/op_params.h"
 
 using namespace kiln;
 
@@ -95,6 +97,36 @@ TEST(Graph, ParamUsedTwiceSumsBothContributions) {
   EXPECT_NEAR(gw[1], 3 + std::exp(1.0f), 1e-5);
 }
 
+// MUL's rule contributing d(a*b)/da = b in two halves: a rule may add to the same
+// source twice, and both halves must reach the gradient.
+void mul_rule_in_two_halves(detail::GradCtx& g) {
+  const Tensor a = g.src(0), b = g.src(1);
+  if (g.needs(0)) {
+    g.add(0, sum_to(scale(g.grad() * b, 0.5f), a.shape()));
+    g.add(0, sum_to(scale(g.grad() * b, 0.5f), a.shape()));
+  }
+  if (g.needs(1)) g.add(1, sum_to(g.grad() * a, b.shape()));
+}
+
+TEST(Graph, RuleAddingTwiceToOneSourceKeepsBothContributions) {
+  detail::BackwardFn& rule = detail::backward_rule(Op::MUL);
+  const detail::BackwardFn saved = rule;
+  rule = mul_rule_in_two_halves;
+  Context ctx;
+  Tensor a = ctx.param(f32, {3}, "a"), b = ctx.param(f32, {3}, "b");
+  Tensor loss = sum(a * b);
+  Graph g = Graph::forward(loss);
+  g.backward(loss);
+  rule = saved;
+  CpuBackend cpu(1);
+  auto buf = allocate_tensors(ctx, cpu);
+  a.set<float>({1, 2, 3});
+  b.set<float>({4, 5, 6});
+  cpu.compute(g);
+  EXPECT_EQ(g.grad(a).get<float>(), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(g.grad(b).get<float>(), (std::vector<float>{1, 2, 3}));
+}
+
 TEST(Graph, BackwardRejectsBadLosses) {
   Context ctx;
   Tensor w = ctx.param(f32, {2, 2});
@@ -114,7 +146,7 @@ TEST(Graph, BackwardRejectsBadLosses) {
 TEST(Graph, InPlaceOpOnGradientPathIsRejected) {
   Context ctx;
   Tensor acc = ctx.tensor(f32, {3}), w = ctx.param(f32, {3});
-  Tensor upd = make_op(Op::ACCUMULATE, f32, {3}, {acc, w * 2.0f});
+  Tensor upd = detail::make_op(Op::ACCUMULATE, f32, {3}, {acc, w * 2.0f});
   upd.node()->view_src = acc.node();
   Tensor loss = sum(upd);
   Graph g = Graph::forward(loss);

@@ -13,6 +13,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/dtype.h"
+#include "kiln/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::kernel_test {
@@ -69,11 +70,13 @@ class Nodes {
     std::swap(st[nd - 1], st[nd - 2]);
     return view(b, s, st);
   }
+  // p: the op's struct from kiln/op_params.h (or raw OpParamBytes).
+  template <class P = NoParams>
   TensorNode* op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
-                 OpParams p = {}) {
+                 const P& p = {}) {
     TensorNode* n = make(t, s);
     n->op = op;
-    n->p = p;
+    n->params = detail::pack_params(p);
     for (TensorNode* x : srcs) n->src[n->n_src++] = x;
     return n;
   }

@@ -6,8 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/rng.h"
 #include "kernel_test_util.h"
+#include "kiln/detail/rng.h"
+#include "kiln/op_params.h"
 
 namespace kiln::kernel_test {
 namespace {
@@ -139,9 +140,7 @@ TEST(KernelsBinary, CompareF32AndI32) {
         set(b, i, t == i32 && bv[i] != bv[i] ? 9 : bv[i]);
         set(b, 6 + i, 3);
       }
-      OpParams p;
-      p.i[0] = mode;
-      TensorNode* d = ns.op(Op::CMP, f32, {2, 6}, {a, b}, p);
+      TensorNode* d = ns.op(Op::CMP, f32, {2, 6}, {a, b}, CompareParams{CompareMode(mode)});
       run(cpu::kernel_CMP, d, 2);
       for (int i = 0; i < 12; ++i) {
         float x = at_bcast(a, {2, 6}, i), y = at(b, i);
@@ -215,12 +214,21 @@ std::vector<UnCase> unary_cases() {
   };
 }
 
+// The parameters of the unary ops that have any, from a case's two numbers.
+detail::OpParamBytes unary_params(Op op, float p0, float p1) {
+  switch (op) {
+    case Op::POW: return detail::pack_params(PowParams{p0});
+    case Op::SCALE: return detail::pack_params(ScaleParams{p0, p1});
+    case Op::CLAMP: return detail::pack_params(ClampParams{p0, p1});
+    case Op::LEAKY_RELU: return detail::pack_params(LeakyReluParams{p0});
+    default: return {};
+  }
+}
+
 TEST(KernelsUnary, DenseStridedAndInPlaceMatchReference) {
   for (const UnCase& c : unary_cases()) {
     Nodes ns;
-    OpParams p;
-    p.f[0] = c.p0;
-    p.f[1] = c.p1;
+    const detail::OpParamBytes p = unary_params(c.op, c.p0, c.p1);
     TensorNode* xd = ns.make(f32, {301, 67});
     TensorNode* xt = ns.transposed(f32, {301, 67});
     fill_random(xd, c.lo, c.hi, 7);
@@ -251,9 +259,7 @@ TEST(KernelsUnary, NaNPropagatesThroughClampReluSign) {
     Nodes ns;
     TensorNode* x = ns.make(f32, {3});
     set(x, 0, kNaN), set(x, 1, 1), set(x, 2, -1);
-    OpParams p;
-    p.f[0] = -0.5f, p.f[1] = 0.5f;
-    TensorNode* d = ns.op(Op::CLAMP, f32, {3}, {x}, p);
+    TensorNode* d = ns.op(Op::CLAMP, f32, {3}, {x}, ClampParams{-0.5f, 0.5f});
     run(k, d, 1);
     EXPECT_TRUE(std::isnan(at(d, 0)));
   }
@@ -334,22 +340,16 @@ TEST(KernelsCopy, StridedSourcesAnyDtype) {
 
 TEST(KernelsCopy, FillRandMaskAccumulate) {
   Nodes ns;
-  OpParams p;
-  p.f[0] = 2.5f;
-  TensorNode* f = ns.op(Op::FILL, f32, {100003}, {}, p);
+  TensorNode* f = ns.op(Op::FILL, f32, {100003}, {}, FillParams{2.5f});
   run(cpu::kernel_FILL, f, 2);
   for (int64_t i = 0; i < f->numel(); ++i) ASSERT_EQ(at(f, i), 2.5f);
-  p.f[0] = 7.9f;
-  TensorNode* fi = ns.op(Op::FILL, i32, {33}, {}, p);
+  TensorNode* fi = ns.op(Op::FILL, i32, {33}, {}, FillParams{7.9f});
   run(cpu::kernel_FILL, fi, 2);
   for (int64_t i = 0; i < 33; ++i) ASSERT_EQ(((int32_t*)fi->data)[i], 7);
 
   TensorNode* seed = ns.make(i32, {1});
   ((int32_t*)seed->data)[0] = -5;
-  OpParams rp;
-  rp.i[0] = 1234;
-  rp.f[0] = 0.3f;
-  TensorNode* m = ns.op(Op::RAND_MASK, f32, {50000}, {seed}, rp);
+  TensorNode* m = ns.op(Op::RAND_MASK, f32, {50000}, {seed}, RandMaskParams{1234, 0.3f});
   run(cpu::kernel_RAND_MASK, m, 2);
   const uint64_t s = uint64_t(1234) ^ uint64_t(int64_t(-5));
   int64_t ones = 0;

@@ -12,12 +12,7 @@ namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-OpParams axis_params(int64_t axis, bool keepdim) {
-  OpParams p;
-  p.i[0] = axis;
-  p.i[1] = keepdim;
-  return p;
-}
+ReduceParams axis_params(int64_t axis, bool keepdim) { return {axis, keepdim}; }
 
 TEST(KernelsReduce, FullSumIsBitIdenticalForAnyThreadCount) {
   for (bool strided : {false, true}) {

@@ -54,7 +54,7 @@ void mul_swapped_operands(GradCtx& g) {
 
 // SOFTMAX without the "- sum(grad * y)" term: dx = grad * y * scale.
 void softmax_missing_term(GradCtx& g) {
-  if (g.needs(0)) g.add(0, g.grad() * g.out() * g.params().f[0]);
+  if (g.needs(0)) g.add(0, g.grad() * g.out() * g.params<Op::SOFTMAX>().scale);
 }
 
 // MATMUL whose dB forgets to transpose A: dB = A' @ grad with A' a reshaped

@@ -1,7 +1,7 @@
 // Elementwise binary ops with numpy broadcasting, comparisons, where, constants,
 // and the arithmetic operators. Builders + backward rules.
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -18,18 +18,14 @@ Tensor binary(Op op, Tensor a, Tensor b) {
   return Tensor(detail::new_op(op, f32, s, {a.node(), b.node()}));
 }
 
-enum CmpKind { kEq, kNe, kLt, kLe, kGt, kGe };
-
-Tensor compare(CmpKind k, Tensor a, Tensor b) {
+Tensor compare(CompareMode k, Tensor a, Tensor b) {
   detail::check_defined("compare", {a, b});
   detail::check_same_ctx("compare", {a, b});
   if (a.dtype() != b.dtype() || (a.dtype() != f32 && a.dtype() != i32))
     fail("compare", "a is ", dtype_name(a.dtype()), " ", a.shape().str(), " and b is ",
          dtype_name(b.dtype()), " ", b.shape().str(), ": both must be f32 or both i32");
   const Shape s = detail::broadcast_shapes("compare", a.shape(), b.shape());
-  OpParams p;
-  p.i[0] = k;
-  return Tensor(detail::new_op(Op::CMP, f32, s, {a.node(), b.node()}, p));
+  return Tensor(detail::new_op(Op::CMP, f32, s, {a.node(), b.node()}, CompareParams{k}));
 }
 
 Tensor scalar_like(Tensor x, float v) { return full(x.ctx(), Shape{}, v, x.dtype()); }
@@ -39,7 +35,7 @@ Tensor scalar_like(Tensor x, float v) { return full(x.ctx(), Shape{}, v, x.dtype
 Tensor full(Context& ctx, const Shape& s, float value, DType t) {
   if (t != f32 && t != i32) fail("full", "dtype must be f32 or i32, got ", dtype_name(t));
   TensorNode* n = ctx.new_node(t, s, Op::FILL);
-  n->p.f[0] = value;
+  detail::set_params(*n, FillParams{value});
   return Tensor(n);
 }
 Tensor zeros(Context& ctx, const Shape& s, DType t) { return full(ctx, s, 0.0f, t); }
@@ -54,14 +50,14 @@ Tensor sub(Tensor a, Tensor b) { return binary(Op::SUB, a, b); }
 Tensor mul(Tensor a, Tensor b) { return binary(Op::MUL, a, b); }
 Tensor div(Tensor a, Tensor b) { return binary(Op::DIV, a, b); }
 
-Tensor eq(Tensor a, Tensor b) { return compare(kEq, a, b); }
-Tensor ne(Tensor a, Tensor b) { return compare(kNe, a, b); }
-Tensor lt(Tensor a, Tensor b) { return compare(kLt, a, b); }
-Tensor le(Tensor a, Tensor b) { return compare(kLe, a, b); }
-Tensor gt(Tensor a, Tensor b) { return compare(kGt, a, b); }
-Tensor ge(Tensor a, Tensor b) { return compare(kGe, a, b); }
-Tensor gt(Tensor a, float b) { return compare(kGt, a, scalar_like(a, b)); }
-Tensor lt(Tensor a, float b) { return compare(kLt, a, scalar_like(a, b)); }
+Tensor eq(Tensor a, Tensor b) { return compare(CompareMode::eq, a, b); }
+Tensor ne(Tensor a, Tensor b) { return compare(CompareMode::ne, a, b); }
+Tensor lt(Tensor a, Tensor b) { return compare(CompareMode::lt, a, b); }
+Tensor le(Tensor a, Tensor b) { return compare(CompareMode::le, a, b); }
+Tensor gt(Tensor a, Tensor b) { return compare(CompareMode::gt, a, b); }
+Tensor ge(Tensor a, Tensor b) { return compare(CompareMode::ge, a, b); }
+Tensor gt(Tensor a, float b) { return compare(CompareMode::gt, a, scalar_like(a, b)); }
+Tensor lt(Tensor a, float b) { return compare(CompareMode::lt, a, scalar_like(a, b)); }
 
 Tensor where(Tensor cond, Tensor a, Tensor b) {
   detail::check_defined("where", {cond, a, b});

@@ -19,7 +19,7 @@
 //   its first maximum (row-major); avg_pool2d counts padding as zeros and always
 //   divides by KH*KW (count_include_pad=True). No dilation, no ceil_mode.
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -73,10 +73,8 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
                               opt.dilation[0], xs);
   const int64_t ow = out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1],
                               opt.dilation[1], xs);
-  OpParams p;
-  const int64_t prm[8] = {kh, kw, opt.stride[0], opt.stride[1], opt.padding[0], opt.padding[1],
-                          opt.dilation[0], opt.dilation[1]};
-  for (int i = 0; i < 8; ++i) p.i[i] = prm[i];
+  const Conv2dParams p{kh, kw, opt.stride[0], opt.stride[1], opt.padding[0], opt.padding[1],
+                       opt.dilation[0], opt.dilation[1]};
   Tensor y(detail::new_op(Op::CONV2D, f32, {n, o, oh, ow}, {x.node(), weight.node()}, p));
   if (bias.defined()) y = add(y, bias.reshape({1, o, 1, 1}));
   return y;
@@ -87,7 +85,7 @@ namespace {
 Tensor pool2d(Op op_id, const char* op, Tensor x, const Pool2dOptions& opt) {
   detail::check_defined(op, {x});
   check_nchw(op, x);
-  OpParams p;
+  Pool2dParams p;
   int64_t out[2];
   for (int i = 0; i < 2; ++i) {
     const int64_t k = opt.kernel[i], s = opt.stride[i] == 0 ? k : opt.stride[i],
@@ -100,9 +98,9 @@ Tensor pool2d(Op op_id, const char* op, Tensor x, const Pool2dOptions& opt) {
       fail(op, "padding (", opt.padding[0], ", ", opt.padding[1],
            ") must be at most half the kernel (", opt.kernel[0], ", ", opt.kernel[1], ")");
     out[i] = out_size(op, i == 0 ? "height" : "width", x.shape()[2 + i], k, s, pd, 1, x.shape());
-    p.i[i] = k;
-    p.i[2 + i] = s;
-    p.i[4 + i] = pd;
+    (i == 0 ? p.kh : p.kw) = k;
+    (i == 0 ? p.sh : p.sw) = s;
+    (i == 0 ? p.ph : p.pw) = pd;
   }
   const Shape& xs = x.shape();
   return Tensor(detail::new_op(op_id, f32, {xs[0], xs[1], out[0], out[1]}, {x.node()}, p));
@@ -122,15 +120,15 @@ namespace detail {
 
 namespace {
 
-Tensor conv_back_input(Tensor dy, Tensor weight, const Shape& x_shape, const OpParams& p) {
+Tensor conv_back_input(Tensor dy, Tensor weight, const Shape& x_shape, const Conv2dParams& p) {
   return Tensor(new_op(Op::CONV2D_BACK_INPUT, f32, x_shape, {dy.node(), weight.node()}, p));
 }
 
-Tensor conv_back_weight(Tensor x, Tensor dy, const Shape& w_shape, const OpParams& p) {
+Tensor conv_back_weight(Tensor x, Tensor dy, const Shape& w_shape, const Conv2dParams& p) {
   return Tensor(new_op(Op::CONV2D_BACK_WEIGHT, f32, w_shape, {x.node(), dy.node()}, p));
 }
 
-Tensor conv(Tensor x, Tensor weight, const Shape& y_shape, const OpParams& p) {
+Tensor conv(Tensor x, Tensor weight, const Shape& y_shape, const Conv2dParams& p) {
   return Tensor(new_op(Op::CONV2D, f32, y_shape, {x.node(), weight.node()}, p));
 }
 
@@ -139,53 +137,53 @@ Tensor conv(Tensor x, Tensor weight, const Shape& y_shape, const OpParams& p) {
 // y = conv(x, w): <G, y> = <back_input(G, w), x> = <back_weight(x, G), w>.
 void backward_CONV2D(GradCtx& g) {
   const Tensor x = g.src(0), w = g.src(1), gy = g.grad();
-  if (g.needs(0)) g.add(0, conv_back_input(gy, w, x.shape(), g.params()));
-  if (g.needs(1)) g.add(1, conv_back_weight(x, gy, w.shape(), g.params()));
+  if (g.needs(0)) g.add(0, conv_back_input(gy, w, x.shape(), g.params<Op::CONV2D>()));
+  if (g.needs(1)) g.add(1, conv_back_weight(x, gy, w.shape(), g.params<Op::CONV2D>()));
 }
 
 // dx = back_input(dy, w) is linear in dy (adjoint: conv) and in w.
 void backward_CONV2D_BACK_INPUT(GradCtx& g) {
   const Tensor dy = g.src(0), w = g.src(1), gx = g.grad();
-  if (g.needs(0)) g.add(0, conv(gx, w, dy.shape(), g.params()));
-  if (g.needs(1)) g.add(1, conv_back_weight(gx, dy, w.shape(), g.params()));
+  if (g.needs(0)) g.add(0, conv(gx, w, dy.shape(), g.params<Op::CONV2D_BACK_INPUT>()));
+  if (g.needs(1)) g.add(1, conv_back_weight(gx, dy, w.shape(), g.params<Op::CONV2D_BACK_INPUT>()));
 }
 
 // dw = back_weight(x, dy): in x the adjoint is back_input(dy, .), in dy conv(x, .).
 void backward_CONV2D_BACK_WEIGHT(GradCtx& g) {
   const Tensor x = g.src(0), dy = g.src(1), gw = g.grad();
-  if (g.needs(0)) g.add(0, conv_back_input(dy, gw, x.shape(), g.params()));
-  if (g.needs(1)) g.add(1, conv(x, gw, dy.shape(), g.params()));
+  if (g.needs(0)) g.add(0, conv_back_input(dy, gw, x.shape(), g.params<Op::CONV2D_BACK_WEIGHT>()));
+  if (g.needs(1)) g.add(1, conv(x, gw, dy.shape(), g.params<Op::CONV2D_BACK_WEIGHT>()));
 }
 
 // IM2COL and COL2IM are adjoint linear maps: each one's gradient is the other.
 void backward_IM2COL(GradCtx& g) {
   if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::COL2IM, f32, g.src(0).shape(), {g.grad().node()}, g.params())));
+  g.add(0, Tensor(new_op(Op::COL2IM, f32, g.src(0).shape(), {g.grad().node()}, g.params<Op::IM2COL>())));
 }
 
 void backward_COL2IM(GradCtx& g) {
   if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()}, g.params())));
+  g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()}, g.params<Op::COL2IM>())));
 }
 
 void backward_MAX_POOL2D(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor x = g.src(0);
   g.add(0, Tensor(new_op(Op::MAX_POOL2D_BACK, f32, x.shape(), {x.node(), g.grad().node()},
-                         g.params())));
+                         g.params<Op::MAX_POOL2D>())));
 }
 
 void backward_AVG_POOL2D(GradCtx& g) {
   if (!g.needs(0)) return;
   g.add(0, Tensor(new_op(Op::AVG_POOL2D_BACK, f32, g.src(0).shape(), {g.grad().node()},
-                         g.params())));
+                         g.params<Op::AVG_POOL2D>())));
 }
 
 // AVG_POOL2D_BACK is linear in its input; its adjoint is the pooling itself.
 void backward_AVG_POOL2D_BACK(GradCtx& g) {
   if (!g.needs(0)) return;
   g.add(0, Tensor(new_op(Op::AVG_POOL2D, f32, g.src(0).shape(), {g.grad().node()},
-                         g.params())));
+                         g.params<Op::AVG_POOL2D_BACK>())));
 }
 
 }  // namespace detail

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -42,9 +42,8 @@ namespace {
 Tensor concat_pair(Tensor a, Tensor b, int dim) {
   Shape s = a.shape();
   s[dim] += b.shape()[dim];
-  OpParams p;
-  p.i[0] = dim;
-  return Tensor(detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, p));
+  return Tensor(
+      detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, ConcatParams{dim}));
 }
 
 template <class It>
@@ -95,8 +94,8 @@ Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value) {
   if (np / 2 > nd)
     fail("pad", "got ", np / 2, " (before, after) pairs for x ", x.shape().str(), " with ", nd,
          " dimensions");
-  OpParams p;
-  p.f[0] = value;
+  PadParams p;
+  p.value = value;
   Shape s = x.shape();
   int k = 0;
   for (const int64_t* it = pads.begin(); it != pads.end(); it += 2, ++k) {
@@ -104,8 +103,8 @@ Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value) {
     if (it[0] < 0 || it[1] < 0)
       fail("pad", "negative padding (", it[0], ", ", it[1], ") for dim ", d, " of x ",
            x.shape().str(), " is not supported");
-    p.i[2 * d] = it[0];
-    p.i[2 * d + 1] = it[1];
+    p.before[size_t(d)] = it[0];
+    p.after[size_t(d)] = it[1];
     s[d] += it[0] + it[1];
   }
   if (s == x.shape()) return x;
@@ -143,9 +142,8 @@ namespace detail {
 void backward_GET_ROWS(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor w = g.src(0), idx = g.src(1);
-  OpParams p;
-  p.i[0] = w.shape()[0];
-  g.add(0, Tensor(new_op(Op::SCATTER_ADD_ROWS, f32, w.shape(), {g.grad().node(), idx.node()}, p)));
+  g.add(0, Tensor(new_op(Op::SCATTER_ADD_ROWS, f32, w.shape(), {g.grad().node(), idx.node()},
+                         ScatterAddRowsParams{w.shape()[0]})));
 }
 
 void backward_SCATTER_ADD_ROWS(GradCtx& g) {
@@ -155,7 +153,7 @@ void backward_SCATTER_ADD_ROWS(GradCtx& g) {
 }
 
 void backward_CONCAT(GradCtx& g) {
-  const int d = int(g.params().i[0]);
+  const int d = int(g.params<Op::CONCAT>().dim);
   const int64_t na = g.src(0).shape()[d], nb = g.src(1).shape()[d];
   if (g.needs(0)) g.add(0, g.grad().narrow(d, 0, na));
   if (g.needs(1)) g.add(1, g.grad().narrow(d, na, nb));
@@ -165,8 +163,9 @@ void backward_PAD(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor x = g.src(0);
   Tensor gr = g.grad();
+  const PadParams p = g.params<Op::PAD>();
   for (int d = 0; d < x.ndim(); ++d)
-    if (gr.shape()[d] != x.shape()[d]) gr = gr.narrow(d, g.params().i[2 * d], x.shape()[d]);
+    if (gr.shape()[d] != x.shape()[d]) gr = gr.narrow(d, p.before[size_t(d)], x.shape()[d]);
   g.add(0, gr);
 }
 

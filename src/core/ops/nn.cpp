@@ -21,11 +21,11 @@
 // - layer_norm / rms_norm normalise the last axis only (normalized_shape = [D]);
 //   biased variance as PyTorch; eps >= 0.
 // - dropout: p in [0, 1); identity when !training or p == 0. The mask depends only
-//   on (seed ^ seed_tensor[0], element index), see core/rng.h.
+//   on (seed ^ seed_tensor[0], element index), see kiln/detail/rng.h.
 #include <cmath>
 
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -49,10 +49,8 @@ Tensor softmax_like(Op op, const char* name, Tensor x, const SoftmaxOptions& opt
     if (!ok)
       fail(name, "mask ", ms.str(), " cannot be broadcast to x ", x.shape().str());
   }
-  OpParams p;
-  p.f[0] = opt.scale;
-  p.i[0] = opt.causal ? 1 : 0;
-  return Tensor(detail::new_op(op, f32, x.shape(), {x.node(), opt.mask.node()}, p));
+  return Tensor(detail::new_op(op, f32, x.shape(), {x.node(), opt.mask.node()},
+                               SoftmaxParams{opt.scale, opt.causal}));
 }
 
 }  // namespace
@@ -74,10 +72,7 @@ Tensor one_hot(Tensor labels, int64_t classes) {
          " dimensions; at most ", kMaxDims - 1, " are supported");
   Shape s = labels.shape();
   s.push_back(classes);
-  OpParams p;
-  p.i[0] = classes;
-  p.i[1] = 0;  // range errors name "one_hot"
-  return Tensor(detail::new_op(Op::ONE_HOT, f32, s, {labels.node()}, p));
+  return Tensor(detail::new_op(Op::ONE_HOT, f32, s, {labels.node()}, OneHotParams{classes, false}));
 }
 
 Tensor cross_entropy(Tensor logits, Tensor target) {
@@ -93,10 +88,8 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
     if (target.ndim() != 1 || target.shape()[0] != n)
       fail(op, "labels are ", target.shape().str(), " but logits are ", logits.shape().str(),
            " (labels must be [", n, "])");
-    OpParams p;
-    p.i[0] = c;
-    p.i[1] = 1;  // range errors name "cross_entropy"
-    probs = Tensor(detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()}, p));
+    probs = Tensor(detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()},
+                                  OneHotParams{c, true}));
   } else if (target.dtype() == f32) {
     if (!(target.shape() == logits.shape()))
       fail(op, "target probabilities are ", target.shape().str(), " but logits are ",
@@ -173,16 +166,14 @@ Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tens
       fail("dropout", "seed_tensor ", seed_tensor.shape().str(), " has no elements");
   }
   if (!training || p == 0.0f) return x;
-  OpParams prm;
-  prm.i[0] = int64_t(seed);
-  prm.f[0] = 1.0f - p;  // keep probability
+  const RandMaskParams prm{int64_t(seed), 1.0f - p};
   TensorNode* m;
   if (seed_tensor.defined()) {
     m = detail::new_op(Op::RAND_MASK, f32, x.shape(), {seed_tensor.node()}, prm);
   } else {
     // new_op takes its context from a source; this node has none.
     m = x.ctx().new_node(f32, x.shape(), Op::RAND_MASK);
-    m->p = prm;
+    detail::set_params(*m, prm);
   }
   return mul(x, scale(Tensor(m), 1.0f / (1.0f - p)));
 }
@@ -193,7 +184,7 @@ namespace detail {
 void backward_SOFTMAX(GradCtx& g) {
   Tensor y = g.out(), gy = g.grad();
   Tensor dv = mul(y, sub(gy, sum(mul(gy, y), -1, true)));
-  const float s = g.params().f[0];
+  const float s = g.params<Op::SOFTMAX>().scale;
   if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
   if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
 }
@@ -202,7 +193,7 @@ void backward_SOFTMAX(GradCtx& g) {
 void backward_LOG_SOFTMAX(GradCtx& g) {
   Tensor y = g.out(), gy = g.grad();
   Tensor dv = sub(gy, mul(exp(y), sum(gy, -1, true)));
-  const float s = g.params().f[0];
+  const float s = g.params<Op::LOG_SOFTMAX>().scale;
   if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
   if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
 }

@@ -1,7 +1,7 @@
 // Reductions: sum / mean / max over all elements or one axis, argmax,
 // count_equal, and sum_to (the broadcast adjoint used by backward rules).
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -22,9 +22,7 @@ Tensor reduce_all(Op op, Tensor x) {
   detail::check_defined(name, {x});
   detail::check_float32(name, "x", x);
   if (x.numel() == 0 && op == Op::MAX) fail(name, "cannot reduce an empty tensor ", x.shape().str());
-  OpParams p;
-  p.i[0] = -1;
-  return Tensor(detail::new_op(op, f32, Shape{}, {x.node()}, p));
+  return Tensor(detail::new_op(op, f32, Shape{}, {x.node()}, ReduceParams{-1, false}));
 }
 
 Tensor reduce_axis(Op op, Tensor x, int axis, bool keepdim, DType out_t = f32) {
@@ -36,16 +34,14 @@ Tensor reduce_axis(Op op, Tensor x, int axis, bool keepdim, DType out_t = f32) {
   const int a = detail::norm_axis(name, axis, x.ndim());
   if (x.shape()[a] == 0 && op != Op::SUM)
     fail(name, "cannot reduce the empty dim ", axis, " of ", x.shape().str());
-  OpParams p;
-  p.i[0] = a;
-  p.i[1] = keepdim;
-  return Tensor(detail::new_op(op, out_t, reduced_shape(x.shape(), a, keepdim), {x.node()}, p));
+  return Tensor(detail::new_op(op, out_t, reduced_shape(x.shape(), a, keepdim), {x.node()},
+                               ReduceParams{a, keepdim}));
 }
 
 // The reduction's output gradient spread back over the source's shape.
 Tensor spread(Tensor grad, const TensorNode* node) {
   const Shape& src = node->src[0]->shape;
-  const int64_t axis = node->p.i[0];
+  const int64_t axis = op_params<ReduceParams>(*node).axis;
   if (axis < 0) return grad.reshape(Shape{}).expand(src);
   return grad.reshape(reduced_shape(src, int(axis), true)).expand(src);
 }

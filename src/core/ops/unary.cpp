@@ -3,21 +3,22 @@
 #include <cmath>
 
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
 
 namespace {
 
-Tensor unary(Op op, Tensor x, float f0 = 0.0f, float f1 = 0.0f) {
+template <class P = NoParams>
+Tensor unary(Op op, Tensor x, const P& p = {}) {
   const char* name = op_name(op);
   detail::check_defined(name, {x});
   detail::check_float32(name, "x", x);
-  OpParams p;
-  p.f[0] = f0;
-  p.f[1] = f1;
-  return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}, p));
+  if constexpr (std::is_same_v<P, NoParams>)
+    return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}));
+  else
+    return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}, p));
 }
 
 // 1.0 where x >= lo (or x > lo when strict), else 0.0
@@ -43,14 +44,14 @@ Tensor exp(Tensor x) { return unary(Op::EXP, x); }
 Tensor log(Tensor x) { return unary(Op::LOG, x); }
 Tensor sin(Tensor x) { return unary(Op::SIN, x); }
 Tensor cos(Tensor x) { return unary(Op::COS, x); }
-Tensor pow(Tensor x, float exponent) { return unary(Op::POW, x, exponent); }
-Tensor scale(Tensor x, float s, float bias) { return unary(Op::SCALE, x, s, bias); }
+Tensor pow(Tensor x, float exponent) { return unary(Op::POW, x, PowParams{exponent}); }
+Tensor scale(Tensor x, float s, float bias) { return unary(Op::SCALE, x, ScaleParams{s, bias}); }
 Tensor clamp(Tensor x, float lo, float hi) {
   if (!(lo <= hi)) fail("clamp", "lo ", lo, " is greater than hi ", hi);
-  return unary(Op::CLAMP, x, lo, hi);
+  return unary(Op::CLAMP, x, ClampParams{lo, hi});
 }
 Tensor relu(Tensor x) { return unary(Op::RELU, x); }
-Tensor leaky_relu(Tensor x, float slope) { return unary(Op::LEAKY_RELU, x, slope); }
+Tensor leaky_relu(Tensor x, float slope) { return unary(Op::LEAKY_RELU, x, LeakyReluParams{slope}); }
 Tensor gelu(Tensor x, GeluApprox approx) {
   return unary(approx == GeluApprox::tanh ? Op::GELU : Op::GELU_ERF, x);
 }
@@ -71,20 +72,21 @@ void backward_LOG(GradCtx& g) { g.add(0, g.grad() / g.src(0)); }
 void backward_SIN(GradCtx& g) { g.add(0, g.grad() * cos(g.src(0))); }
 void backward_COS(GradCtx& g) { g.add(0, neg(g.grad() * sin(g.src(0)))); }
 void backward_POW(GradCtx& g) {
-  const float p = g.params().f[0];
+  const float p = g.params<Op::POW>().exponent;
   g.add(0, g.grad() * scale(pow(g.src(0), p - 1.0f), p));
 }
-void backward_SCALE(GradCtx& g) { g.add(0, scale(g.grad(), g.params().f[0])); }
+void backward_SCALE(GradCtx& g) { g.add(0, scale(g.grad(), g.params<Op::SCALE>().mul)); }
 void backward_CLAMP(GradCtx& g) {
   // Gradient flows where lo <= x <= hi (PyTorch's convention at the bounds).
   const Tensor x = g.src(0);
-  const Tensor inside = step(x, g.params().f[0], false) * le(x, full(x.ctx(), Shape{}, g.params().f[1]));
+  const ClampParams p = g.params<Op::CLAMP>();
+  const Tensor inside = step(x, p.lo, false) * le(x, full(x.ctx(), Shape{}, p.hi));
   g.add(0, g.grad() * inside);
 }
 // relu(x) > 0 exactly where x > 0: reading the output lets the planner free x.
 void backward_RELU(GradCtx& g) { g.add(0, g.grad() * step(g.out(), 0.0f, true)); }
 void backward_LEAKY_RELU(GradCtx& g) {
-  const float a = g.params().f[0];
+  const float a = g.params<Op::LEAKY_RELU>().slope;
   // mask*(1-a) + a: 1 where x > 0, a elsewhere
   g.add(0, g.grad() * scale(step(g.src(0), 0.0f, true), 1.0f - a, a));
 }

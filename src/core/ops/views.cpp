@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "core/autodiff.h"
-#include "core/op_builder.h"
+#include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -13,7 +13,7 @@ namespace {
 // A view node of `src` with the given layout; data is resolved now if the
 // source already has memory (allocate_tensors resolves the rest later).
 Tensor make_view(Op op, TensorNode* src, const Shape& s, const std::array<int64_t, kMaxDims>& stride,
-                 int64_t offs, const OpParams& p = {}) {
+                 int64_t offs, const detail::OpParamBytes& p = {}) {
   TensorNode* n = detail::new_op(op, src->dtype, s, {src}, p);
   n->stride = stride;
   TensorNode* owner = src->view_src ? src->view_src : src;
@@ -74,7 +74,7 @@ Tensor Tensor::permute(std::initializer_list<int> axes) const {
   const int nd = ndim();
   if (int(axes.size()) != nd)
     fail("permute", "got ", axes.size(), " axes for a tensor ", shape().str());
-  OpParams p;
+  PermuteParams p;
   Shape s;
   std::array<int64_t, kMaxDims> st{};
   bool used[kMaxDims] = {};
@@ -83,12 +83,12 @@ Tensor Tensor::permute(std::initializer_list<int> axes) const {
     const int ax = detail::norm_axis("permute", a, nd);
     if (used[ax]) fail("permute", "axis ", a, " appears twice for a tensor ", shape().str());
     used[ax] = true;
-    p.i[d] = ax;
+    p.axes[size_t(d)] = ax;
     s.push_back(shape()[ax]);
     st[d] = n_->stride[ax];
     ++d;
   }
-  return make_view(Op::PERMUTE, n_, s, st, 0, p);
+  return make_view(Op::PERMUTE, n_, s, st, 0, detail::pack_params(p));
 }
 
 Tensor Tensor::transpose(int d0, int d1) const {
@@ -114,11 +114,8 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
          " of ", shape().str());
   Shape s = shape();
   s[d] = length;
-  OpParams p;
-  p.i[0] = d;
-  p.i[1] = start;
-  p.i[2] = length;
-  return make_view(Op::NARROW, n_, s, n_->stride, start * n_->stride[d], p);
+  return make_view(Op::NARROW, n_, s, n_->stride, start * n_->stride[d],
+                   detail::pack_params(NarrowParams{d, start, length}));
 }
 
 Tensor Tensor::expand(const Shape& s) const {
@@ -165,10 +162,10 @@ namespace detail {
 void backward_RESHAPE(GradCtx& g) { g.add(0, g.grad().reshape(g.src(0).shape())); }
 
 void backward_PERMUTE(GradCtx& g) {
-  const OpParams& p = g.params();
+  const PermuteParams p = g.params<Op::PERMUTE>();
   const int nd = g.out().ndim();
   int inv[kMaxDims] = {};
-  for (int d = 0; d < nd; ++d) inv[p.i[d]] = d;
+  for (int d = 0; d < nd; ++d) inv[p.axes[size_t(d)]] = d;
   Tensor gr = g.grad();
   switch (nd) {
     case 2: g.add(0, gr.permute({inv[0], inv[1]})); break;
@@ -180,12 +177,12 @@ void backward_PERMUTE(GradCtx& g) {
 
 void backward_NARROW(GradCtx& g) {
   // The gradient of a slice is the slice's gradient padded with zeros.
-  const OpParams& q = g.params();
+  const NarrowParams q = g.params<Op::NARROW>();
   const Tensor src = g.src(0);
-  OpParams p;
-  const int d = int(q.i[0]);
-  p.i[2 * d] = q.i[1];
-  p.i[2 * d + 1] = src.shape()[d] - q.i[1] - q.i[2];
+  PadParams p;
+  const auto d = size_t(q.dim);
+  p.before[d] = q.start;
+  p.after[d] = src.shape()[int(d)] - q.start - q.length;
   g.add(0, make_op(Op::PAD, g.grad().dtype(), src.shape(), {g.grad()}, p));
 }
 

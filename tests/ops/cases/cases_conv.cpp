@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -67,12 +68,7 @@ SpecFn pool_spec(Win w, bool is_max) {
   };
 }
 
-OpParams conv_params(const Win& w) {
-  OpParams p;
-  const int64_t v[8] = {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw};
-  for (int k = 0; k < 8; ++k) p.i[k] = v[k];
-  return p;
-}
+Conv2dParams conv_params(const Win& w) { return {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw}; }
 
 void add_conv(std::vector<Case>& cs, Sz z) {
   const int64_t B = z(1, 8), C = z(2, 32), H = z(5, 32), O = z(3, 64);
@@ -142,10 +138,10 @@ void add_conv(std::vector<Case>& cs, Sz z) {
   const Shape xs{2, C, H + 2, H + 3}, ws{O, C, 3, 3};
   const Shape ys{2, O, osz(H + 2, 3, 2, 1, 1), osz(H + 3, 3, 1, 0, 2)};
   auto back_input = [wd, xs](Context&, X x) {
-    return make_op(Op::CONV2D_BACK_INPUT, DType::f32, xs, {x[0], x[1]}, conv_params(wd));
+    return detail::make_op(Op::CONV2D_BACK_INPUT, DType::f32, xs, {x[0], x[1]}, conv_params(wd));
   };
   auto back_weight = [wd, ws](Context&, X x) {
-    return make_op(Op::CONV2D_BACK_WEIGHT, DType::f32, ws, {x[0], x[1]}, conv_params(wd));
+    return detail::make_op(Op::CONV2D_BACK_WEIGHT, DType::f32, ws, {x[0], x[1]}, conv_params(wd));
   };
   const Gen wg = gen::uniform(-0.5, 0.5);
   cs.push_back(make_case("conv2d_back_input", {Op::CONV2D_BACK_INPUT}, {in("dy", ys), in("w", ws, wg)}, back_input, true));
@@ -157,10 +153,10 @@ void add_conv(std::vector<Case>& cs, Sz z) {
   // IM2COL / COL2IM directly (each is the other's gradient).
   const Win w1{2, 3, 1, 2, 1, 1}, w2{2, 2, 1, 1, 0, 0, 2, 2};
   auto im2col = [](Win w, Shape out) {
-    return [w, out](Context&, X x) { return make_op(Op::IM2COL, DType::f32, out, {x[0]}, conv_params(w)); };
+    return [w, out](Context&, X x) { return detail::make_op(Op::IM2COL, DType::f32, out, {x[0]}, conv_params(w)); };
   };
   auto col2im = [](Win w, Shape img) {
-    return [w, img](Context&, X x) { return make_op(Op::COL2IM, DType::f32, img, {x[0]}, conv_params(w)); };
+    return [w, img](Context&, X x) { return detail::make_op(Op::COL2IM, DType::f32, img, {x[0]}, conv_params(w)); };
   };
   const int64_t h1 = z(4, 64), w1x = z(5, 64);
   const int64_t oh1 = osz(h1, 2, 1, 1, 1), ow1 = osz(w1x, 3, 2, 1, 1);
@@ -228,11 +224,7 @@ void add_pools(std::vector<Case>& cs, Sz z) {
   }
   // The backward ops directly. Ties in x (-0 and +0 too): the first maximum
   // (row-major) of each window gets the window's gradient.
-  auto pool_params = [](Win w) {
-    OpParams p = conv_params(w);
-    p.i[6] = p.i[7] = 0;
-    return p;
-  };
+  auto pool_params = [](Win w) { return Pool2dParams{w.kh, w.kw, w.sh, w.sw, w.ph, w.pw}; };
   struct Bk {
     const char* name;
     Shape x;
@@ -250,13 +242,13 @@ void add_pools(std::vector<Case>& cs, Sz z) {
     Case mb = make_case(std::string("max_pool2d_back_ties_") + bk.name, {Op::MAX_POOL2D_BACK},
                         {constant(in("x", xs, gen::choice({-0.0, 0, 1, 1, 2}))), in("grad", go)},
                         [w, xs, pool_params](Context&, X x) {
-                          return make_op(Op::MAX_POOL2D_BACK, DType::f32, xs, {x[0], x[1]}, pool_params(w));
+                          return detail::make_op(Op::MAX_POOL2D_BACK, DType::f32, xs, {x[0], x[1]}, pool_params(w));
                         },
                         false);
     cs.push_back(mb);
     cs.push_back(make_case(std::string("avg_pool2d_back_") + bk.name, {Op::AVG_POOL2D_BACK}, {in("grad", go)},
                            [w, xs, pool_params](Context&, X x) {
-                             return make_op(Op::AVG_POOL2D_BACK, DType::f32, xs, {x[0]}, pool_params(w));
+                             return detail::make_op(Op::AVG_POOL2D_BACK, DType::f32, xs, {x[0]}, pool_params(w));
                            },
                            true));
   }

@@ -1,6 +1,7 @@
 // Cases: embedding (get_rows) and scatter_add_rows, concat, pad, repeat and
 // repeat_back. Specs check the PyTorch semantics of the public API (pad's
 // last-dim-first order, repeat's tiling, concat of several tensors).
+#include "kiln/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -48,9 +49,8 @@ void add_rows(std::vector<Case>& cs, Sz z) {
 
   // SCATTER_ADD_ROWS directly: values [n, D] into V rows (repeated indices sum).
   auto scatter = [V](Context&, X x) {
-    OpParams p;
-    p.i[0] = V;
-    return make_op(Op::SCATTER_ADD_ROWS, DType::f32, {V, x[0].size(-1)}, {x[0], x[1]}, p);
+    return detail::make_op(Op::SCATTER_ADD_ROWS, DType::f32, {V, x[0].size(-1)}, {x[0], x[1]},
+                           ScatterAddRowsParams{V});
   };
   cs.push_back(make_case("scatter_add_rows", {Op::SCATTER_ADD_ROWS},
                          {in("values", {n, D}), in_i32("idx", {n}, repeated_rows(V))}, scatter, true));
@@ -162,7 +162,7 @@ void add_pad_repeat(std::vector<Case>& cs, Sz z) {
 
   // REPEAT_BACK directly: sums the tiles of shape dst.shape.
   auto back = [](Shape dst) {
-    return [dst](Context&, X x) { return make_op(Op::REPEAT_BACK, DType::f32, dst, {x[0]}); };
+    return [dst](Context&, X x) { return detail::make_op(Op::REPEAT_BACK, DType::f32, dst, {x[0]}); };
   };
   cs.push_back(make_case("repeat_back_2d", {Op::REPEAT_BACK}, {in("x", {2 * R, 3 * C})}, back({R, C}), true));
   cs.push_back(make_case("repeat_back_3d_strided", {Op::REPEAT_BACK}, {with(in("x", {2, 2 * R, C}), Layout::transposed)},

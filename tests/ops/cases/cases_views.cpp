@@ -2,7 +2,8 @@
 // random masks and dropout.
 #include <cmath>
 
-#include "core/rng.h"
+#include "kiln/detail/rng.h"
+#include "kiln/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -146,13 +147,12 @@ std::string dropout_spec(const RefValue& x, const RefValue& out, double p) {
 
 void add_random_cases(std::vector<Case>& cs, Sz z) {
   const int64_t r = z(8, 512), c = z(37, 1024);
-  // RAND_MASK directly: i[0] = seed, f[0] = probability of a 1.
+  // RAND_MASK directly.
   // A src-less RAND_MASK (make_op needs a source to find the context).
   Case mask = make_case("rand_mask", {Op::RAND_MASK}, {},
                         [r, c](Context& ctx, X) {
                           TensorNode* n = ctx.new_node(DType::f32, {r, c}, Op::RAND_MASK);
-                          n->p.i[0] = 12345;  // seed
-                          n->p.f[0] = 0.3f;   // probability of a 1
+                          detail::set_params(*n, RandMaskParams{12345, 0.3f});
                           return Tensor(n);
                         },
                         false);
@@ -168,10 +168,8 @@ void add_random_cases(std::vector<Case>& cs, Sz z) {
   Case seeded = make_case("rand_mask_seed_tensor", {Op::RAND_MASK},
                           {in_i32("seed", {1}, gen::integers(1, 1000000))},
                           [r, c](Context&, X x) {
-                            OpParams p;
-                            p.i[0] = 99;
-                            p.f[0] = 0.6f;
-                            return make_op(Op::RAND_MASK, DType::f32, {r, c}, {x[0]}, p);
+                            return detail::make_op(Op::RAND_MASK, DType::f32, {r, c}, {x[0]},
+                                                   RandMaskParams{99, 0.6f});
                           },
                           false);
   seeded.tol = {0, 0};

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/rng.h"
+#include "kiln/detail/rng.h"
 
 namespace kiln::test {
 

@@ -12,8 +12,8 @@ struct Win {
   int64_t KH, KW, SH, SW, PH, PW, DH = 1, DW = 1;
 };
 
-Win conv_params(const OpParams& p) { return {p.i[0], p.i[1], p.i[2], p.i[3], p.i[4], p.i[5], p.i[6], p.i[7]}; }
-Win pool_params(const OpParams& p) { return {p.i[0], p.i[1], p.i[2], p.i[3], p.i[4], p.i[5]}; }
+Win conv_params(const Conv2dParams& p) { return {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw}; }
+Win pool_params(const Pool2dParams& p) { return {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw}; }
 
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
@@ -33,7 +33,7 @@ int64_t at4(const Shape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
 // IM2COL: x [N,C,H,W] -> [N, C*KH*KW, OH*OW]; row (c*KH+kh)*KW+kw, column oh*OW+ow.
 RefValue ref_IM2COL(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = conv_params(a.p());
+  const Win w = conv_params(a.params<Conv2dParams>());
   check_win(a.node, w);
   if (x.shape.ndim() != 4) ref_fail(a.node, "input must be NCHW");
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
@@ -58,7 +58,7 @@ RefValue ref_IM2COL(const RefArgs& a) {
 // COL2IM: the adjoint of IM2COL; the image shape [N,C,H,W] is the node's shape.
 RefValue ref_COL2IM(const RefArgs& a) {
   const RefValue& col = a.in(0);
-  const Win w = conv_params(a.p());
+  const Win w = conv_params(a.params<Conv2dParams>());
   check_win(a.node, w);
   const Shape& s = a.node->shape;
   if (s.ndim() != 4) ref_fail(a.node, "output must be NCHW");
@@ -109,7 +109,7 @@ Shape pool_shape(const TensorNode* node, const Shape& x, const Win& w) {
 // MAX_POOL2D: padding is -inf.
 RefValue ref_MAX_POOL2D(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = pool_params(a.p());
+  const Win w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   RefValue r = ref_out(a.node, s);
   for (double& e : r.v) e = -std::numeric_limits<double>::infinity();
@@ -125,7 +125,7 @@ RefValue ref_MAX_POOL2D(const RefArgs& a) {
 RefValue ref_MAX_POOL2D_BACK(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const RefValue& g = a.in(1);
-  const Win w = pool_params(a.p());
+  const Win w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   if (!(g.shape == s)) ref_fail(a.node, "grad is " + g.shape.str() + ", pool output is " + s.str());
   RefValue r = ref_out(a.node, x.shape);
@@ -148,7 +148,7 @@ RefValue ref_MAX_POOL2D_BACK(const RefArgs& a) {
 // AVG_POOL2D: padding counts as zeros; always divide by KH*KW.
 RefValue ref_AVG_POOL2D(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = pool_params(a.p());
+  const Win w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   RefValue r = ref_out(a.node, s);
   const double inv = 1.0 / double(w.KH * w.KW);
@@ -161,7 +161,7 @@ RefValue ref_AVG_POOL2D(const RefArgs& a) {
 // AVG_POOL2D_BACK: adjoint of AVG_POOL2D; src0 = grad of the output, dst = x's shape.
 RefValue ref_AVG_POOL2D_BACK(const RefArgs& a) {
   const RefValue& g = a.in(0);
-  const Win w = pool_params(a.p());
+  const Win w = pool_params(a.params<Pool2dParams>());
   const Shape& xs = a.node->shape;
   const Shape s = pool_shape(a.node, xs, w);
   if (!(g.shape == s)) ref_fail(a.node, "grad is " + g.shape.str() + ", pool output is " + s.str());

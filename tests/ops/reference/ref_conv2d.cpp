@@ -13,9 +13,9 @@ enum class Role { forward, back_input, back_weight };
 // x, w, y: the shapes of input, weight and output; the two known operands come
 // from a (in their op order), the third is the node.
 RefValue conv_ref(const RefArgs& a, Role role) {
-  const OpParams& p = a.p();
-  const int64_t KH = p.i[0], KW = p.i[1], SH = p.i[2], SW = p.i[3], PH = p.i[4], PW = p.i[5],
-                DH = p.i[6], DW = p.i[7];
+  const Conv2dParams p = a.params<Conv2dParams>();
+  const int64_t KH = p.kh, KW = p.kw, SH = p.sh, SW = p.sw, PH = p.ph, PW = p.pw, DH = p.dh,
+                DW = p.dw;
   if (KH < 1 || KW < 1 || SH < 1 || SW < 1 || PH < 0 || PW < 0 || DH < 1 || DW < 1)
     ref_fail(a.node, "bad window params");
   const Shape xs = role == Role::back_input ? a.node->shape : a.in(0).shape;

@@ -41,7 +41,7 @@ RefValue ref_DIV(const RefArgs& a) { return binary(a, [](double x, double y) { r
 
 // CMP: i[0] 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge; result 1/0.
 RefValue ref_CMP(const RefArgs& a) {
-  const int64_t code = a.p().i[0];
+  const int64_t code = int64_t(a.params<CompareParams>().mode);
   if (code < 0 || code > 5) ref_fail(a.node, "bad comparison code " + std::to_string(code));
   return binary(a, [code](double x, double y) {
     bool r = false;
@@ -87,24 +87,26 @@ RefValue ref_SIN(const RefArgs& a) { return unary(a, [](double x) { return std::
 RefValue ref_COS(const RefArgs& a) { return unary(a, [](double x) { return std::cos(x); }); }
 
 RefValue ref_POW(const RefArgs& a) {
-  const double e = a.p().f[0];
+  const double e = a.params<PowParams>().exponent;
   return unary(a, [e](double x) { return std::pow(x, e); });
 }
 
 RefValue ref_SCALE(const RefArgs& a) {
-  const double s = a.p().f[0], b = a.p().f[1];
+  const ScaleParams p = a.params<ScaleParams>();
+  const double s = p.mul, b = p.add;
   return unary(a, [s, b](double x) { return s * x + b; });
 }
 
 RefValue ref_CLAMP(const RefArgs& a) {
-  const double lo = a.p().f[0], hi = a.p().f[1];
+  const ClampParams p = a.params<ClampParams>();
+  const double lo = p.lo, hi = p.hi;
   return unary(a, [lo, hi](double x) { return std::min(std::max(x, lo), hi); });
 }
 
 RefValue ref_RELU(const RefArgs& a) { return unary(a, [](double x) { return x > 0 ? x : 0.0; }); }
 
 RefValue ref_LEAKY_RELU(const RefArgs& a) {
-  const double slope = a.p().f[0];
+  const double slope = a.params<LeakyReluParams>().slope;
   return unary(a, [slope](double x) { return x > 0 ? x : slope * x; });
 }
 

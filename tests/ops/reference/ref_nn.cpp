@@ -14,8 +14,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 RefValue softmax_like(const RefArgs& a, bool log) {
   const RefValue& x = a.in(0);
   const RefValue* mask = a.n_src > 1 && a.src[1] ? a.src[1] : nullptr;
-  const double scale = a.p().f[0];
-  const bool causal = a.p().i[0] != 0;
+  const SoftmaxParams prm = a.params<SoftmaxParams>();
+  const double scale = prm.scale;
+  const bool causal = prm.causal;
   const Shape& s = x.shape;
   const int nd = s.ndim();
   if (nd < 1) ref_fail(a.node, "softmax needs 1+ dims");
@@ -63,7 +64,7 @@ RefValue ref_LOG_SOFTMAX(const RefArgs& a) { return softmax_like(a, true); }
 // ONE_HOT: labels [...] -> [..., classes] f32 (out-of-range labels not modelled).
 RefValue ref_ONE_HOT(const RefArgs& a) {
   const RefValue& lab = a.in(0);
-  const int64_t classes = a.p().i[0];
+  const int64_t classes = a.params<OneHotParams>().classes;
   Shape s = lab.shape;
   s.push_back(classes);
   RefValue r = ref_out(a.node, s);
@@ -100,7 +101,7 @@ RefValue ref_SCATTER_ADD_ROWS(const RefArgs& a) {
   const int64_t D = val.shape[nd - 1];
   if (idx.numel() * D != val.numel())
     ref_fail(a.node, "values " + val.shape.str() + " vs indices " + idx.shape.str());
-  const int64_t rows = a.p().i[0];
+  const int64_t rows = a.params<ScatterAddRowsParams>().rows;
   RefValue r = ref_out(a.node, Shape{rows, D});
   for (int64_t k = 0; k < idx.numel(); ++k) {
     const int64_t row = int64_t(idx.v[size_t(k)]);
@@ -115,7 +116,7 @@ RefValue ref_CONCAT(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const RefValue& y = a.in(1);
   const int nd = x.shape.ndim();
-  int dim = int(a.p().i[0]);
+  int dim = int(a.params<ConcatParams>().dim);
   if (dim < 0) dim += nd;
   if (y.shape.ndim() != nd || dim < 0 || dim >= nd) ref_fail(a.node, "bad concat");
   Shape s = x.shape;
@@ -141,18 +142,18 @@ RefValue ref_PAD(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const int nd = x.shape.ndim();
   Shape s = x.shape;
-  for (int d = 0; d < nd; ++d) s[d] += a.p().i[2 * d] + a.p().i[2 * d + 1];
+  for (int d = 0; d < nd; ++d) s[d] += a.params<PadParams>().before[size_t(d)] + a.params<PadParams>().after[size_t(d)];
   RefValue r = ref_out(a.node, s);
   Index it(s);
   do {
     int64_t src_idx[kMaxDims];
     bool inside = true;
     for (int d = 0; d < nd; ++d) {
-      src_idx[d] = it.i[d] - a.p().i[2 * d];
+      src_idx[d] = it.i[d] - a.params<PadParams>().before[size_t(d)];
       inside = inside && src_idx[d] >= 0 && src_idx[d] < x.shape[d];
     }
     r.v[size_t(ref_linear(s, it.i))] =
-        inside ? x.v[size_t(ref_linear(x.shape, src_idx))] : double(a.p().f[0]);
+        inside ? x.v[size_t(ref_linear(x.shape, src_idx))] : double(a.params<PadParams>().value);
   } while (it.next());
   return r;
 }

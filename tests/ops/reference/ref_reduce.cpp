@@ -37,8 +37,8 @@ int64_t reduced_linear(const Shape& s, const int64_t* idx, int64_t axis) {
 // SUM: i[0] = axis or -1 (all), i[1] = keepdim.
 RefValue ref_SUM(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const int64_t axis = a.p().i[0];
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  const int64_t axis = a.params<ReduceParams>().axis;
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   Index it(x.shape);
   if (x.numel() == 0) return r;
   do {
@@ -50,8 +50,8 @@ RefValue ref_SUM(const RefArgs& a) {
 // MAX: as SUM.
 RefValue ref_MAX(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const int64_t axis = a.p().i[0];
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  const int64_t axis = a.params<ReduceParams>().axis;
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   for (double& e : r.v) e = -std::numeric_limits<double>::infinity();
   Index it(x.shape);
   do {
@@ -64,9 +64,9 @@ RefValue ref_MAX(const RefArgs& a) {
 // ARGMAX: index along axis i[0] (>= 0) of the first maximum; i32.
 RefValue ref_ARGMAX(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const int64_t axis = a.p().i[0];
+  const int64_t axis = a.params<ReduceParams>().axis;
   if (axis < 0) ref_fail(a.node, "argmax needs an axis >= 0");
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.p().i[1] != 0));
+  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   if (a.node->dtype != DType::i32) ref_fail(a.node, "argmax result must be i32");
   std::vector<double> best(r.v.size(), -std::numeric_limits<double>::infinity());
   std::vector<bool> seen(r.v.size(), false);

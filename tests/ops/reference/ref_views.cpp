@@ -1,7 +1,7 @@
 // Reference: views, in-place accumulation, copies and constants.
 #include <cstdint>
 
-#include "core/rng.h"
+#include "kiln/detail/rng.h"
 #include "ops/reference/reference.h"
 
 namespace kiln::test {
@@ -24,7 +24,7 @@ RefValue ref_PERMUTE(const RefArgs& a) {
   Shape s;
   bool used[kMaxDims] = {};
   for (int d = 0; d < nd; ++d) {
-    const int64_t src_axis = a.p().i[d];
+    const int64_t src_axis = a.params<PermuteParams>().axes[size_t(d)];
     if (src_axis < 0 || src_axis >= nd || used[src_axis]) ref_fail(a.node, "bad permutation");
     used[src_axis] = true;
     s.push_back(x.shape[int(src_axis)]);
@@ -33,7 +33,7 @@ RefValue ref_PERMUTE(const RefArgs& a) {
   Index it(s);
   do {
     int64_t src_idx[kMaxDims] = {};
-    for (int d = 0; d < nd; ++d) src_idx[a.p().i[d]] = it.i[d];
+    for (int d = 0; d < nd; ++d) src_idx[a.params<PermuteParams>().axes[size_t(d)]] = it.i[d];
     r.v[size_t(ref_linear(s, it.i))] = x.v[size_t(ref_linear(x.shape, src_idx))];
   } while (it.next());
   return r;
@@ -42,8 +42,9 @@ RefValue ref_PERMUTE(const RefArgs& a) {
 // NARROW: i[0]=dim, i[1]=start, i[2]=length.
 RefValue ref_NARROW(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const int dim = int(a.p().i[0]);
-  const int64_t start = a.p().i[1], len = a.p().i[2];
+  const NarrowParams prm = a.params<NarrowParams>();
+  const int dim = int(prm.dim);
+  const int64_t start = prm.start, len = prm.length;
   if (dim < 0 || dim >= x.shape.ndim() || start < 0 || len < 0 || start + len > x.shape[dim])
     ref_fail(a.node, "narrow out of range");
   Shape s = x.shape;
@@ -99,7 +100,7 @@ RefValue ref_CPY(const RefArgs& a) {
 // FILL: every element = f[0].
 RefValue ref_FILL(const RefArgs& a) {
   RefValue r = ref_out(a.node);
-  const double v = ref_round_to(a.node->dtype, double(a.p().f[0]));
+  const double v = ref_round_to(a.node->dtype, double(a.params<FillParams>().value));
   for (double& e : r.v) e = v;
   return r;
 }
@@ -107,7 +108,7 @@ RefValue ref_FILL(const RefArgs& a) {
 // RAND_MASK: 1 where rng_uniform(seed, linear index) < f[0]; the optional i32 seed
 // tensor's element 0 is xor-ed into the seed i[0].
 RefValue ref_RAND_MASK(const RefArgs& a) {
-  uint64_t seed = uint64_t(a.p().i[0]);
+  uint64_t seed = uint64_t(a.params<RandMaskParams>().seed);
   if (a.n_src > 0) {
     const RefValue& s = a.in(0);
     if (s.v.empty()) ref_fail(a.node, "empty seed tensor");
@@ -115,7 +116,7 @@ RefValue ref_RAND_MASK(const RefArgs& a) {
   }
   RefValue r = ref_out(a.node);
   for (size_t k = 0; k < r.v.size(); ++k)
-    r.v[k] = kiln::detail::rng_uniform(seed, k) < a.p().f[0] ? 1.0 : 0.0;
+    r.v[k] = kiln::detail::rng_uniform(seed, k) < a.params<RandMaskParams>().keep ? 1.0 : 0.0;
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::test {
@@ -53,7 +54,10 @@ struct RefArgs {
   const RefValue* src[kMaxSrc] = {};
   int n_src = 0;
   const RefValue& in(int i) const;  // throws RefError when src i is missing
-  const OpParams& p() const { return node->p; }
+  template <class P>
+  P params() const {  // the node's parameters (kiln/op_params.h)
+    return op_params<P>(*node);
+  }
   // Other tensors an op rewrites in place (optimizer state): applied by ref_eval
   // after the node's own value.
   mutable std::vector<std::pair<const TensorNode*, RefValue>> writes;

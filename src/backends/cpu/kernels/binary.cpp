@@ -114,14 +114,15 @@ void kernel_MUL(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::mul, dst, 
 void kernel_DIV(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::div, dst, dst->src[0], dst->src[1], t); }
 
 void kernel_CMP(TensorNode* dst, ThreadCtx& t) {
-  switch (dst->p.i[0]) {
-    case 0: return cmp_dispatch<0>(dst, t);
-    case 1: return cmp_dispatch<1>(dst, t);
-    case 2: return cmp_dispatch<2>(dst, t);
-    case 3: return cmp_dispatch<3>(dst, t);
-    case 4: return cmp_dispatch<4>(dst, t);
-    case 5: return cmp_dispatch<5>(dst, t);
-    default: fail("compare", "unknown comparison mode ", dst->p.i[0]);
+  const CompareMode mode = op_params<Op::CMP>(*dst).mode;
+  switch (mode) {
+    case CompareMode::eq: return cmp_dispatch<0>(dst, t);
+    case CompareMode::ne: return cmp_dispatch<1>(dst, t);
+    case CompareMode::lt: return cmp_dispatch<2>(dst, t);
+    case CompareMode::le: return cmp_dispatch<3>(dst, t);
+    case CompareMode::gt: return cmp_dispatch<4>(dst, t);
+    case CompareMode::ge: return cmp_dispatch<5>(dst, t);
+    default: fail("compare", "unknown comparison mode ", int64_t(mode));
   }
 }
 

@@ -187,7 +187,7 @@ void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w
 void kernel_IM2COL(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
   const Planes x(src);
-  const Window win(dst->p, true);
+  const Window win(op_params<Conv2dParams>(*dst));
   const int64_t c_in = src->shape[1], h = src->shape[2], w = src->shape[3];
   const int64_t oh_n = win.out_h(h), ow_n = win.out_w(w), kk = win.kh * win.kw;
   const auto [r0, r1] = items(t, dst->shape[0] * c_in * kk, oh_n * ow_n);
@@ -200,7 +200,7 @@ void kernel_IM2COL(TensorNode* dst, ThreadCtx& t) {
 
 void kernel_COL2IM(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* cols = dst->src[0];
-  const Window win(dst->p, true);
+  const Window win(op_params<Conv2dParams>(*dst));
   const int64_t c_in = dst->shape[1], h = dst->shape[2], w = dst->shape[3];
   const int64_t oh_n = win.out_h(h), ow_n = win.out_w(w), kk = win.kh * win.kw;
   const int64_t s0 = cols->stride[0], s1 = cols->stride[1], s2 = cols->stride[2];

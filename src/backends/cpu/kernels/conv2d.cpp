@@ -28,8 +28,8 @@ namespace {
 struct Conv {
   Window win;
   int64_t n, c, h, w, o, oh, ow, p, ckk;
-  Conv(const OpParams& prm, const Shape& x, const Shape& wt)
-      : win(prm, true), n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(wt[0]) {
+  Conv(const Conv2dParams& prm, const Shape& x, const Shape& wt)
+      : win(prm), n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(wt[0]) {
     oh = win.out_h(h);
     ow = win.out_w(w);
     p = oh * ow;
@@ -91,7 +91,7 @@ GemmOperand f32_operand(const float* p, int64_t rs, int64_t cs) {
 
 void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *x = dst->src[0], *wt = dst->src[1];
-  const Conv cv(dst->p, x->shape, wt->shape);
+  const Conv cv(op_params<Conv2dParams>(*dst), x->shape, wt->shape);
   const Range r = my_images(t, cv);
   if (r.begin >= r.end) return;
   float* buf = static_cast<float*>(t.scratch(size_t(cv.ckk * cv.p + cv.o * cv.ckk) * sizeof(float)));
@@ -112,7 +112,7 @@ void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
 
 void kernel_CONV2D_BACK_INPUT(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *dy = dst->src[0], *wt = dst->src[1];
-  const Conv cv(dst->p, dst->shape, wt->shape);
+  const Conv cv(op_params<Conv2dParams>(*dst), dst->shape, wt->shape);
   const Range r = my_images(t, cv);
   if (r.begin >= r.end) return;
   const int64_t kk = cv.win.kh * cv.win.kw;
@@ -140,7 +140,7 @@ void kernel_CONV2D_BACK_INPUT(TensorNode* dst, ThreadCtx& t) {
 
 void kernel_CONV2D_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *x = dst->src[0], *dy = dst->src[1];
-  const Conv cv(dst->p, x->shape, dst->shape);
+  const Conv cv(op_params<Conv2dParams>(*dst), x->shape, dst->shape);
   // Images are summed in kGroups fixed groups; group 0 sums into dst, the others
   // into shared partials that are then added to dst in group order. Within a
   // group, kBatch images at a time form one product with K = kBatch*p (their

@@ -4,7 +4,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "core/rng.h"
+#include "kiln/detail/rng.h"
 
 namespace kiln::cpu {
 
@@ -34,7 +34,7 @@ void kernel_FILL(TensorNode* dst, ThreadCtx& t) {
   const DType dt = dst->dtype;
   const int64_t es = int64_t(dst->elem_size());
   alignas(4) unsigned char pat[4] = {};
-  store_f32(pat, dt, dst->p.f[0]);
+  store_f32(pat, dt, op_params<Op::FILL>(*dst).value);
   const bool zero = std::memcmp(pat, "\0\0\0\0", size_t(es)) == 0;
   auto L = make_layout<1>(dst->shape, {dst->stride});
   for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& p, int64_t len, const Steps<1>& st) {
@@ -55,18 +55,19 @@ void kernel_FILL(TensorNode* dst, ThreadCtx& t) {
 }
 
 // dst[k] = rng_uniform(seed, k) < f[0] ? 1 : 0 for linear index k, with seed =
-// i[0] xor element 0 of the optional i32 seed tensor (sign-extended to 64 bits).
+// The seed param xor element 0 of the optional i32 seed tensor (sign-extended to 64 bits).
 void kernel_RAND_MASK(TensorNode* dst, ThreadCtx& t) {
   const int64_t n = dst->numel();
   Range r = thread_range(t, n, 8, 64);
   if (r.empty()) return;
-  uint64_t seed = uint64_t(dst->p.i[0]);
+  const RandMaskParams prm = op_params<Op::RAND_MASK>(*dst);
+  uint64_t seed = uint64_t(prm.seed);
   if (dst->n_src > 0 && dst->src[0] != nullptr) {
     int32_t s;
     std::memcpy(&s, dst->src[0]->data, 4);
     seed ^= uint64_t(int64_t(s));
   }
-  const float p = dst->p.f[0];
+  const float p = prm.keep;
   auto L = make_layout<1>(dst->shape, {dst->stride});
   int64_t k = r.begin;
   for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& ptr, int64_t len, const Steps<1>& st) {

@@ -121,13 +121,14 @@ void fill_elems(char* d, int64_t n, uint32_t bits, size_t es) {
 
 void kernel_ONE_HOT(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* labels = dst->src[0];
-  const int64_t classes = dst->p.i[0], count = labels->numel();
+  const OneHotParams prm = op_params<Op::ONE_HOT>(*dst);
+  const int64_t classes = prm.classes, count = labels->numel();
   const IndexReader rd(labels);
   const auto [k0, k1] = items(t, count, classes);
   if (k0 >= k1) return;  // some thread has work, and it reports bad labels
   const int64_t bad = first_bad_index(rd, count, classes);
   if (bad >= 0)
-    fail(dst->p.i[1] == 1 ? "cross_entropy" : "one_hot", "label ", rd(bad), " at position ", bad,
+    fail(prm.for_cross_entropy ? "cross_entropy" : "one_hot", "label ", rd(bad), " at position ", bad,
          " is out of range [0, ", classes, ")");
   float* out = static_cast<float*>(dst->data);
   std::fill(out + k0 * classes, out + k1 * classes, 0.0f);
@@ -208,7 +209,7 @@ void kernel_SCATTER_ADD_ROWS(TensorNode* dst, ThreadCtx& t) {
 void kernel_CONCAT(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* a = dst->src[0];
   const TensorNode* b = dst->src[1];
-  const int nd = dst->shape.ndim(), dim = int(dst->p.i[0]);
+  const int nd = dst->shape.ndim(), dim = int(op_params<Op::CONCAT>(*dst).dim);
   const int64_t cols = last_dim(dst), rows = dst->numel() / std::max<int64_t>(cols, 1);
   const int64_t na = a->shape[dim];
   const size_t es = dst->elem_size();
@@ -243,8 +244,9 @@ void kernel_PAD(TensorNode* dst, ThreadCtx& t) {
   const int nd = dst->shape.ndim();
   const int64_t cols = last_dim(dst), rows = dst->numel() / std::max<int64_t>(cols, 1);
   const size_t es = dst->elem_size();
-  const uint32_t bits = fill_bits(dst->dtype, dst->p.f[0]);
-  const int64_t before = nd > 0 ? dst->p.i[2 * (nd - 1)] : 0, xcols = last_dim(x);
+  const PadParams p = op_params<Op::PAD>(*dst);
+  const uint32_t bits = fill_bits(dst->dtype, p.value);
+  const int64_t before = nd > 0 ? p.before[size_t(nd - 1)] : 0, xcols = last_dim(x);
   const auto [r0, r1] = items(t, rows, cols);
   int64_t idx[kMaxDims] = {};
   for (int64_t r = r0; r < r1; ++r) {
@@ -253,7 +255,7 @@ void kernel_PAD(TensorNode* dst, ThreadCtx& t) {
     bool inside = true;
     int64_t off = 0;
     for (int k = 0; k < nd - 1; ++k) {
-      const int64_t j = idx[k] - dst->p.i[2 * k];
+      const int64_t j = idx[k] - p.before[size_t(k)];
       inside = inside && j >= 0 && j < x->shape[k];
       off += j * x->stride[k];
     }

@@ -51,7 +51,7 @@ int64_t window_argmax(const Planes& x, const char* plane, int64_t h, int64_t w,
 void kernel_MAX_POOL2D(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
   const Planes x(src);
-  const Window win(dst->p, false);
+  const Window win(op_params<Pool2dParams>(*dst));
   const int64_t c_in = src->shape[1], h = src->shape[2], w = src->shape[3];
   const int64_t oh_n = dst->shape[2], ow_n = dst->shape[3];
   const auto rows = items(t, dst->shape[0] * c_in * oh_n, ow_n * win.kh * win.kw);
@@ -71,7 +71,7 @@ void kernel_MAX_POOL2D_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
   const TensorNode* gsrc = dst->src[1];
   const Planes x(src), g(gsrc);
-  const Window win(dst->p, false);
+  const Window win(op_params<Pool2dParams>(*dst));
   const int64_t c_in = dst->shape[1], h = dst->shape[2], w = dst->shape[3];
   const int64_t oh_n = gsrc->shape[2], ow_n = gsrc->shape[3];
   const auto planes = items(t, dst->shape[0] * c_in, oh_n * ow_n * win.kh * win.kw);
@@ -103,7 +103,7 @@ void kernel_MAX_POOL2D_BACK(TensorNode* dst, ThreadCtx& t) {
 void kernel_AVG_POOL2D(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
   const Planes x(src);
-  const Window win(dst->p, false);
+  const Window win(op_params<Pool2dParams>(*dst));
   const int64_t c_in = src->shape[1], h = src->shape[2], w = src->shape[3];
   const int64_t oh_n = dst->shape[2], ow_n = dst->shape[3];
   const float inv = 1.0f / float(win.kh * win.kw);  // padding counts as zeros
@@ -136,7 +136,7 @@ void kernel_AVG_POOL2D(TensorNode* dst, ThreadCtx& t) {
 void kernel_AVG_POOL2D_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* gsrc = dst->src[0];
   const Planes g(gsrc);
-  const Window win(dst->p, false);
+  const Window win(op_params<Pool2dParams>(*dst));
   const int64_t c_in = dst->shape[1], h = dst->shape[2], w = dst->shape[3];
   const int64_t oh_n = gsrc->shape[2], ow_n = gsrc->shape[3];
   const float inv = 1.0f / float(win.kh * win.kw);

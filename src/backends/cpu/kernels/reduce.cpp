@@ -186,7 +186,7 @@ void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t)
 template <bool kMax>
 void reduce_kernel(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
-  const int64_t axis = dst->p.i[0];
+  const int64_t axis = op_params<ReduceParams>(*dst).axis;
   if (axis < 0 || src->shape.ndim() == 0) return reduce_all<kMax>(dst, src, t);
   reduce_axis<kMax>(dst, src, int(axis), t);
 }
@@ -216,7 +216,7 @@ int32_t argmax_row(const char* s, int64_t len, int64_t step) {
 
 void kernel_ARGMAX(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
-  AxisPlan a = plan_axis(dst, src, int(dst->p.i[0]));
+  AxisPlan a = plan_axis(dst, src, int(op_params<Op::ARGMAX>(*dst).axis));
   Range r = thread_range(t, a.n_out, std::max<int64_t>(a.len, 1), 1);
   if (r.empty()) return;
   const bool is_int = src->dtype == DType::i32;

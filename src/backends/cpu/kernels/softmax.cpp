@@ -100,8 +100,9 @@ void softmax_kernel(TensorNode* dst, ThreadCtx& t) {
   if (cols == 0 || x->numel() == 0) return;
   const int64_t rows = x->numel() / cols;
   const int64_t nrows_causal = nd >= 2 ? x->shape[nd - 2] : 1;
-  const float scale = dst->p.f[0];
-  const bool causal = dst->p.i[0] != 0;
+  const SoftmaxParams prm = op_params<SoftmaxParams>(*dst);
+  const float scale = prm.scale;
+  const bool causal = prm.causal;
   const int64_t xs = x->stride[nd - 1];
 
   // The mask is right-aligned against x; size-1 dims broadcast (stride 0).

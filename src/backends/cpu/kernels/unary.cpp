@@ -45,7 +45,7 @@ template <class V> inline V zero() { return vm::c<V>(0.0f); }
 // x^p for a constant p. Common exponents get exact or cheaper forms; the rest
 // use std::pow per element (pow is rare and never the bottleneck).
 void run_pow(TensorNode* dst, ThreadCtx& t) {
-  const float e = dst->p.f[0];
+  const float e = op_params<Op::POW>(*dst).exponent;
   if (e == 1.0f) return run_unary(dst, t, kCheap, [](auto x) { return x; });
   if (e == 2.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x; });
   if (e == 3.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x * x; });
@@ -101,7 +101,8 @@ void kernel_COS(TensorNode* dst, ThreadCtx& t) {
 }
 void kernel_POW(TensorNode* dst, ThreadCtx& t) { run_pow(dst, t); }
 void kernel_SCALE(TensorNode* dst, ThreadCtx& t) {
-  const float s = dst->p.f[0], b = dst->p.f[1];
+  const ScaleParams p = op_params<Op::SCALE>(*dst);
+  const float s = p.mul, b = p.add;
   run_unary(dst, t, kCheap, [s, b](auto x) {
     using V = decltype(x);
     return vm::madd(vm::c<V>(s), x, vm::c<V>(b));
@@ -109,7 +110,8 @@ void kernel_SCALE(TensorNode* dst, ThreadCtx& t) {
 }
 // min(max(x, lo), hi); NaN stays NaN (as torch.clamp).
 void kernel_CLAMP(TensorNode* dst, ThreadCtx& t) {
-  const float lo = dst->p.f[0], hi = dst->p.f[1];
+  const ClampParams p = op_params<Op::CLAMP>(*dst);
+  const float lo = p.lo, hi = p.hi;
   run_unary(dst, t, kCheap, [lo, hi](auto x) {
     using V = decltype(x);
     V r = vm::min(vm::max(x, vm::c<V>(lo)), vm::c<V>(hi));
@@ -124,7 +126,7 @@ void kernel_RELU(TensorNode* dst, ThreadCtx& t) {
   });
 }
 void kernel_LEAKY_RELU(TensorNode* dst, ThreadCtx& t) {
-  const float slope = dst->p.f[0];
+  const float slope = op_params<Op::LEAKY_RELU>(*dst).slope;
   run_unary(dst, t, kCheap, [slope](auto x) {
     using V = decltype(x);
     return vm::select(x > zero<V>(), x, x * vm::c<V>(slope));

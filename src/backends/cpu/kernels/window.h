@@ -23,16 +23,13 @@ inline float ld(const char* p) {
   return v;
 }
 
-// Window geometry from the op params (pooling uses entries 0..5, dilation 1).
+// Window geometry from the op params (pooling has dilation 1).
 struct Window {
   int64_t kh, kw, sh, sw, ph, pw, dh = 1, dw = 1;
-  explicit Window(const OpParams& p, bool dilated)
-      : kh(p.i[0]), kw(p.i[1]), sh(p.i[2]), sw(p.i[3]), ph(p.i[4]), pw(p.i[5]) {
-    if (dilated) {
-      dh = p.i[6];
-      dw = p.i[7];
-    }
-  }
+  explicit Window(const Conv2dParams& p)
+      : kh(p.kh), kw(p.kw), sh(p.sh), sw(p.sw), ph(p.ph), pw(p.pw), dh(p.dh), dw(p.dw) {}
+  explicit Window(const Pool2dParams& p)
+      : kh(p.kh), kw(p.kw), sh(p.sh), sw(p.sw), ph(p.ph), pw(p.pw) {}
   int64_t out_h(int64_t h) const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };

@@ -1,8 +1,10 @@
-// Internal helpers for op builders (src/core/ops/*.cpp).
+// Internal helpers for op builders (src/core/ops/*.cpp, and the optimizer-step
+// builders of src/opt): node creation and the checks that give "[op] ..." errors.
 #pragma once
 #include <initializer_list>
 
 #include "kiln/context.h"
+#include "kiln/op_params.h"
 #include "kiln/ops.h"
 #include "kiln/tensor.h"
 
@@ -10,7 +12,14 @@ namespace kiln::detail {
 
 // A new contiguous node of `op` in the first src's context.
 TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
-                   const OpParams& p = {});
+                   const OpParamBytes& p = {});
+// The same with the op's parameter struct (kiln/op_params.h).
+template <class P>
+TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
+                   const P& p) {
+  KILN_ASSERT(op_uses_params<P>(op));
+  return new_op(op, t, s, srcs, pack_params(p));
+}
 
 // Checks (each throws kiln::Error starting with "[op] ").
 void check_defined(const char* op, std::initializer_list<Tensor> ts);

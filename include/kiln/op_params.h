@@ -1,0 +1,194 @@
+// Named parameters of the ops in kiln/ops.def, for op builders, backward rules and
+// backend kernels. Each op that has parameters declares its struct once below
+// (KILN_OP_PARAMS); a node stores that struct in its parameter bytes. Readers name
+// the fields (`op_params<Op::NARROW>(n).start`) instead of indexing raw slots, so
+// a misspelt or misplaced parameter is a compile error, and asking a node for a
+// struct its op does not declare stops the program (a library bug, not bad input).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
+
+#include "kiln/error.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct NoParams {};
+
+// ---- views ----
+struct PermuteParams {
+  std::array<int64_t, kMaxDims> axes{};  // axes[d] = source axis of output axis d
+};
+struct NarrowParams {
+  int64_t dim = 0, start = 0, length = 0;
+};
+// ---- copies and constants ----
+struct FillParams {
+  float value = 0;
+};
+struct RandMaskParams {
+  int64_t seed = 0;  // element 0 of the optional i32 seed source is xor-ed into it
+  float keep = 0;    // probability of a 1
+};
+// ---- elementwise ----
+enum class CompareMode : int64_t { eq, ne, lt, le, gt, ge };
+struct CompareParams {
+  CompareMode mode = CompareMode::eq;
+};
+struct PowParams {
+  float exponent = 1;
+};
+struct ScaleParams {
+  float mul = 1, add = 0;  // mul*x + add
+};
+struct ClampParams {
+  float lo = 0, hi = 0;
+};
+struct LeakyReluParams {
+  float slope = 0;
+};
+// ---- reductions (SUM, MAX, ARGMAX) ----
+struct ReduceParams {
+  int64_t axis = -1;  // -1: every element (SUM and MAX only)
+  bool keepdim = false;
+};
+// ---- neural-net ----
+struct SoftmaxParams {  // SOFTMAX and LOG_SOFTMAX
+  float scale = 1;
+  bool causal = false;
+};
+struct OneHotParams {
+  int64_t classes = 0;
+  bool for_cross_entropy = false;  // range errors name cross_entropy instead of one_hot
+};
+struct ScatterAddRowsParams {
+  int64_t rows = 0;
+};
+struct ConcatParams {
+  int64_t dim = 0;
+};
+struct PadParams {
+  std::array<int64_t, kMaxDims> before{}, after{};  // per dim
+  float value = 0;
+};
+// IM2COL, COL2IM and the CONV2D ops: kernel, stride, padding, dilation (height, width).
+struct Conv2dParams {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+// The pooling ops (dilation 1).
+struct Pool2dParams {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
+};
+
+// Which struct each op keeps (NoParams unless listed).
+template <Op>
+struct OpParamsOf {
+  using type = NoParams;
+};
+#define KILN_OP_PARAMS(e, T) \
+  template <>                \
+  struct OpParamsOf<Op::e> { \
+    using type = T;          \
+  };
+KILN_OP_PARAMS(PERMUTE, PermuteParams)
+KILN_OP_PARAMS(NARROW, NarrowParams)
+KILN_OP_PARAMS(FILL, FillParams)
+KILN_OP_PARAMS(RAND_MASK, RandMaskParams)
+KILN_OP_PARAMS(CMP, CompareParams)
+KILN_OP_PARAMS(POW, PowParams)
+KILN_OP_PARAMS(SCALE, ScaleParams)
+KILN_OP_PARAMS(CLAMP, ClampParams)
+KILN_OP_PARAMS(LEAKY_RELU, LeakyReluParams)
+KILN_OP_PARAMS(SUM, ReduceParams)
+KILN_OP_PARAMS(MAX, ReduceParams)
+KILN_OP_PARAMS(ARGMAX, ReduceParams)
+KILN_OP_PARAMS(SOFTMAX, SoftmaxParams)
+KILN_OP_PARAMS(LOG_SOFTMAX, SoftmaxParams)
+KILN_OP_PARAMS(ONE_HOT, OneHotParams)
+KILN_OP_PARAMS(SCATTER_ADD_ROWS, ScatterAddRowsParams)
+KILN_OP_PARAMS(CONCAT, ConcatParams)
+KILN_OP_PARAMS(PAD, PadParams)
+KILN_OP_PARAMS(IM2COL, Conv2dParams)
+KILN_OP_PARAMS(COL2IM, Conv2dParams)
+KILN_OP_PARAMS(CONV2D, Conv2dParams)
+KILN_OP_PARAMS(CONV2D_BACK_INPUT, Conv2dParams)
+KILN_OP_PARAMS(CONV2D_BACK_WEIGHT, Conv2dParams)
+KILN_OP_PARAMS(MAX_POOL2D, Pool2dParams)
+KILN_OP_PARAMS(MAX_POOL2D_BACK, Pool2dParams)
+KILN_OP_PARAMS(AVG_POOL2D, Pool2dParams)
+KILN_OP_PARAMS(AVG_POOL2D_BACK, Pool2dParams)
+#undef KILN_OP_PARAMS
+
+template <Op op>
+using op_params_t = typename OpParamsOf<op>::type;
+
+// Does `op` keep its parameters in a P? (Generated from ops.def.)
+template <class P>
+constexpr bool op_uses_params(Op op) {
+  switch (op) {
+#define KILN_OP(e, name, kind, inplace, grad) \
+  case Op::e:                                  \
+    return std::is_same_v<op_params_t<Op::e>, P>;
+#include "kiln/ops.def"
+#undef KILN_OP
+    case Op::COUNT: break;
+  }
+  return false;
+}
+
+namespace detail {
+
+template <class P>
+OpParamBytes pack_params(const P& p) {
+  static_assert(std::is_trivially_copyable_v<P>, "op parameters must be trivially copyable");
+  static_assert(sizeof(P) <= sizeof(OpParamBytes::bytes), "op parameters do not fit a node");
+  OpParamBytes b;
+  std::memcpy(b.bytes, &p, sizeof(P));
+  return b;
+}
+
+// Stores p as n's parameters; p must be the struct n's op declares.
+template <class P>
+void set_params(TensorNode& n, const P& p) {
+  KILN_ASSERT(op_uses_params<P>(n.op));
+  n.params = pack_params(p);
+}
+
+}  // namespace detail
+
+// n's parameters as P, the struct its op declares (several ops may share one).
+template <class P>
+P op_params(const TensorNode& n) {
+  KILN_ASSERT(op_uses_params<P>(n.op));
+  P p;
+  std::memcpy(&p, n.params.bytes, sizeof(P));
+  return p;
+}
+template <Op op>
+op_params_t<op> op_params(const TensorNode& n) {
+  static_assert(!std::is_same_v<op_params_t<op>, NoParams>, "this op has no parameters");
+  KILN_ASSERT(n.op == op);
+  return op_params<op_params_t<op>>(n);
+}
+
+namespace detail {
+
+Tensor make_op_bytes(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
+                     const OpParamBytes& p);
+
+// Creates a node of `op` with the given sources, dtype, shape and parameters and
+// no checks at all: for the library's own builders (optimizer steps) and tests that
+// need a node the public builders refuse to make.
+template <class P = NoParams>
+Tensor make_op(Op op, DType t, const Shape& s, std::initializer_list<Tensor> srcs,
+               const P& p = {}) {
+  KILN_ASSERT((std::is_same_v<P, NoParams> || op_uses_params<P>(op)));
+  return make_op_bytes(op, t, s, srcs, pack_params(p));
+}
+
+}  // namespace detail
+
+}  // namespace kiln
