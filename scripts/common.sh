@@ -82,7 +82,8 @@ install_deps() {
   log "cmake $cv, g++ $gv, ninja $(ninja --version)"
 }
 
-# Configures (first time only, CMake keeps the cache) and builds $KILN_PRESET.
+# Configures (first time only, CMake keeps the cache) and builds $KILN_PRESET:
+# every target, or only the targets given as arguments.
 build_preset() {
   cd "$KILN_ROOT" || exit 1
   # ccache only when present: the presets do not name a launcher, CMake reads
@@ -92,6 +93,8 @@ build_preset() {
   fi
   log "configure (preset $KILN_PRESET)"
   cmake --preset "$KILN_PRESET"
-  log "build (preset $KILN_PRESET, -j$KILN_JOBS)"
-  cmake --build --preset "$KILN_PRESET" -j"$KILN_JOBS"
+  local targets=()
+  (($# == 0)) || targets=(--target "$@")
+  log "build (preset $KILN_PRESET, -j$KILN_JOBS${*:+, targets: $*})"
+  cmake --build --preset "$KILN_PRESET" -j"$KILN_JOBS" "${targets[@]+"${targets[@]}"}"
 }

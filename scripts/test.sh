@@ -1,15 +1,46 @@
 #!/usr/bin/env bash
 # Quick start, command 2 (and what CI runs, see .ci/run): install what is
-# missing, build the `release` preset and run every test with ctest.
+# missing, then build and test every configuration kiln ships:
+#   release   -march=native: every target, every test
+#   portable  baseline x86-64 (the generic kernel paths): op-test harness and
+#             CPU kernel tests (ctest labels ops and cpu)
+#   avx2      -march=x86-64-v3 (the AVX2 paths without AVX-512): the same tests
+#   asan      AddressSanitizer + UBSan (fatal): every test
+# SIMD paths are chosen at compile time (docs/design.md, "Backends"), so each
+# instruction set is its own build.
 #   bash scripts/test.sh [extra ctest args, e.g. -R core]
+#   KILN_TEST_BUILDS="release" bash scripts/test.sh   # only some of the builds
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-install_deps
-build_preset
+KILN_TEST_BUILDS="${KILN_TEST_BUILDS:-release portable avx2 asan}"
 
-log "ctest --preset $KILN_PRESET $*"
+install_deps
 cd "$KILN_ROOT" || exit 1
-# ctest ends with its summary ("100% tests passed, 0 tests failed out of N") and
-# exits non-zero when a test fails; the exit status is this script's.
-ctest --preset "$KILN_PRESET" "$@"
+
+# Builds and tests one configuration: run_build PRESET CTEST_PRESET [targets...]
+# (no targets: all of them). ctest ends with its summary ("100% tests passed")
+# and exits non-zero when a test fails; set -e then stops this script.
+run_build() {
+  local preset="$1" test_preset="$2"
+  shift 2
+  local start=$SECONDS
+  KILN_PRESET="$preset" build_preset "$@"
+  log "ctest --preset $test_preset ${CTEST_ARGS[*]+"${CTEST_ARGS[*]}"}"
+  ctest --preset "$test_preset" "${CTEST_ARGS[@]+"${CTEST_ARGS[@]}"}"
+  log "$preset: built and tested in $((SECONDS - start)) s"
+}
+
+CTEST_ARGS=("$@")
+for b in $KILN_TEST_BUILDS; do
+  case "$b" in
+    release) run_build release release ;;
+    portable) run_build portable kernels-portable kiln_test_ops kiln_test_cpu ;;
+    avx2) run_build avx2 kernels-avx2 kiln_test_ops kiln_test_cpu ;;
+    asan) run_build asan asan ;;
+    # ---- CUDA goes here: a "cuda)" build (nvcc, src/backends/cuda) that configures,
+    # builds and runs its tests with run_build, and "cuda" in the default list above.
+    *) die "unknown build '$b' in KILN_TEST_BUILDS (release, portable, avx2, asan)" ;;
+  esac
+done
+log "all builds passed: $KILN_TEST_BUILDS (${SECONDS} s)"

@@ -230,9 +230,25 @@ Session::Session(const Case& cs, bool grad) : c(cs), grad_mode(grad) {
 }
 
 void Session::allocate(Backend& be) {
-  buf = allocate_tensors(ctx, be);
+  guarded = be.buffer_type().is_host();
+  buf = guarded ? mem.allocate(ctx, be) : allocate_tensors(ctx, be);
   for (size_t i = 0; i < b.leaves.size(); ++i) upload(b.leaves[i], values[i]);
   if (R.defined()) upload(R, leaf_values().at(R.node()).v);
+}
+
+void Session::run(Backend& be) {
+  be.compute(g);
+  if (!guarded) return;
+  const std::string e = mem.check();
+  if (!e.empty()) throw RefError(std::string(be.name()) + " run of the graph: " + e);
+}
+
+std::string Session::run_checked(Backend& be) {
+  if (!guarded) {
+    be.compute(g);
+    return {};
+  }
+  return test::run_checked(g, be, mem);
 }
 
 RefValues Session::leaf_values() const {
@@ -279,12 +295,14 @@ void fill_leaves(const Graph& g, RefValues& vals) {
 
 // ---- checks ----
 
-CheckResult check_eval(const Case& c) {
+CheckResult check_eval(const Case& c, Backend* be) {
   return guarded([&](CheckResult& r) {
     Session s(c, false);
-    CpuBackend cpu(1);
+    CpuBackend cpu1(1);
+    Backend& cpu = be ? *be : cpu1;
     s.allocate(cpu);
-    s.run(cpu);
+    const std::string mem_error = s.run_checked(cpu);
+    if (!mem_error.empty()) return r.fail(mem_error);
     const RefValue got = download(s.b.out);
     RefValues vals = s.leaf_values();
     fill_leaves(s.g, vals);

@@ -1,7 +1,9 @@
 // The op-test harness's checks. Each returns a CheckResult instead of raising
 // gtest failures, so tests can also assert that a check FAILS (mutation tests).
 //
-//   eval:    the case on CpuBackend(1 thread) vs the double reference (+ spec)
+//   eval:    the case on CpuBackend(1 thread) vs the double reference (+ spec),
+//            run node by node: no kernel may write outside its output (guard
+//            bytes around every tensor) or change its sources (unless ALIAS)
 //   backend: the case on another backend vs CpuBackend(1 thread) (forward, and
 //            forward+backward for grad cases); bit-identical where the backend
 //            promises it (the CPU backend with another thread count)
@@ -65,7 +67,9 @@ bool verbose();
 // Bit-for-bit equality (as stored values); "" when equal.
 std::string compare_exact(const RefValue& want, const RefValue& got, const std::string& what);
 
-CheckResult check_eval(const Case& c);
+// be: what runs the case (default CpuBackend with 1 thread); tests pass a
+// deliberately faulty backend to show that the harness catches it.
+CheckResult check_eval(const Case& c, Backend* be = nullptr);
 CheckResult check_backend(const Case& c, const BackendSpec& b);
 CheckResult check_grad(const Case& c);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/harness/check.h"
+#include "ops/harness/guard.h"
 
 namespace kiln::test {
 
@@ -14,9 +15,14 @@ struct Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Gives every tensor memory on `be` and uploads the case's values (and R).
+  // Gives every tensor memory on `be` (with guard bytes around each tensor when
+  // be's memory is host memory) and uploads the case's values (and R).
   void allocate(Backend& be);
-  void run(Backend& be) { be.compute(g); }
+  // Runs the graph; throws RefError when a kernel wrote over a guard.
+  void run(Backend& be);
+  // Runs the graph node by node, checking guards and that no node but an ALIAS
+  // one changed its sources; "" or what went wrong.
+  std::string run_checked(Backend& be);
   // The reference's starting values: every input leaf (and R).
   RefValues leaf_values() const;
 
@@ -29,6 +35,8 @@ struct Session {
   std::vector<size_t> params;                // grad mode: indices of inputs that are params
   Graph g;
   std::unique_ptr<Buffer> buf;
+  bool guarded = false;  // buf came from `mem`
+  GuardedMemory mem;
 };
 
 // Gives leaves that the caller did not give a value a value: zero for gradient
