@@ -1,4 +1,4 @@
-// Training-loop figures (DESIGN.md principle 7: "per-step overhead is a
+// Training-loop figures (docs/design.md, principle 7: "per-step overhead is a
 // benchmark figure"):
 //   train_batch/{fc,cnn}  one physical batch of kiln-mnist's fc or cnn model (500
 //                       samples: forward, backward, every 2nd call the AdamW step)

@@ -4,7 +4,8 @@
 # builds one CMake preset.
 #
 # Needs: cmake >= 3.25, g++ >= 11 (C++20), ninja, GoogleTest, Google Benchmark,
-# OpenBLAS (only as the GEMM baseline of bench/). On Debian/Ubuntu the missing
+# OpenBLAS (only as the GEMM baseline of bench/), CLI11 (the examples' command
+# lines). On Debian/Ubuntu the missing
 # ones are installed with apt-get (as root, or through passwordless sudo).
 
 set -euo pipefail
@@ -49,6 +50,7 @@ missing_packages() {
   have_header gtest/gtest.h || pkgs+=(libgtest-dev)
   have_header benchmark/benchmark.h || pkgs+=(libbenchmark-dev)
   have_lib libopenblas || pkgs+=(libopenblas-dev)
+  have_header CLI/CLI.hpp || pkgs+=(libcli11-dev)
   echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 

@@ -1,4 +1,4 @@
-// Memory planning (DESIGN.md principle 4): the tensor allocator places blocks
+// Memory planning (docs/design.md, principle 4): the tensor allocator places blocks
 // inside one buffer; the graph allocator walks a graph in execution order, frees
 // a tensor's block after its last consumer ran, reuses blocks (also in place)
 // and sizes one buffer exactly with a measure pass.

@@ -1,4 +1,4 @@
-// The backend interface (DESIGN.md principle 5): a BufferType makes Buffers (one
+// The backend interface (docs/design.md, principle 5): a BufferType makes Buffers (one
 // block of device memory each); a Backend runs graphs on tensors that live in its
 // buffers. Every backend implements this same small surface.
 #pragma once

@@ -1,4 +1,4 @@
-// Training (DESIGN.md "The training API"): optimizers as graph ops, learning-rate
+// Training (docs/design.md, "Training"): optimizers as graph ops, learning-rate
 // schedules, the optimization context (forward, backward and optimizer graphs
 // built and allocated once), epoch()/fit() with result objects, a progress bar,
 // and checkpoints of weights plus optimizer state.

@@ -50,4 +50,10 @@ std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names,
 // replaced. `preferred`: listed before the built-in ones instead of after them.
 void register_backend(BackendInfo info, bool preferred = false);
 
+namespace detail {
+// The built-in backends, most preferred first; defined by the backends layer
+// (src/backends/builtin_backends.cpp) so that this layer names none of them.
+std::vector<BackendInfo> builtin_backends();
+}  // namespace detail
+
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// The scheduler: runs one Graph across several backends (DESIGN.md principles 5-7).
+// The scheduler: runs one Graph across several backends (docs/design.md, principles 5-7).
 //
 //   kiln::BlasBackend blas(4);   // matmul only
 //   kiln::CpuBackend cpu(4);     // everything

@@ -1,18 +1,13 @@
-// The backend registry (kiln/registry.h). Built-in backends are listed here
-// explicitly rather than registering themselves from static initialisers, which
-// a static libkiln.a would drop at link time.
+// The backend registry (kiln/registry.h). It starts from detail::builtin_backends(),
+// which the backends layer defines (src/backends/builtin_backends.cpp): the list is
+// explicit rather than each backend registering itself from a static initialiser,
+// which a static libkiln.a would drop at link time, and this layer names no
+// concrete backend.
 #include "kiln/registry.h"
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <mutex>
-
-#include "backends/cpu/thread_pool.h"
-#include "kiln/cpu.h"
-#if KILN_HAVE_BLAS
-#include "kiln/blas.h"
-#endif
 
 namespace kiln {
 
@@ -24,41 +19,11 @@ std::string lower(std::string_view s) {
   return r;
 }
 
-// "model name" from /proc/cpuinfo (Linux); empty elsewhere.
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) break;
-    size_t b = line.find_first_not_of(" \t", colon + 1);
-    return b == std::string::npos ? std::string() : line.substr(b);
-  }
-  return {};
-}
-
-std::string cpu_description() {
-  std::string model = cpu_model();
-  if (model.empty()) model = "CPU";
-  return model + ", " + std::to_string(cpu::default_thread_count()) + " hardware threads";
-}
-
 struct Registry {
   std::mutex mu;
   std::vector<BackendInfo> list;  // most preferred first
 
-  Registry() {
-#if KILN_HAVE_BLAS
-    list.push_back({"blas", blas_description(),
-                    [](const BackendOptions& o) -> std::unique_ptr<Backend> {
-                      return std::make_unique<BlasBackend>(o.n_threads, /*cpu_kernels=*/true);
-                    }});
-#endif
-    list.push_back({"cpu", cpu_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
-                      return std::make_unique<CpuBackend>(o.n_threads);
-                    }});
-  }
+  Registry() : list(detail::builtin_backends()) {}
 };
 
 Registry& registry() {

@@ -1,5 +1,5 @@
 // OptContext: builds the loss, forward, backward and optimizer graphs once and
-// allocates them statically (DESIGN.md principle 7). Per step: the caller uploads
+// allocates them statically (docs/design.md, principle 7). Per step: the caller uploads
 // a batch, the context writes the step's hyper-parameters and computes.
 #include <cmath>
 #include <unordered_set>

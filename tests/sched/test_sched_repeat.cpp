@@ -1,4 +1,4 @@
-// DESIGN.md principle 6: scheduling and running one graph many times gives the
+// docs/design.md, principle 6: scheduling and running one graph many times gives the
 // same results every time and leaves the user's graph exactly as it was (ggml's
 // scheduler rewrote node sources in place, which broke the second run).
 #include "sched_test_util.h"

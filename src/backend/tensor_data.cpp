@@ -1,0 +1,105 @@
+// The Tensor handle's data access (declared in kiln/tensor.h): through the
+// tensor's Buffer, so it belongs to the backend layer, not to core.
+#include <cstring>
+#include <type_traits>
+
+#include "kiln/backend.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+namespace {
+
+template <class T>
+bool dtype_matches(DType t) {
+  if constexpr (std::is_same_v<T, float>) return t == DType::f32;
+  if constexpr (std::is_same_v<T, int32_t>) return t == DType::i32;
+  if constexpr (std::is_same_v<T, uint16_t>) return t == DType::f16 || t == DType::bf16;
+  return false;
+}
+
+const char* label(const TensorNode* n) { return n->name.empty() ? "tensor" : n->name.c_str(); }
+
+void check_access(const char* op, const TensorNode* n, size_t count, bool dtype_ok) {
+  if (!dtype_ok)
+    fail(op, label(n), " ", n->shape.str(), " is ", dtype_name(n->dtype),
+         ": use float for f32, int32_t for i32, uint16_t for f16/bf16");
+  if (!n->data)
+    fail(op, label(n), " ", n->shape.str(),
+         " has no memory yet: allocate it first (kiln::allocate_tensors or a graph allocator)");
+  if (count != size_t(n->numel()))
+    fail(op, label(n), " ", n->shape.str(), " has ", n->numel(), " elements but ", count,
+         " values were given");
+}
+
+// Calls fn(byte_offset, linear_index) for each element in row-major order.
+template <class F>
+void for_each_offset(const TensorNode* n, F&& fn) {
+  const int nd = n->shape.ndim();
+  int64_t idx[kMaxDims] = {};
+  const int64_t total = n->numel();
+  for (int64_t i = 0; i < total; ++i) {
+    fn(n->offset_of(idx), i);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < n->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+template <class V>
+void Tensor::set(std::span<const V> values) {
+  check_access("set", n_, values.size(), dtype_matches<V>(n_->dtype));
+  const TensorNode* owner = n_->view_src ? n_->view_src : n_;
+  if (n_->is_contiguous()) {
+    n_->buffer->set(n_, values.data(), 0, values.size() * sizeof(V));
+  } else if (owner->buffer && owner->buffer->is_host()) {
+    char* base = static_cast<char*>(n_->data);
+    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
+  } else {
+    fail("set", label(n_), " is a non-contiguous view on a device buffer: set its source");
+  }
+}
+
+template <class V>
+std::vector<V> Tensor::get() const {
+  std::vector<V> out(size_t(n_->numel()));
+  check_access("get", n_, out.size(), dtype_matches<V>(n_->dtype));
+  if (n_->is_contiguous()) {
+    n_->buffer->get(n_, out.data(), 0, out.size() * sizeof(V));
+  } else if (n_->buffer && n_->buffer->is_host()) {
+    const char* base = static_cast<const char*>(n_->data);
+    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
+  } else {
+    fail("get", label(n_), " is a non-contiguous view on a device buffer: use contiguous()");
+  }
+  return out;
+}
+
+float Tensor::item() const {
+  if (numel() != 1) fail("item", label(n_), " ", shape().str(), " has ", numel(), " elements, not 1");
+  switch (dtype()) {
+    case DType::f32: return get<float>()[0];
+    case DType::i32: return float(get<int32_t>()[0]);
+    case DType::f16: return f16_to_f32(get<uint16_t>()[0]);
+    case DType::bf16: return bf16_to_f32(get<uint16_t>()[0]);
+  }
+  return 0;
+}
+
+void Tensor::fill_zero() {
+  if (!n_->data) fail("fill_zero", label(n_), " has no memory yet");
+  if (!n_->is_contiguous()) fail("fill_zero", label(n_), " is not contiguous");
+  n_->buffer->memset(n_, 0, 0, n_->nbytes());
+}
+
+template void Tensor::set<float>(std::span<const float>);
+template void Tensor::set<int32_t>(std::span<const int32_t>);
+template void Tensor::set<uint16_t>(std::span<const uint16_t>);
+template std::vector<float> Tensor::get<float>() const;
+template std::vector<int32_t> Tensor::get<int32_t>() const;
+template std::vector<uint16_t> Tensor::get<uint16_t>() const;
+
+}  // namespace kiln
