@@ -5,7 +5,8 @@
 #
 # Needs: cmake >= 3.25, g++ >= 11 (C++20), ninja, GoogleTest, Google Benchmark,
 # OpenBLAS (only as the GEMM baseline of bench/), CLI11 (the examples' command
-# lines). On Debian/Ubuntu the missing
+# lines), Open MPI (data-parallel training and its tests; kiln builds without it
+# too). On Debian/Ubuntu the missing
 # ones are installed with apt-get (as root, or through passwordless sudo).
 
 set -euo pipefail
@@ -51,6 +52,9 @@ missing_packages() {
   have_header benchmark/benchmark.h || pkgs+=(libbenchmark-dev)
   have_lib libopenblas || pkgs+=(libopenblas-dev)
   have_header CLI/CLI.hpp || pkgs+=(libcli11-dev)
+  # Open MPI: data-parallel training (src/dist) and its multi-process tests.
+  have_header openmpi/mpi.h || pkgs+=(libopenmpi-dev)
+  have mpirun || pkgs+=(openmpi-bin)
   echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 

@@ -11,6 +11,12 @@
 // train also writes FILE (weights + optimizer state, resumable with --resume),
 // and FILE's .csv (per-epoch loss/accuracy) and .svg (training curves) next to it.
 // Exit codes: 0 ok, 1 error (kiln::Error message on stderr), 2 bad arguments.
+//
+// Under mpirun (mpirun -np N kiln-mnist train ...) the N processes train one
+// model data-parallel (kiln/dist.h): the logical batch of 1000 is split among
+// them (N must divide it), so results compare with one process; rank 0 prints
+// and writes the files, the others stay quiet.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dist.h"
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
 #include "kiln/registry.h"
@@ -166,7 +173,19 @@ std::string model_kind_of(const std::string& path) {
   return v->as_string();
 }
 
-int train(const Args& a) {
+// Per rank: the logical batch 1000 split among the ranks, physical <= 500.
+struct Batches {
+  int64_t physical, logical;
+};
+Batches batches_for(int ranks) {
+  if (kLogicalBatch % ranks != 0)
+    kiln::fail("mnist", "the logical batch ", kLogicalBatch, " does not split among ", ranks, " ranks");
+  const int64_t logical = kLogicalBatch / ranks;
+  return {std::min(kPhysicalBatch, logical), logical};
+}
+
+int train(const Args& a, kiln::dist::Communicator& comm) {
+  const bool root = comm.rank() == 0;
   std::string kind = a.model;
   if (!a.resume.empty()) {
     const std::string saved = model_kind_of(a.resume);
@@ -180,14 +199,17 @@ int train(const Args& a) {
   kiln::Dataset test_set = mnist::load_test(dir);
 
   Backends be = make_backends(a);
-  mnist::Model m = mnist::Model::build(kind, kPhysicalBatch);
+  const Batches bs = batches_for(comm.size());
+  mnist::Model m = mnist::Model::build(kind, bs.physical);
+  kiln::dist::DataParallel dp(comm);
   kiln::OptConfig cfg;
   cfg.inputs = m.images;
   cfg.outputs = m.logits;
   cfg.loss = kiln::LossKind::cross_entropy;
   cfg.params = m.params;
-  cfg.logical_batch = kLogicalBatch;
+  cfg.logical_batch = bs.logical;
   cfg.backends = be.list;  // AdamW with default parameters (lr 1e-3)
+  cfg.parallel = &dp;
   kiln::OptContext opt(cfg);
   std::vector<mnist::EpochRow> rows;
   if (a.resume.empty()) {
@@ -196,16 +218,21 @@ int train(const Args& a) {
     opt.load(a.resume);
     for (const mnist::EpochRow& r : mnist::read_csv(mnist::sibling(a.resume, ".csv")))
       if (r.epoch <= opt.epoch()) rows.push_back(r);
-    std::fprintf(stderr, "kiln-mnist: resumed %s at epoch %lld (step %lld)\n", a.resume.c_str(),
-                 (long long)opt.epoch(), (long long)opt.step());
+    if (root)
+      std::fprintf(stderr, "kiln-mnist: resumed %s at epoch %lld (step %lld)\n", a.resume.c_str(),
+                   (long long)opt.epoch(), (long long)opt.step());
   }
   const std::string threads = a.threads > 0 ? std::to_string(a.threads) : "all";
-  std::fprintf(stderr, "kiln-mnist: model %s, backend %s, threads %s, batch %lld (logical %lld), %lld epochs\n",
-               kind.c_str(), be.names.c_str(), threads.c_str(), (long long)kPhysicalBatch, (long long)kLogicalBatch,
-               (long long)a.epochs);
-
-  std::fprintf(stderr, "kiln-mnist: memory: %.1f MiB params/gradients/optimizer state/inputs, %.1f MiB graph\n",
-               double(opt.static_bytes()) / (1 << 20), double(opt.memory_plan().buffer_size) / (1 << 20));
+  if (root) {
+    std::fprintf(stderr, "kiln-mnist: model %s, backend %s, threads %s, batch %lld (logical %lld), %lld epochs\n",
+                 kind.c_str(), be.names.c_str(), threads.c_str(), (long long)bs.physical, (long long)bs.logical,
+                 (long long)a.epochs);
+    if (comm.size() > 1)
+      std::fprintf(stderr, "kiln-mnist: %d ranks (MPI), batch per step %lld in all\n", comm.size(),
+                   (long long)(bs.logical * comm.size()));
+    std::fprintf(stderr, "kiln-mnist: memory: %.1f MiB params/gradients/optimizer state/inputs, %.1f MiB graph\n",
+                 double(opt.static_bytes()) / (1 << 20), double(opt.memory_plan().buffer_size) / (1 << 20));
+  }
 
   kiln::FitOptions fo;
   fo.epochs = a.epochs;
@@ -217,20 +244,24 @@ int train(const Args& a) {
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const kiln::EpochResult& e : history) rows.push_back(row_of(e));
 
-  opt.save(out, true, {{"kiln.mnist.model", kiln::GgufValue(kind)}});
-  mnist::write_csv(mnist::sibling(out, ".csv"), rows);
-  mnist::write_svg(mnist::sibling(out, ".svg"), rows, "kiln-mnist " + kind);
+  opt.save(out, true, {{"kiln.mnist.model", kiln::GgufValue(kind)}});  // rank 0 writes
+  if (root) {
+    mnist::write_csv(mnist::sibling(out, ".csv"), rows);
+    mnist::write_svg(mnist::sibling(out, ".svg"), rows, "kiln-mnist " + kind);
+  }
   const kiln::Result test = kiln::evaluate(opt, test_set, test_set.all());
-  std::printf("%s train_time_s=%.2f\n", summary(test).c_str(), train_s);
+  if (root) std::printf("%s train_time_s=%.2f\n", summary(test).c_str(), train_s);
   return 0;
 }
 
-int eval(const Args& a) {
+int eval(const Args& a, kiln::dist::Communicator& comm) {
   const std::string kind = model_kind_of(a.model);
   kiln::Dataset test_set = mnist::load_test(data_dir(a));
   Backends be = make_backends(a);
-  mnist::Model m = mnist::Model::build(kind, kPhysicalBatch);
+  mnist::Model m = mnist::Model::build(kind, batches_for(comm.size()).physical);
+  kiln::dist::DataParallel dp(comm);  // each rank evaluates its share
   kiln::OptConfig cfg;
+  cfg.parallel = &dp;
   cfg.inputs = m.images;
   cfg.outputs = m.logits;
   cfg.params = m.params;
@@ -238,8 +269,8 @@ int eval(const Args& a) {
   cfg.forward_only = true;
   kiln::OptContext opt(cfg);
   opt.load(a.model, /*with_optimizer_state=*/false);
-  const kiln::Result test = kiln::evaluate(opt, test_set, test_set.all(), a.progress);
-  std::printf("%s\n", summary(test).c_str());
+  const kiln::Result test = kiln::evaluate(opt, test_set, test_set.all(), a.progress && comm.rank() == 0);
+  if (comm.rank() == 0) std::printf("%s\n", summary(test).c_str());
   return 0;
 }
 
@@ -251,9 +282,13 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  // One process, or every process of an mpirun job.
+  kiln::dist::Communicator comm;
   try {
-    return a.cmd == "train" ? train(a) : eval(a);
+    return a.cmd == "train" ? train(a, comm) : eval(a, comm);
   } catch (const kiln::Error& e) {
+    // Under mpirun the other ranks would wait for this one: end them all.
+    if (comm.size() > 1) comm.abort(std::string("kiln-mnist: ") + e.what());
     std::fprintf(stderr, "kiln-mnist: %s\n", e.what());
     return 1;
   }

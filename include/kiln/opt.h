@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,6 +135,37 @@ struct Result {
 };
 
 // ---------------------------------------------------------------------------
+// Data parallelism. The training layer comes before the distributed one
+// (DESIGN.md layers), so it defines only this hook and knows nothing of MPI;
+// kiln::dist::DataParallel (kiln/dist.h) implements it. With a hook the context
+// broadcasts params and optimizer state from rank 0 before its first forward
+// pass (and after load()), tells the hook when the backward pass before an
+// optimizer step has finished gradients, waits for their sum over ranks before
+// stepping (scaling by 1/(batches * ranks), so the step averages), and saves
+// checkpoints on rank 0 only; fit(), epoch() and evaluate() give each rank its
+// own slice of every batch and sum the results over ranks.
+class ParallelHook {
+ public:
+  virtual ~ParallelHook() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Once per context, after allocation. `grads`: the gradient accumulators in
+  // the order the backward pass finishes them (last layer first; params without
+  // a gradient left out), placed one after the other in memory in that order.
+  // Returns cut points: ascending counts of grads after which the context pauses
+  // the backward pass to call grads_ready(count); the last must be grads.size().
+  virtual std::vector<size_t> attach(std::span<const Tensor> grads) = 0;
+  // The backward pass before an optimizer step has finished grads[0, count).
+  virtual void grads_ready(size_t count) = 0;
+  // Before the optimizer step: returns once every gradient holds its sum over ranks.
+  virtual void finish_grads() = 0;
+  // Copies the tensors' values from rank 0 to every rank.
+  virtual void broadcast(std::span<const Tensor> tensors) = 0;
+  // Sums each value over ranks, in place (every rank gets the sums).
+  virtual void sum(std::span<double> values) = 0;
+};
+
+// ---------------------------------------------------------------------------
 // The optimization context.
 enum class LossKind {
   cross_entropy,  // outputs are logits [B, C]; labels i32 [B] or f32 [B, C]
@@ -165,6 +197,9 @@ struct OptConfig {
   // Evaluation only: no backward pass, no gradients or optimizer state (less
   // memory); train_batch() and optimizer_step() throw.
   bool forward_only = false;
+  // Data-parallel training across processes (see ParallelHook; kiln/dist.h's
+  // DataParallel). Null: this process alone. It must outlive the context.
+  ParallelHook* parallel = nullptr;
 };
 
 class OptContext {
@@ -221,6 +256,12 @@ class OptContext {
   // Physical batches accumulated since the last optimizer step.
   int64_t pending_batches() const;
 
+  // Data parallelism: the hook (null without), this process's rank and the
+  // number of ranks (0 and 1 without a hook).
+  ParallelHook* parallel() const;
+  int rank() const;
+  int world_size() const;
+
   Backend& backend();        // the (first) backend
   const MemoryPlan& memory_plan() const;  // of the planned graph buffer
   size_t static_bytes() const;            // params, gradients, optimizer state, inputs
@@ -232,12 +273,15 @@ class OptContext {
   // Params under their names; with optimizer state also "<name>.opt.m" /
   // "<name>.opt.v" (AdamW) or "<name>.opt.buf" (SGD) and the metadata keys
   // kiln.opt.optimizer, kiln.opt.step, kiln.opt.epoch. Params need unique names.
-  // `extra` metadata is written too (e.g. the model kind).
+  // `extra` metadata is written too (e.g. the model kind). With a ParallelHook
+  // only rank 0 writes, and every rank returns once the file is complete (a
+  // failure on rank 0 throws on every rank).
   void save(const std::string& path, bool with_optimizer_state = true,
             const std::vector<std::pair<std::string, GgufValue>>& extra = {}) const;
   // Loads params (and the optimizer state and counters when the file has them and
   // `with_optimizer_state`); checks names, dtypes and shapes. Corrupt files throw
   // kiln::Error. Gradients are reset. Returns the opened file for extra metadata.
+  // Any number of ranks may load one file (it holds nothing per rank).
   GgufFile load(const std::string& path, bool with_optimizer_state = true);
 
  private:

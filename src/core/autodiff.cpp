@@ -81,7 +81,11 @@ void Graph::backward(Tensor loss) {
   for (size_t i = first_new; i < ctx.size(); ++i) ctx.node(i)->flags |= kFlagGrad;
 
   // 3. accumulators: acc += grad, so gradients sum over runs until reset_grads().
-  const std::vector<TensorNode*> leafs = leafs_;  // visit() below appends to leafs_
+  // Visited in reverse order of the params' first use, so the backward nodes come
+  // out layer by layer from the loss back (the last layer's gradients are final
+  // first, as in PyTorch): data-parallel training reduces early gradients while
+  // the rest of the backward pass still runs (docs/distributed.md).
+  const std::vector<TensorNode*> leafs(leafs_.rbegin(), leafs_.rend());  // visit() appends to leafs_
   for (TensorNode* p : leafs) {
     if (!(p->flags & kFlagParam)) continue;
     auto it = grads_.find(p);

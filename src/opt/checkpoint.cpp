@@ -40,6 +40,30 @@ void OptContext::save(const std::string& path, bool with_optimizer_state,
   if (with_optimizer_state && s.pending != 0)
     fail("checkpoint", s.pending, " physical batches are accumulated but not stepped yet; save after an ",
          "optimizer step (a whole logical batch)");
+  if (s.par && s.par->size() > 1) {
+    // Rank 0 writes; the sum of its success flag doubles as the barrier after
+    // which every rank may read the file.
+    double ok[1] = {0};
+    std::string err;
+    if (s.par->rank() == 0) {
+      try {
+        s.write_checkpoint(path, with_optimizer_state, extra);
+        ok[0] = 1;
+      } catch (const Error& e) {
+        err = e.what();
+      }
+    }
+    s.par->sum(ok);
+    if (s.par->rank() == 0 && ok[0] == 0) throw Error(err);
+    if (ok[0] == 0) fail("checkpoint", "rank 0 could not write ", path);
+    return;
+  }
+  s.write_checkpoint(path, with_optimizer_state, extra);
+}
+
+void OptContext::Impl::write_checkpoint(const std::string& path, bool with_optimizer_state,
+                                        const std::vector<std::pair<std::string, GgufValue>>& extra) const {
+  const Impl& s = *this;
   GgufWriter w;
   for (const auto& [k, v] : extra) w.set(k, v);
   for (const Tensor& p : s.params) w.add_tensor(p, p.name());
@@ -96,6 +120,8 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
   }
   s.zero_grads();
   s.pending = 0;
+  s.notified = 0;
+  s.synced = false;  // rank 0's values are broadcast again before the next pass
   return f;
 }
 

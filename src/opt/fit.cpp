@@ -1,6 +1,7 @@
 // epoch(), fit() and evaluate(): the training loop over a Dataset.
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "kiln/opt.h"
 
@@ -25,20 +26,37 @@ void check_dataset(const OptContext& opt, const Dataset& data) {
     fail("fit", "the model needs labels ", opt.labels().shape().str(), " but the dataset has none");
 }
 
+// Data parallelism: the sums in a Result over every rank.
+void reduce(const OptContext& opt, Result& r) {
+  if (opt.world_size() == 1) return;
+  double v[5] = {double(r.n_samples), double(r.n_batches), r.loss_sum, r.loss_sq_sum, double(r.n_correct)};
+  opt.parallel()->sum(v);
+  r.n_samples = int64_t(v[0]);
+  r.n_batches = int64_t(v[1]);
+  r.loss_sum = v[2];
+  r.loss_sq_sum = v[3];
+  if (r.n_correct >= 0) r.n_correct = int64_t(v[4]);
+}
+
 // Runs `n` physical batches of `range` (train or eval) with progress output.
+// With N ranks, global batch b of N*B samples is split among them: rank r
+// takes its r-th slice of B, so N ranks step exactly like one process with
+// batch N*B. The bar (rank 0 only) shows rank 0's running loss until the end
+// of the phase, then the result summed over ranks.
 Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_t n, bool train,
                  int64_t epoch, const FitOptions& o) {
   Result r;
-  const int64_t B = opt.physical_batch();
-  ProgressBar bar(train ? "train" : "val  ", n * B, o.progress && ProgressBar::stderr_is_tty());
+  const int64_t B = opt.physical_batch(), N = opt.world_size();
+  ProgressBar bar(train ? "train" : "val  ", n * B * N, o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
   const Clock::time_point t0 = Clock::now();
   for (int64_t b = 0; b < n; ++b) {
-    data.get_batch(opt.inputs(), opt.labels(), b, range);
+    data.get_batch(opt.inputs(), opt.labels(), b * N + opt.rank(), range);
     const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r);
-    bar.update((b + 1) * B, r);
+    bar.update((b + 1) * B * N, r);
     if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n, train, l, &r, since(t0)});
   }
-  if (n > 0) bar.finish(n * B, r);
+  reduce(opt, r);
+  if (n > 0) bar.finish(n * B * N, r);
   return r;
 }
 
@@ -46,17 +64,17 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
 
 EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange val, const FitOptions& o) {
   check_dataset(opt, data);
-  const int64_t B = opt.physical_batch();
+  const int64_t B = opt.physical_batch(), N = opt.world_size();
   // Whole logical batches only: a partial one would leave gradients pending.
-  const int64_t n_train = train.n_batches(opt.logical_batch()) * opt.accumulation_steps();
+  const int64_t n_train = train.n_batches(opt.logical_batch() * N) * opt.accumulation_steps();
   if (n_train == 0 && train.size() > 0)
     fail("fit", "the training range has ", train.size(), " samples, fewer than one logical batch of ",
-         opt.logical_batch());
+         opt.logical_batch(), N > 1 ? " on each of " + std::to_string(N) + " ranks" : "");
   EpochResult e;
   e.epoch = opt.epoch();
   const Clock::time_point t0 = Clock::now();
   e.train = run_phase(opt, data, train, n_train, true, e.epoch, o);
-  e.val = run_phase(opt, data, val, val.n_batches(B), false, e.epoch, o);
+  e.val = run_phase(opt, data, val, val.n_batches(B * N), false, e.epoch, o);
   e.seconds = since(t0);
   opt.set_epoch(e.epoch + 1);
   return e;
@@ -65,13 +83,16 @@ EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange
 std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o) {
   check_dataset(opt, data);
   if (!(o.val_split >= 0 && o.val_split < 1)) fail("fit", "val_split must be in [0, 1), got ", o.val_split);
-  auto [train, val] = data.split(o.val_split, opt.logical_batch());
-  const int64_t steps_per_epoch = train.n_batches(opt.logical_batch());
+  const int64_t global_batch = opt.logical_batch() * opt.world_size();
+  auto [train, val] = data.split(o.val_split, global_batch);
+  const int64_t steps_per_epoch = train.n_batches(global_batch);
   if (steps_per_epoch == 0)
     fail("fit", "the training part has ", train.size(), " samples (of ", data.size(),
-         "), fewer than one logical batch of ", opt.logical_batch());
+         "), fewer than one logical batch of ", global_batch,
+         opt.world_size() > 1 ? " (over all ranks)" : "");
   opt.set_run_length(steps_per_epoch, o.epochs);
-  const bool tty = o.progress && ProgressBar::stderr_is_tty();
+  const bool print = o.progress && opt.rank() == 0;  // one rank speaks for all
+  const bool tty = print && ProgressBar::stderr_is_tty();
   std::vector<EpochResult> history;
   for (int64_t ep = opt.epoch(); ep < o.epochs; ++ep) {
     if (o.shuffle) {
@@ -80,7 +101,7 @@ std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o
     }
     if (tty) std::fprintf(stderr, "epoch %lld/%lld\n", (long long)(ep + 1), (long long)o.epochs);
     EpochResult e = epoch(opt, data, train, val, o);
-    if (o.progress && !tty) {
+    if (print && !tty) {
       std::fprintf(stderr, "%s\n", epoch_line(e, o.epochs).c_str());
       std::fflush(stderr);
     }
@@ -94,7 +115,8 @@ Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool pr
   check_dataset(opt, data);
   FitOptions o;
   o.progress = progress;
-  return run_phase(opt, data, range, range.n_batches(opt.physical_batch()), false, opt.epoch(), o);
+  return run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()), false, opt.epoch(),
+                   o);
 }
 
 }  // namespace kiln

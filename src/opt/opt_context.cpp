@@ -2,6 +2,7 @@
 // allocates them statically (docs/design.md, principle 7). Per step: the caller uploads
 // a batch, the context writes the step's hyper-parameters and computes.
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/cpu.h"
@@ -140,6 +141,19 @@ void OptContext::Impl::build() {
     graph.expand(s);
     if (backends.size() > 1) g_opt.expand(s);
   }
+
+  // The order the backward pass finishes gradients: where each accumulation runs.
+  std::unordered_map<const TensorNode*, size_t> index_of;
+  for (size_t i = 0; i < grads.size(); ++i) index_of[grads[i].node()] = i;
+  for (size_t k = n_fwd; k < n_bwd; ++k) {
+    const TensorNode* n = graph.nodes()[k];
+    if (n->op != Op::ACCUMULATE) continue;
+    auto it = index_of.find(n->view_src);
+    if (it == index_of.end()) continue;
+    ready.push_back(it->second);
+    ready_pos.push_back(k);
+  }
+  KILN_ASSERT(ready.size() == grads.size());
 }
 
 void OptContext::Impl::allocate() {
@@ -147,13 +161,18 @@ void OptContext::Impl::allocate() {
   // Leaves live for the whole run: one static buffer of the preferred backend's
   // memory (tensors the user allocated already keep their memory).
   BufferType& bt = be0.buffer_type();
+  // Gradients first, one after the other in the order backward finishes them,
+  // so a data-parallel hook reduces runs of them in place (no packing).
   std::vector<TensorNode*> pending;
+  std::unordered_set<const TensorNode*> queued;
   TensorAllocator measure(bt);
-  for (TensorNode* l : graph.leafs())
-    if (!l->data && l->numel() > 0) {
-      pending.push_back(l);
-      measure.alloc(l);
-    }
+  auto queue = [&](TensorNode* l) {
+    if (l->data || l->numel() == 0 || !queued.insert(l).second) return;
+    pending.push_back(l);
+    measure.alloc(l);
+  };
+  for (size_t i : ready) queue(grads[i].node());
+  for (TensorNode* l : graph.leafs()) queue(l);
   static_bytes = measure.high_water();
   static_buf = bt.alloc(std::max<size_t>(static_bytes, bt.alignment()));
   static_buf->clear(0);  // gradients and moments start at zero
@@ -185,7 +204,31 @@ void OptContext::Impl::allocate() {
 // ---------------------------------------------------------------------------
 // Running.
 
+void OptContext::Impl::sync_params() {
+  if (!par || synced) return;
+  std::vector<Tensor> ts;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (const Tensor& t : {params[i], state_a[i], state_b[i]})
+      if (t.defined()) ts.push_back(t);
+  par->broadcast(ts);
+  synced = true;
+}
+
+void OptContext::Impl::attach_parallel() {
+  par = cfg.parallel;
+  if (!par) return;
+  std::vector<Tensor> in_order;
+  for (size_t i : ready) in_order.push_back(grads[i]);
+  cuts = par->attach(in_order);
+  for (size_t j = 0; j < cuts.size(); ++j)
+    if (cuts[j] == 0 || cuts[j] > ready.size() || (j > 0 && cuts[j] <= cuts[j - 1]))
+      fail("opt", "the parallel hook's cut points are not ascending counts in [1, ", ready.size(), "]");
+  if (!ready.empty() && (cuts.empty() || cuts.back() != ready.size()))
+    fail("opt", "the parallel hook's last cut point must be the number of gradients, ", ready.size());
+}
+
 void OptContext::Impl::run_forward() {
+  sync_params();
   if (galloc) {
     backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data(), n_fwd));
   } else {
@@ -193,8 +236,20 @@ void OptContext::Impl::run_forward() {
   }
 }
 
-void OptContext::Impl::run_backward() {
-  if (galloc) {
+void OptContext::Impl::run_backward(bool before_step) {
+  sync_params();
+  if (galloc && par && before_step && cuts.size() > 1) {
+    // Pause after each group of finished gradients so the hook reduces them
+    // while the rest of the backward pass runs.
+    size_t begin = 0;
+    for (size_t c : cuts) {
+      const size_t end = c == ready.size() ? n_bwd : ready_pos[c - 1] + 1;
+      backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data() + begin, end - begin));
+      par->grads_ready(c);
+      begin = end;
+    }
+    notified = ready.size();
+  } else if (galloc) {
     backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data(), n_bwd));
   } else {
     sched->compute(g_accum);
@@ -207,7 +262,14 @@ void OptContext::Impl::run_step() {
   if (cfg.optimizer == OptimizerType::sgd && last.sgd.momentum != 0.0f && !state_a[0].defined())
     fail("opt", "SGD momentum is ", last.sgd.momentum, " at step ", step,
          " but was 0 at step 0, so the context keeps no momentum buffer");
-  const float gscale = pending > 0 ? 1.0f / float(pending) : 1.0f;
+  int ranks = 1;
+  if (par) {
+    if (notified < ready.size()) par->grads_ready(ready.size());
+    par->finish_grads();
+    notified = 0;
+    ranks = par->size();
+  }
+  const float gscale = pending > 0 ? 1.0f / (float(pending) * float(ranks)) : 1.0f;
   const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw ? adamw_hyper(last.adamw, step + 1, gscale)
                                                                        : sgd_hyper(last.sgd, step == 0, gscale);
   hp.set(std::span<const float>(h));
@@ -264,6 +326,7 @@ OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
          " (inputs ", s.inputs.shape().str(), ")");
   s.k = s.logical / s.B;
   s.allocate();
+  s.attach_parallel();
 }
 
 OptContext::~OptContext() = default;
@@ -296,6 +359,9 @@ void OptContext::set_run_length(int64_t steps_per_epoch, int64_t epochs) {
 void OptContext::set_schedule(ScheduleFn fn) { impl_->schedule = fn ? std::move(fn) : schedule::constant(); }
 const OptimizerParams& OptContext::last_params() const { return impl_->last; }
 int64_t OptContext::pending_batches() const { return impl_->pending; }
+ParallelHook* OptContext::parallel() const { return impl_->par; }
+int OptContext::rank() const { return impl_->par ? impl_->par->rank() : 0; }
+int OptContext::world_size() const { return impl_->par ? impl_->par->size() : 1; }
 Backend& OptContext::backend() { return *impl_->backends[0]; }
 const MemoryPlan& OptContext::memory_plan() const { return impl_->plan; }
 size_t OptContext::static_bytes() const { return impl_->static_bytes; }
@@ -321,6 +387,10 @@ void OptContext::optimizer_step() {
 }
 
 void OptContext::reset_grads() {
+  if (impl_->par && impl_->notified > 0) {
+    impl_->par->finish_grads();  // reductions in flight must land before zeroing
+    impl_->notified = 0;
+  }
   impl_->zero_grads();
   impl_->pending = 0;
 }
@@ -328,7 +398,7 @@ void OptContext::reset_grads() {
 double OptContext::train_batch(Result* r) {
   Impl& s = *impl_;
   s.check_trainable();
-  s.run_backward();
+  s.run_backward(s.pending + 1 == s.k);
   const double l = s.read_scalar(s.loss);
   if (!std::isfinite(l))
     fail("fit", "loss is ", std::isnan(l) ? "NaN" : "Inf", " at step ", s.step, " (epoch ", s.epoch,

@@ -43,10 +43,23 @@ struct OptContext::Impl {
   ScheduleFn schedule;
   OptimizerParams last;
 
+  // Data parallelism (cfg.parallel). `ready`: param indices in the order the
+  // backward pass finishes their gradients, `ready_pos[i]` the graph position of
+  // ready[i]'s accumulation; `cuts` from ParallelHook::attach; `notified`: grads
+  // reported ready since the last step; `synced`: params broadcast.
+  ParallelHook* par = nullptr;
+  std::vector<size_t> ready, ready_pos, cuts;
+  size_t notified = 0;
+  bool synced = false;
+
   void build();
   void allocate();
   void run_forward();
-  void run_backward();  // forward + backward
+  void run_backward(bool before_step = false);  // forward + backward
+  void sync_params();
+  void write_checkpoint(const std::string& path, bool with_optimizer_state,
+                        const std::vector<std::pair<std::string, GgufValue>>& extra) const;
+  void attach_parallel();
   void run_step();
   double read_scalar(Tensor t) const;
   void zero_grads();
