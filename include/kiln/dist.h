@@ -12,7 +12,7 @@
 //
 //   mpirun -np 4 ./train                    // 4 processes, 4x the batch per step
 //
-// Built with MPI when CMake finds it (option KILN_MPI, KILN_HAVE_MPI=1 then).
+// Built with MPI when CMake finds it (option KILN_MPI; mpi_built() tells).
 // Without MPI, or in a process not started by an MPI launcher, the communicator
 // is a single process (rank 0 of 1) and everything below works unchanged.
 #pragma once
