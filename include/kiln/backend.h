@@ -26,6 +26,10 @@ class Buffer {
   virtual void get(const TensorNode* t, void* dst, size_t offset, size_t n) const = 0;
   virtual void memset(TensorNode* t, uint8_t value, size_t offset, size_t n) = 0;
   virtual void clear(uint8_t value) = 0;  // the whole buffer
+  // Copies src's bytes (src contiguous, in any buffer) into dst (contiguous, in
+  // this buffer) without a host round trip, when this buffer can (a device
+  // buffer reading another of its kind); false: copy_tensor goes through the host.
+  virtual bool copy_from(const TensorNode* /*src*/, TensorNode* /*dst*/) { return false; }
   bool is_host() const;
 };
 

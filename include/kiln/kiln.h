@@ -17,3 +17,6 @@
 #if defined(KILN_HAVE_BLAS)
 #include "kiln/blas.h"
 #endif
+#if defined(KILN_HAVE_CUDA)
+#include "kiln/cuda.h"
+#endif

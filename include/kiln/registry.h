@@ -6,8 +6,10 @@
 //     std::printf("%-6s %s\n", b.name.c_str(), b.description.c_str());
 //   std::unique_ptr<kiln::Backend> be = kiln::make_backend("blas", {.n_threads = 4});
 //
-// Built in: "cpu" (always) and "blas" (when kiln was built with OpenBLAS, see
-// KILN_HAVE_BLAS and kiln/blas.h). Names are matched case-insensitively.
+// Built in: "cuda" (when kiln was built with CUDA, see KILN_HAVE_CUDA and
+// kiln/cuda.h, and a device is present), "blas" (when kiln was built with
+// OpenBLAS, see KILN_HAVE_BLAS and kiln/blas.h) and "cpu" (always). Names are
+// matched case-insensitively.
 // backend_names() lists them in order of preference (accelerators first, "cpu"
 // last), so make_backends(backend_names()) is a sensible default for a Scheduler.
 #pragma once
@@ -37,7 +39,8 @@ std::vector<std::string> backend_names();
 bool has_backend(std::string_view name);
 
 // A new backend by name. Throws kiln::Error "[make_backend] unknown backend 'x'
-// (available: blas, cpu)" for names that are not registered.
+// (available: blas, cpu)" for names that are not registered; for "cuda" without
+// a device the message says why ("... not available: no CUDA device found ...").
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& opt = {});
 // Several backends from a list of names, or from one string "blas,cpu" (commas
 // or spaces between names); keeps the order.
@@ -54,6 +57,9 @@ namespace detail {
 // The built-in backends, most preferred first; defined by the backends layer
 // (src/backends/builtin_backends.cpp) so that this layer names none of them.
 std::vector<BackendInfo> builtin_backends();
+// Why a built-in backend of that (lower-case) name is not in the list ("" when it
+// is, or when no built-in backend has the name): e.g. "cuda" without a device.
+std::string builtin_unavailable_reason(std::string_view name);
 }  // namespace detail
 
 }  // namespace kiln

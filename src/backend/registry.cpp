@@ -63,6 +63,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOption
   const std::string want = lower(name);
   for (const BackendInfo& b : list)
     if (lower(b.name) == want) return b.make(opt);
+  const std::string why = detail::builtin_unavailable_reason(want);
+  if (!why.empty())
+    fail("make_backend", "backend '", name, "' is not available: ", why, " (available: ", joined_names(list), ")");
   fail("make_backend", "unknown backend '", name, "' (available: ", joined_names(list), ")");
 }
 

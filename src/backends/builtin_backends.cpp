@@ -1,5 +1,6 @@
-// The backends this build of kiln has, for the registry (kiln/registry.h): "blas"
-// (when built with OpenBLAS) before "cpu", the order of preference.
+// The backends this build of kiln has, for the registry (kiln/registry.h): "cuda"
+// (when built with CUDA and a device is present), "blas" (when built with
+// OpenBLAS), then "cpu": the order of preference.
 #include <fstream>
 #include <string>
 
@@ -8,6 +9,9 @@
 #include "kiln/registry.h"
 #if KILN_HAVE_BLAS
 #include "kiln/blas.h"
+#endif
+#if KILN_HAVE_CUDA
+#include "kiln/cuda.h"
 #endif
 
 namespace kiln::detail {
@@ -38,6 +42,14 @@ std::string cpu_description() {
 
 std::vector<BackendInfo> builtin_backends() {
   std::vector<BackendInfo> list;
+#if KILN_HAVE_CUDA
+  // Listed only with a device: without one (or without a driver) "cuda" is not
+  // available, and make_backend("cuda") says why (builtin_unavailable_reason).
+  if (cuda_device_count() > 0)
+    list.push_back({"cuda", cuda_description(0), [](const BackendOptions&) -> std::unique_ptr<Backend> {
+                      return std::make_unique<CudaBackend>();
+                    }});
+#endif
 #if KILN_HAVE_BLAS
   list.push_back({"blas", blas_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
                     return std::make_unique<BlasBackend>(o.n_threads, /*cpu_kernels=*/true);
@@ -47,6 +59,20 @@ std::vector<BackendInfo> builtin_backends() {
                     return std::make_unique<CpuBackend>(o.n_threads);
                   }});
   return list;
+}
+
+std::string builtin_unavailable_reason(std::string_view name) {
+  if (name == "cuda") {
+#if KILN_HAVE_CUDA
+    return cuda_unavailable_reason();
+#else
+    return "this kiln was built without CUDA (CMake option KILN_CUDA, on when nvcc is found)";
+#endif
+  }
+#if !KILN_HAVE_BLAS
+  if (name == "blas") return "this kiln was built without OpenBLAS (CMake option KILN_BLAS)";
+#endif
+  return "";
 }
 
 }  // namespace kiln::detail

@@ -3,9 +3,16 @@
 #pragma once
 #include <cstdint>
 
+// The CUDA kernels (src/backends/cuda) compile these same functions for the device.
+#if defined(__CUDACC__)
+#define KILN_HOST_DEVICE __host__ __device__
+#else
+#define KILN_HOST_DEVICE
+#endif
+
 namespace kiln::detail {
 
-inline uint64_t splitmix64(uint64_t x) {
+KILN_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -13,7 +20,7 @@ inline uint64_t splitmix64(uint64_t x) {
 }
 
 // Uniform in [0, 1) for element `index` of a tensor drawn with `seed`.
-inline float rng_uniform(uint64_t seed, uint64_t index) {
+KILN_HOST_DEVICE inline float rng_uniform(uint64_t seed, uint64_t index) {
   uint64_t h = splitmix64(splitmix64(seed) ^ index);
   return float(h >> 40) * (1.0f / 16777216.0f);
 }

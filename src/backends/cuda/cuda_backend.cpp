@@ -1,0 +1,252 @@
+// CudaBackend (kiln/cuda.h): one CUDA stream and cuBLAS handle per backend,
+// scratch memory sized before any launch (so a node list can be captured),
+// CUDA graphs of repeated node lists, and index errors read back after a run.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_buffer.h"
+#include "backends/cuda/graph_cache.h"
+#include "backends/cuda/launch.h"
+#include "backends/cuda/params.h"
+#include "kiln/cuda.h"
+
+namespace kiln {
+
+using cuda::check;
+
+namespace {
+
+// cuBLAS's own scratch. Set explicitly so that cuBLAS never allocates while a
+// graph is captured (NVIDIA's advice for Hopper: 32 MiB).
+constexpr size_t kBlasWorkspace = size_t(32) << 20;
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+// Byte offset of element `i` (row-major) of t.
+int64_t element_offset(const TensorNode* t, int64_t i) {
+  int64_t off = 0;
+  for (int d = t->shape.ndim() - 1; d >= 0; --d) {
+    off += (i % t->shape[d]) * t->stride[size_t(d)];
+    i /= t->shape[d];
+  }
+  return off;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  CudaOptions opt;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* blas_ws = nullptr;
+  void* ws = nullptr;  // shared scratch of the launchers (launch.h)
+  size_t ws_size = 0;
+  unsigned long long* err = nullptr;  // one error slot per index-checking node
+  size_t err_slots = 0;
+  cuda::GraphCache graphs;
+  Stats stats;
+  std::vector<TensorNode*> work;     // compute nodes of the current call
+  std::vector<TensorNode*> checked;  // its index-checking nodes, in slot order
+
+  // Makes the scratch and error slots large enough (outside any capture).
+  void reserve(size_t ws_need, size_t slots) {
+    if (ws_need > ws_size) {
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      graphs.clear();  // they point at the old scratch
+      if (ws) cudaFree(ws);
+      ws = nullptr;
+      ws_size = 0;
+      const size_t size = round_up(ws_need, size_t(1) << 20);
+      check(cudaMalloc(&ws, size), "allocating the CUDA backend's scratch");
+      ws_size = size;
+    }
+    if (slots > err_slots) {
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      graphs.clear();
+      if (err) cudaFree(err);
+      err = nullptr;
+      err_slots = 0;
+      const size_t n = std::max<size_t>(slots, 64);
+      check(cudaMalloc(reinterpret_cast<void**>(&err), n * sizeof(unsigned long long)),
+            "allocating the CUDA backend's error slots");
+      err_slots = n;
+    }
+  }
+
+  void launch_all() {
+    if (!checked.empty())
+      check(cudaMemsetAsync(err, 0xff, checked.size() * sizeof(unsigned long long), stream),
+            "cudaMemsetAsync (error slots)");  // all ones = cuda::kNoError
+    size_t slot = 0;
+    for (TensorNode* n : work) {
+      cuda::Launch L{stream, blas, opt.allow_tf32, static_cast<char*>(ws), ws_size, nullptr};
+      if (cuda::checks_indices(n->op)) L.err = err + slot++;
+      cuda::run_node(n, L);
+    }
+  }
+
+  // Index errors of the run just enqueued: waits for it, then throws the CPU
+  // kernels' message for the first node with a bad index.
+  void raise_index_errors() {
+    std::vector<unsigned long long> got(checked.size());
+    check(cudaMemcpy(got.data(), err, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+          "reading the index error slots");
+    for (size_t k = 0; k < checked.size(); ++k) {
+      if (got[k] == cuda::kNoError) continue;
+      const TensorNode* n = checked[k];
+      const int64_t pos = int64_t(got[k]);
+      const TensorNode* ind = n->op == Op::ONE_HOT ? n->src[0] : n->src[1];
+      int32_t v = 0;
+      check(cudaMemcpy(&v, static_cast<const char*>(ind->data) + element_offset(ind, pos), 4, cudaMemcpyDeviceToHost),
+            "reading a bad index");
+      switch (n->op) {
+        case Op::ONE_HOT:
+          fail(cuda::prm::one_hot_op_name(n), "label ", v, " at position ", pos, " is out of range [0, ",
+               cuda::prm::one_hot_classes(n), ")");
+        case Op::GET_ROWS:
+          fail("embedding", "index ", v, " at position ", pos, " is out of range for ", n->src[0]->shape[0], " rows");
+        default:
+          fail("scatter_add_rows", "index ", v, " at position ", pos, " is out of range for ", n->shape[0], " rows");
+      }
+    }
+  }
+};
+
+CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.opt = opt;
+  const int count = cuda_device_count();
+  if (opt.device < 0 || opt.device >= count) {
+    const std::string why = cuda_unavailable_reason();
+    fail("cuda", "device ", opt.device, " does not exist (", count, " CUDA device", count == 1 ? "" : "s",
+         why.empty() ? "" : ": " + why, ")");
+  }
+  check(cudaSetDevice(opt.device), "cudaSetDevice");
+  // A blocking stream: the legacy default stream (buffer reads and writes) waits for it.
+  check(cudaStreamCreate(&m.stream), "cudaStreamCreate");
+  cuda::check_blas(cublasCreate(&m.blas), "cublasCreate");
+  cuda::check_blas(cublasSetStream(m.blas, m.stream), "cublasSetStream");
+  check(cudaMalloc(&m.blas_ws, kBlasWorkspace), "allocating cuBLAS's workspace");
+  // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
+  cuda::check_blas(cublasSetWorkspace(m.blas, m.blas_ws, kBlasWorkspace), "cublasSetWorkspace");
+}
+
+CudaBackend::~CudaBackend() {
+  Impl& m = *impl_;
+  cudaSetDevice(m.opt.device);
+  if (m.stream) cudaStreamSynchronize(m.stream);
+  m.graphs.clear();
+  if (m.blas) cublasDestroy(m.blas);
+  if (m.blas_ws) cudaFree(m.blas_ws);
+  if (m.ws) cudaFree(m.ws);
+  if (m.err) cudaFree(m.err);
+  if (m.stream) cudaStreamDestroy(m.stream);
+}
+
+BufferType& CudaBackend::buffer_type() { return cuda::device_buffer_type(impl_->opt.device); }
+
+const CudaOptions& CudaBackend::options() const { return impl_->opt; }
+
+bool CudaBackend::supports(const TensorNode* node) { return cuda::supported(node); }
+
+CudaBackend::Stats CudaBackend::stats() const { return impl_->stats; }
+
+void CudaBackend::synchronize() {
+  check(cudaSetDevice(impl_->opt.device), "cudaSetDevice");
+  check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+void CudaBackend::compute(std::span<TensorNode* const> nodes) {
+  Impl& m = *impl_;
+  check(cudaSetDevice(m.opt.device), "cudaSetDevice");
+  m.work.clear();
+  m.checked.clear();
+  size_t ws_need = 0;
+  for (TensorNode* n : nodes) {
+    const OpKind kind = op_kind(n->op);
+    if (kind == OpKind::LEAF || kind == OpKind::VIEW) continue;
+    if (!n->data && n->numel() > 0)
+      fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(),
+           ") has no memory: allocate the graph first");
+    if (!cuda::supported(n))
+      fail("cuda", "node #", n->id, " (", op_name(n->op), " ", dtype_name(n->dtype), n->shape.str(),
+           ") is not supported by the CUDA backend: run the graph with a kiln::Scheduler that has a CPU "
+           "backend after it");
+    if (n->numel() == 0) continue;
+    m.work.push_back(n);
+    if (cuda::checks_indices(n->op)) m.checked.push_back(n);
+    ws_need = std::max(ws_need, cuda::workspace_bytes(n));
+  }
+  if (m.work.empty()) return;
+  m.reserve(ws_need, m.checked.size());
+
+  if (!m.opt.graphs) {
+    m.launch_all();
+    ++m.stats.eager;
+  } else {
+    cuda::GraphCache::Entry& e =
+        m.graphs.lookup(cuda::GraphCache::signature(m.work, m.ws, m.err, m.opt.allow_tf32));
+    ++e.runs;
+    switch (cuda::GraphCache::action(e)) {
+      case cuda::GraphCache::Action::eager:
+        m.launch_all();
+        ++m.stats.eager;
+        break;
+      case cuda::GraphCache::Action::capture:
+        try {
+          m.graphs.capture(e, m.stream, [&] { m.launch_all(); });
+          ++m.stats.captures;
+        } catch (const Error&) {
+          // Not capturable after all: run it as it is (a genuine error throws again).
+          m.launch_all();
+          ++m.stats.eager;
+          break;
+        }
+        [[fallthrough]];
+      case cuda::GraphCache::Action::replay:
+        check(cudaGraphLaunch(e.exec, m.stream), "cudaGraphLaunch");
+        ++m.stats.replays;
+        break;
+    }
+  }
+  if (!m.checked.empty()) m.raise_index_errors();
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no usable CUDA device: cudaGetDeviceCount failed with ") + cudaGetErrorName(e) + " (" +
+           cudaGetErrorString(e) + ")";
+  }
+  if (n == 0) return "no CUDA device found (cudaGetDeviceCount returned 0)";
+  return "";
+}
+
+std::string cuda_description(int device) {
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (sm_%d%d, %.1f GiB), CUDA runtime %d.%d", p.major, p.minor,
+                double(p.totalGlobalMem) / double(1 << 30), rt / 1000, (rt % 1000) / 10);
+  return std::string(p.name) + buf;
+}
+
+}  // namespace kiln

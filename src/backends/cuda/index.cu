@@ -1,0 +1,275 @@
+// Indexing and data movement: ONE_HOT, GET_ROWS, SCATTER_ADD_ROWS (index ops:
+// they record bad indices in the node's error slot, see launch.h) and CONCAT,
+// PAD, REPEAT, REPEAT_BACK. dst is contiguous; sources have any strides; the
+// data-movement ops copy elements of 2 or 4 bytes whatever their dtype.
+//
+// SCATTER_ADD_ROWS sums without atomics: thread (column c, row group) walks the
+// indices in order and adds the values whose row falls in its group, so every
+// dst element is the sum over k in increasing order, as on the CPU.
+// REPEAT_BACK sums each dst element's tiles in row-major tile order (the CPU's).
+#include <cstring>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/params.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+// Dims [0, nd-1) of t (rows of its last dim): row r -> byte offset of its first element.
+Idx rows_idx(const TensorNode* t) {
+  Shape o;
+  int64_t st[kMaxDims] = {};
+  for (int d = 0; d + 1 < t->shape.ndim(); ++d) {
+    st[d] = t->stride[size_t(d)];
+    o.push_back(t->shape[d]);
+  }
+  Idx x = make_idx(o, st, 1);
+  x.dense = 0;
+  return x;
+}
+int64_t last_stride(const TensorNode* t) {
+  return t->shape.ndim() ? t->stride[size_t(t->shape.ndim() - 1)] : int64_t(t->elem_size());
+}
+
+__global__ void k_one_hot(const char* lab, Idx li, int64_t classes, float* out, int64_t n,
+                          unsigned long long* err) {
+  KILN_GRID_LOOP(i, n) {
+    const int64_t k = i / classes, j = i % classes;
+    const int32_t v = ldi(lab, li.off(k));
+    if (v < 0 || v >= classes) {
+      if (j == 0) report_bad(err, k);
+      out[i] = 0.0f;
+    } else {
+      out[i] = v == j ? 1.0f : 0.0f;
+    }
+  }
+}
+
+__global__ void k_get_rows(const char* table, int64_t rs, int64_t cs, int64_t rows, const char* ind, Idx ii,
+                           int64_t dim, int es, char* out, int64_t n, unsigned long long* err) {
+  KILN_GRID_LOOP(i, n) {
+    const int64_t k = i / dim, c = i % dim;
+    const int32_t r = ldi(ind, ii.off(k));
+    if (r < 0 || r >= rows) {
+      if (c == 0) report_bad(err, k);
+      continue;
+    }
+    copy_elem(out + i * es, table + r * rs + c * cs, es);
+  }
+}
+
+// Thread (c, g): column c of the dst rows [g*per, (g+1)*per).
+__global__ void k_scatter_add_rows(const char* vals, Idx vrow, int64_t vs, const char* ind, Idx ii, int64_t count,
+                                   int64_t rows, int64_t dim, int64_t per, int64_t groups, float* out,
+                                   unsigned long long* err) {
+  KILN_GRID_LOOP(t, dim * groups) {
+    const int64_t c = t % dim, g = t / dim;
+    const int64_t r0 = g * per, r1 = min(rows, r0 + per);
+    for (int64_t k = 0; k < count; ++k) {
+      const int32_t v = ldi(ind, ii.off(k));
+      if (v < 0 || v >= rows) {
+        if (t == 0) report_bad(err, k);
+        continue;
+      }
+      if (v < r0 || v >= r1) continue;
+      out[v * dim + c] += ldf(vals, vrow.off(k) + c * vs);
+    }
+  }
+}
+
+// Multi-index helpers over up to 4 dims.
+struct Geo {
+  int nd;
+  int64_t shape[kMaxDims];  // dst's
+  int64_t s0[kMaxDims];     // byte strides of the first source
+  int64_t s1[kMaxDims];     // of the second (CONCAT) / source shape (PAD, REPEAT, REPEAT_BACK)
+  int64_t aux[kMaxDims];    // PAD: before per dim; CONCAT: [0] = dim, [1] = a's length there
+};
+
+__device__ inline void unravel(int64_t i, const Geo& g, int64_t* idx) {
+  for (int d = g.nd - 1; d >= 0; --d) {
+    idx[d] = i % g.shape[d];
+    i /= g.shape[d];
+  }
+}
+
+__global__ void k_concat(const char* a, const char* b, Geo g, int es, char* out, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t idx[kMaxDims];
+    unravel(i, g, idx);
+    const int dim = int(g.aux[0]);
+    const bool from_b = idx[dim] >= g.aux[1];  // by position: concat({x, x}) has a == b
+    if (from_b) idx[dim] -= g.aux[1];
+    int64_t off = 0;
+    for (int d = 0; d < g.nd; ++d) off += idx[d] * (from_b ? g.s1[d] : g.s0[d]);
+    copy_elem(out + i * es, (from_b ? b : a) + off, es);
+  }
+}
+
+__global__ void k_pad(const char* x, Geo g, uint32_t bits, int es, char* out, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t idx[kMaxDims];
+    unravel(i, g, idx);
+    bool inside = true;
+    int64_t off = 0;
+    for (int d = 0; d < g.nd; ++d) {
+      const int64_t j = idx[d] - g.aux[d];
+      inside = inside && j >= 0 && j < g.s1[d];
+      off += j * g.s0[d];
+    }
+    if (inside) {
+      copy_elem(out + i * es, x + off, es);
+    } else if (es == 4) {
+      *reinterpret_cast<uint32_t*>(out + i * es) = bits;
+    } else {
+      *reinterpret_cast<uint16_t*>(out + i * es) = uint16_t(bits);
+    }
+  }
+}
+
+__global__ void k_repeat(const char* x, Geo g, int es, char* out, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t idx[kMaxDims];
+    unravel(i, g, idx);
+    int64_t off = 0;
+    for (int d = 0; d < g.nd; ++d) off += (idx[d] % g.s1[d]) * g.s0[d];
+    copy_elem(out + i * es, x + off, es);
+  }
+}
+
+// dst[j] = sum over the tiles t (row-major over all dims) of g[j + t * dst.shape].
+__global__ void k_repeat_back(const char* src, Geo g, int64_t tiles, float* out, int64_t n) {
+  KILN_GRID_LOOP(i, n) {
+    int64_t idx[kMaxDims];
+    unravel(i, g, idx);
+    float acc = 0.0f;
+    for (int64_t t = 0; t < tiles; ++t) {
+      int64_t rem = t, off = 0;
+      for (int d = g.nd - 1; d >= 0; --d) {
+        const int64_t reps = g.s1[d] / g.shape[d];
+        off += (idx[d] + (rem % reps) * g.shape[d]) * g.s0[d];
+        rem /= reps;
+      }
+      acc += ldf(src, off);
+    }
+    out[i] = acc;
+  }
+}
+
+uint32_t pad_bits(DType t, float v) {
+  switch (t) {
+    case DType::f32: {
+      uint32_t b;
+      std::memcpy(&b, &v, 4);
+      return b;
+    }
+    case DType::i32: {
+      const int32_t iv = int32_t(v);
+      uint32_t b;
+      std::memcpy(&b, &iv, 4);
+      return b;
+    }
+    case DType::f16: return f32_to_f16(v);
+    case DType::bf16: return f32_to_bf16(v);
+  }
+  return 0;
+}
+
+Geo geo_of(const TensorNode* dst) {
+  Geo g{};
+  g.nd = dst->shape.ndim();
+  for (int d = 0; d < g.nd; ++d) g.shape[d] = dst->shape[d];
+  return g;
+}
+
+}  // namespace
+
+void index_ops(TensorNode* dst, const Launch& L) {
+  switch (dst->op) {
+    case Op::ONE_HOT: {
+      const TensorNode* lab = dst->src[0];
+      const int64_t classes = prm::one_hot_classes(dst), n = dst->numel();
+      if (n == 0) return;
+      k_one_hot<<<grid_for(n), kThreads, 0, L.stream>>>(static_cast<const char*>(lab->data), idx_of(lab), classes,
+                                                        static_cast<float*>(dst->data), n, L.err);
+      return check_launch("one_hot");
+    }
+    case Op::GET_ROWS: {
+      const TensorNode *table = dst->src[0], *ind = dst->src[1];
+      const int64_t dim = table->shape[1], n = ind->numel() * dim;
+      if (n == 0) return;
+      k_get_rows<<<grid_for(n), kThreads, 0, L.stream>>>(
+          static_cast<const char*>(table->data), table->stride[0], table->stride[1], table->shape[0],
+          static_cast<const char*>(ind->data), idx_of(ind), dim, int(table->elem_size()),
+          static_cast<char*>(dst->data), n, L.err);
+      return check_launch("embedding");
+    }
+    case Op::SCATTER_ADD_ROWS: {
+      const TensorNode *vals = dst->src[0], *ind = dst->src[1];
+      const int64_t rows = dst->shape[0], dim = dst->shape[1], count = ind->numel();
+      check(cudaMemsetAsync(dst->data, 0, dst->nbytes(), L.stream), "scatter_add_rows: zero dst");
+      if (rows == 0 || dim == 0) return;
+      // Enough (column, row group) threads to fill the GPU, each scanning all indices.
+      const int64_t groups = std::clamp<int64_t>(65536 / dim, 1, rows), per = (rows + groups - 1) / groups;
+      k_scatter_add_rows<<<grid_for(dim * groups), kThreads, 0, L.stream>>>(
+          static_cast<const char*>(vals->data), rows_idx(vals), last_stride(vals),
+          static_cast<const char*>(ind->data), idx_of(ind), count, rows, dim, per, groups,
+          static_cast<float*>(dst->data), L.err);
+      return check_launch("scatter_add_rows");
+    }
+    default: fail("cuda", "index_ops got ", op_name(dst->op));
+  }
+}
+
+void layout_ops(TensorNode* dst, const Launch& L) {
+  const int64_t n = dst->numel();
+  if (n == 0) return;
+  const TensorNode* a = dst->src[0];
+  const int es = int(dst->elem_size());
+  char* out = static_cast<char*>(dst->data);
+  const char* ap = static_cast<const char*>(a->data);
+  Geo g = geo_of(dst);
+  switch (dst->op) {
+    case Op::CONCAT: {
+      const TensorNode* b = dst->src[1];
+      const int dim = prm::concat_dim(dst);
+      for (int d = 0; d < g.nd; ++d) {
+        g.s0[d] = a->stride[size_t(d)];
+        g.s1[d] = b->stride[size_t(d)];
+      }
+      g.aux[0] = dim;
+      g.aux[1] = a->shape[dim];
+      k_concat<<<grid_for(n), kThreads, 0, L.stream>>>(ap, static_cast<const char*>(b->data), g, es, out, n);
+      return check_launch("concat");
+    }
+    case Op::PAD:
+      for (int d = 0; d < g.nd; ++d) {
+        g.s0[d] = a->stride[size_t(d)];
+        g.s1[d] = a->shape[d];
+        g.aux[d] = prm::pad_before(dst, d);
+      }
+      k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, pad_bits(dst->dtype, prm::fill_value(dst)), es, out, n);
+      return check_launch("pad");
+    case Op::REPEAT:
+      for (int d = 0; d < g.nd; ++d) {
+        g.s0[d] = a->stride[size_t(d)];
+        g.s1[d] = a->shape[d];
+      }
+      k_repeat<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, es, out, n);
+      return check_launch("repeat");
+    case Op::REPEAT_BACK: {
+      int64_t tiles = 1;
+      for (int d = 0; d < g.nd; ++d) {
+        g.s0[d] = a->stride[size_t(d)];
+        g.s1[d] = a->shape[d];
+        tiles *= a->shape[d] / dst->shape[d];
+      }
+      k_repeat_back<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, tiles, reinterpret_cast<float*>(out), n);
+      return check_launch("repeat_back");
+    }
+    default: fail("cuda", "layout_ops got ", op_name(dst->op));
+  }
+}
+
+}  // namespace kiln::cuda

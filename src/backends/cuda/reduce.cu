@@ -1,0 +1,298 @@
+// Reductions (SUM MAX over all elements or one axis, ARGMAX, COUNT_EQUAL) and
+// the row-wise SOFTMAX / LOG_SOFTMAX.
+//
+// Determinism: no float atomics anywhere. A full reduction cuts the row-major
+// element sequence into fixed chunks of kChunk elements, one block each (the
+// block's combining order is fixed by block_reduce), and a second one-block
+// kernel adds the chunk results in a fixed order (in double for sums). An axis
+// reduction gives each output element to one thread (short axes) or one block
+// (long axes); which one depends only on the shape. So a result depends only on
+// the data and the shape, never on timing. MAX propagates NaN (torch.max).
+#include <cfloat>
+#include <cmath>
+
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/params.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int64_t kChunk = 4096;       // elements per block of a full reduction
+constexpr int64_t kLongAxis = 1024;    // axis length from which a block reduces one output
+constexpr int64_t kFewOutputs = 4096;  // ... when there are at most this many outputs
+
+// ---- full reductions
+template <bool kMax>
+__global__ void k_reduce_chunks(const char* s, Idx si, int64_t n, void* partial) {
+  __shared__ float shm[33];
+  const int64_t b0 = int64_t(blockIdx.x) * kChunk, b1 = min(n, b0 + kChunk);
+  float acc = kMax ? -INFINITY : 0.0f;
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    const float v = ldf(s, si.off(i));
+    acc = kMax ? fmax_nan(acc, v) : acc + v;
+  }
+  const float r = kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
+  if (threadIdx.x == 0) {
+    if (kMax)
+      static_cast<float*>(partial)[blockIdx.x] = r;
+    else
+      static_cast<double*>(partial)[blockIdx.x] = double(r);
+  }
+}
+
+template <bool kMax>
+__global__ void k_reduce_final(const void* partial, int64_t nb, float* d) {
+  if (kMax) {
+    __shared__ float shm[33];
+    float acc = -INFINITY;
+    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) acc = fmax_nan(acc, static_cast<const float*>(partial)[i]);
+    const float r = block_reduce(acc, -INFINITY, MaxNanOp{}, shm);
+    if (threadIdx.x == 0) *d = r;
+  } else {
+    __shared__ double shm[33];
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) acc += static_cast<const double*>(partial)[i];
+    const double r = block_reduce(acc, 0.0, SumOp{}, shm);
+    if (threadIdx.x == 0) *d = float(r);
+  }
+}
+
+// ---- axis reductions: output o reads s + oi.off(o) + k*step for k < len.
+template <bool kMax>
+__global__ void k_axis_thread(const char* s, Idx oi, int64_t step, int64_t len, float* d, int64_t n_out) {
+  KILN_GRID_LOOP(o, n_out) {
+    const char* p = s + oi.off(o);
+    float acc = kMax ? -INFINITY : 0.0f;
+    for (int64_t k = 0; k < len; ++k) {
+      const float v = ldf(p, k * step);
+      acc = kMax ? fmax_nan(acc, v) : acc + v;
+    }
+    d[o] = acc;
+  }
+}
+
+template <bool kMax>
+__global__ void k_axis_block(const char* s, Idx oi, int64_t step, int64_t len, float* d) {
+  __shared__ float shm[33];
+  const char* p = s + oi.off(blockIdx.x);
+  float acc = kMax ? -INFINITY : 0.0f;
+  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
+    const float v = ldf(p, k * step);
+    acc = kMax ? fmax_nan(acc, v) : acc + v;
+  }
+  const float r = kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
+  if (threadIdx.x == 0) d[blockIdx.x] = r;
+}
+
+// First maximum along the axis; a NaN counts as the maximum (torch.argmax).
+__global__ void k_argmax(const char* s, Idx oi, int64_t step, int64_t len, bool ints, int32_t* d, int64_t n_out) {
+  KILN_GRID_LOOP(o, n_out) {
+    const char* p = s + oi.off(o);
+    int32_t best = 0;
+    if (ints) {
+      int32_t bv = len > 0 ? ldi(p, 0) : 0;
+      for (int64_t k = 1; k < len; ++k) {
+        const int32_t v = ldi(p, k * step);
+        if (v > bv) {
+          bv = v;
+          best = int32_t(k);
+        }
+      }
+    } else {
+      float bv = len > 0 ? ldf(p, 0) : 0.0f;
+      for (int64_t k = 1; k < len && bv == bv; ++k) {
+        const float v = ldf(p, k * step);
+        if (v > bv || v != v) {
+          bv = v;
+          best = int32_t(k);
+        }
+      }
+    }
+    d[o] = best;
+  }
+}
+
+__global__ void k_count_equal(const char* a, Idx ai, const char* b, Idx bi, DType t, int64_t n, int32_t* d) {
+  __shared__ long long shm[33];
+  long long c = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const char* pa = a + ai.off(i);
+    const char* pb = b + bi.off(i);
+    if (t == DType::i32)
+      c += *reinterpret_cast<const int32_t*>(pa) == *reinterpret_cast<const int32_t*>(pb);
+    else
+      c += load_as_f32(pa, t) == load_as_f32(pb, t);
+  }
+  const long long r = block_reduce(c, 0ll, SumOp{}, shm);
+  if (threadIdx.x == 0) *d = int32_t(r);
+}
+
+// ---- softmax
+struct RowGeom {
+  int nd;
+  int64_t shape[kMaxDims];
+  int64_t xs[kMaxDims], ms[kMaxDims];  // byte strides of x and of the (broadcast) mask
+};
+
+template <bool kLog>
+__global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t cols, int64_t nrows_causal, float scale,
+                          bool causal, float* out) {
+  __shared__ float shm[33];
+  const int64_t r = blockIdx.x;
+  int64_t rem = r, xoff = 0, moff = 0, row_in_mat = 0;
+  for (int d = g.nd - 2; d >= 0; --d) {
+    const int64_t i = rem % g.shape[d];
+    rem /= g.shape[d];
+    xoff += i * g.xs[d];
+    moff += i * g.ms[d];
+    if (d == g.nd - 2) row_in_mat = i;
+  }
+  int64_t n = cols;
+  if (causal) n = min(cols, max(int64_t(0), row_in_mat + cols - nrows_causal + 1));
+  const int64_t xs = g.xs[g.nd - 1], ms = g.ms[g.nd - 1];
+  auto val = [&](int64_t c) {
+    float v = scale * ldf(x, xoff + c * xs);
+    if (mask) v += ldf(mask, moff + c * ms);
+    return v;
+  };
+  float* y = out + r * cols;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, val(c));
+  mx = block_reduce(mx, -INFINITY, [](float a, float b) { return fmaxf(a, b); }, shm);
+  const float fill = kLog ? -INFINITY : 0.0f;
+  if (mx == -INFINITY) {  // every entry masked: no distribution, avoid NaN
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = fill;
+    return;
+  }
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) s += expf(val(c) - mx);
+  s = block_reduce(s, 0.0f, SumOp{}, shm);
+  // Every read of x is done (block_reduce synchronizes): in place is safe.
+  if (kLog) {
+    const float ls = logf(s);
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) y[c] = (val(c) - mx) - ls;
+  } else {
+    const float inv = 1.0f / s;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) y[c] = expf(val(c) - mx) * inv;
+  }
+  for (int64_t c = n + threadIdx.x; c < cols; c += blockDim.x) y[c] = fill;
+}
+
+// The outer index space of an axis reduction over src: its dims without `axis`.
+struct AxisPlan {
+  Idx oi;
+  int64_t n_out, len, step;
+};
+AxisPlan plan_axis(const TensorNode* src, int axis) {
+  Shape o;
+  int64_t so[kMaxDims] = {};
+  for (int d = 0; d < src->shape.ndim(); ++d) {
+    if (d == axis) continue;
+    so[o.ndim()] = src->stride[size_t(d)];
+    o.push_back(src->shape[d]);
+  }
+  AxisPlan a;
+  a.oi = make_idx(o, so, int64_t(src->elem_size()));
+  a.oi.dense = 0;  // offsets of whole rows: never the dense fast path
+  a.n_out = o.numel();
+  a.len = src->shape[axis];
+  a.step = src->stride[size_t(axis)];
+  return a;
+}
+
+bool full_reduction(const TensorNode* dst) {
+  return prm::axis(dst) < 0 || dst->src[0]->shape.ndim() == 0;
+}
+
+template <bool kMax>
+void reduce(TensorNode* dst, const Launch& L) {
+  const TensorNode* src = dst->src[0];
+  const char* s = static_cast<const char*>(src->data);
+  float* d = static_cast<float*>(dst->data);
+  if (full_reduction(dst)) {
+    const int64_t n = src->numel();
+    const int64_t nb = (n + kChunk - 1) / kChunk;
+    if (nb == 0) {  // empty: the identity, written by a one-thread launch of the final kernel
+      k_reduce_final<kMax><<<1, 32, 0, L.stream>>>(L.ws, 0, d);
+      return check_launch(kMax ? "max" : "sum");
+    }
+    k_reduce_chunks<kMax><<<unsigned(nb), kThreads, 0, L.stream>>>(s, idx_of(src), n, L.ws);
+    check_launch(kMax ? "max" : "sum");
+    k_reduce_final<kMax><<<1, 1024, 0, L.stream>>>(L.ws, nb, d);
+    return check_launch(kMax ? "max" : "sum");
+  }
+  const AxisPlan a = plan_axis(src, int(prm::axis(dst)));
+  if (a.n_out == 0) return;
+  if (a.len >= kLongAxis && a.n_out <= kFewOutputs)
+    k_axis_block<kMax><<<unsigned(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d);
+  else
+    k_axis_thread<kMax><<<grid_for(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d, a.n_out);
+  check_launch(kMax ? "max" : "sum");
+}
+
+}  // namespace
+
+size_t reduce_workspace(const TensorNode* dst) {
+  if ((dst->op != Op::SUM && dst->op != Op::MAX) || !full_reduction(dst)) return 0;
+  return size_t((dst->src[0]->numel() + kChunk - 1) / kChunk) * sizeof(double);
+}
+
+void reduce_ops(TensorNode* dst, const Launch& L) {
+  switch (dst->op) {
+    case Op::SUM: return reduce<false>(dst, L);
+    case Op::MAX: return reduce<true>(dst, L);
+    case Op::ARGMAX: {
+      const TensorNode* src = dst->src[0];
+      const AxisPlan a = plan_axis(src, int(prm::axis(dst)));
+      if (a.n_out == 0) return;
+      k_argmax<<<grid_for(a.n_out), kThreads, 0, L.stream>>>(static_cast<const char*>(src->data), a.oi, a.step,
+                                                             a.len, src->dtype == DType::i32,
+                                                             static_cast<int32_t*>(dst->data), a.n_out);
+      return check_launch("argmax");
+    }
+    case Op::COUNT_EQUAL: {
+      const TensorNode *a = dst->src[0], *b = dst->src[1];
+      k_count_equal<<<1, 1024, 0, L.stream>>>(static_cast<const char*>(a->data), idx_of(a),
+                                               static_cast<const char*>(b->data), idx_of(b), a->dtype, a->numel(),
+                                               static_cast<int32_t*>(dst->data));
+      return check_launch("count_equal");
+    }
+    default: fail("cuda", "reduce_ops got ", op_name(dst->op));
+  }
+}
+
+void softmax_ops(TensorNode* dst, const Launch& L) {
+  const TensorNode* x = dst->src[0];
+  const TensorNode* mask = dst->n_src > 1 ? dst->src[1] : nullptr;
+  const int nd = x->shape.ndim();
+  if (nd == 0 || x->numel() == 0) return;
+  const int64_t cols = x->shape[nd - 1];
+  if (cols == 0) return;
+  const int64_t rows = x->numel() / cols;
+  RowGeom g{};
+  g.nd = nd;
+  for (int d = 0; d < nd; ++d) {
+    g.shape[d] = x->shape[d];
+    g.xs[d] = x->stride[size_t(d)];
+  }
+  if (mask) {  // right-aligned against x; size-1 dims broadcast
+    const int mnd = mask->shape.ndim(), off = nd - mnd;
+    for (int k = 0; k < mnd; ++k) g.ms[k + off] = mask->shape[k] == 1 ? 0 : mask->stride[size_t(k)];
+  }
+  const int threads = cols <= 32 ? 32 : cols <= 128 ? 128 : kThreads;
+  const int64_t nrows_causal = nd >= 2 ? x->shape[nd - 2] : 1;
+  const char* xp = static_cast<const char*>(x->data);
+  const char* mp = mask ? static_cast<const char*>(mask->data) : nullptr;
+  float* out = static_cast<float*>(dst->data);
+  if (rows > INT32_MAX) fail("softmax", "too many rows for one CUDA launch: ", rows);
+  if (dst->op == Op::SOFTMAX)
+    k_softmax<false><<<unsigned(rows), threads, 0, L.stream>>>(xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst),
+                                                               prm::softmax_causal(dst), out);
+  else
+    k_softmax<true><<<unsigned(rows), threads, 0, L.stream>>>(xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst),
+                                                              prm::softmax_causal(dst), out);
+  check_launch(op_name(dst->op));
+}
+
+}  // namespace kiln::cuda
