@@ -1,0 +1,142 @@
+// The models the CUDA backend must run entirely on the GPU (issue 8): MNIST fc
+// and cnn as examples/mnist builds them, and a GPT-style transformer block
+// (embeddings, layer norm, causal multi-head attention, GELU MLP, tied logits,
+// cross-entropy). Each owns its Context and is trained through an OptContext
+// with AdamW, so its graph holds the forward, backward and optimizer-step nodes.
+#pragma once
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/opt.h"
+
+namespace kiln::test {
+
+struct TestModel {
+  std::string name;
+  std::unique_ptr<Context> ctx = std::make_unique<Context>();
+  Tensor inputs, outputs, labels, loss;  // loss: LossKind::user models only
+  std::vector<Tensor> params, extra_inputs;
+
+  OptConfig config(std::vector<Backend*> backends) const {
+    OptConfig c;
+    c.inputs = inputs;
+    c.outputs = outputs;
+    if (loss.defined()) {
+      c.loss = LossKind::user;
+      c.user_loss = loss;
+    }
+    c.params = params;
+    c.backends = std::move(backends);
+    return c;
+  }
+  Tensor param(const Shape& s, const std::string& n) {
+    Tensor t = ctx->param(f32, s, n);
+    params.push_back(t);
+    return t;
+  }
+  // Deterministic values for every param and input (by name and seed).
+  void fill(OptContext& opt, uint64_t seed) const {
+    std::mt19937_64 rng(seed);
+    auto uni = [&](double lo, double hi) { return lo + (hi - lo) * double(rng() >> 11) * (1.0 / 9007199254740992.0); };
+    for (const Tensor& p : params) {
+      std::vector<float> v(size_t(p.numel()));
+      const double b = 1.0 / std::sqrt(double(p.numel() / p.size(0) > 0 ? p.numel() / p.size(0) : 1));
+      for (float& x : v) x = float(uni(-b, b));
+      Tensor(p).set(v);
+    }
+    std::vector<Tensor> ins = extra_inputs;
+    ins.push_back(inputs);
+    if (!loss.defined()) ins.push_back(opt.labels());
+    for (const Tensor& t : ins) {
+      if (t.dtype() == i32) {
+        // Class ids / tokens / positions below the size of the dim they index.
+        const int64_t limit = t.name() == "pos" ? t.numel() : 10;
+        std::vector<int32_t> v(size_t(t.numel()));
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = t.name() == "pos" ? int32_t(i) : int32_t(rng() % uint64_t(limit));
+        Tensor(t).set(v);
+      } else {
+        std::vector<float> v(size_t(t.numel()));
+        for (float& x : v) x = float(uni(0.0, 1.0));
+        Tensor(t).set(v);
+      }
+    }
+  }
+};
+
+inline std::unique_ptr<TestModel> mnist_fc(int64_t B = 8) {
+  auto m = std::make_unique<TestModel>();
+  m->name = "mnist_fc";
+  m->inputs = m->ctx->input(f32, {B, 784}, "images");
+  Tensor w1 = m->param({784, 500}, "fc1.weight"), b1 = m->param({500}, "fc1.bias");
+  Tensor w2 = m->param({500, 10}, "fc2.weight"), b2 = m->param({10}, "fc2.bias");
+  m->outputs = matmul(relu(matmul(m->inputs, w1) + b1), w2) + b2;
+  return m;
+}
+
+inline std::unique_ptr<TestModel> mnist_cnn(int64_t B = 4) {
+  auto m = std::make_unique<TestModel>();
+  m->name = "mnist_cnn";
+  m->inputs = m->ctx->input(f32, {B, 1, 28, 28}, "images");
+  Tensor k1 = m->param({8, 1, 3, 3}, "conv1.weight"), c1 = m->param({8}, "conv1.bias");
+  Tensor k2 = m->param({16, 8, 3, 3}, "conv2.weight"), c2 = m->param({16}, "conv2.bias");
+  Tensor w = m->param({784, 10}, "dense.weight"), b = m->param({10}, "dense.bias");
+  Conv2dOptions pad1;
+  pad1.padding[0] = pad1.padding[1] = 1;
+  Tensor h = max_pool2d(relu(conv2d(m->inputs, k1, c1, pad1)));
+  h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
+  m->outputs = matmul(h.reshape({B, 784}), w) + b;
+  return m;
+}
+
+// One pre-norm transformer block; vocabulary V, context T, width D, H heads.
+inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_t D = 16, int64_t H = 2,
+                                            int64_t V = 10) {
+  auto m = std::make_unique<TestModel>();
+  m->name = "gpt_block";
+  Context& ctx = *m->ctx;
+  const int64_t Dh = D / H;
+  m->inputs = ctx.input(i32, {B, T}, "tokens");
+  Tensor pos = ctx.input(i32, {T}, "pos");
+  Tensor targets = ctx.input(i32, {B * T}, "targets");
+  m->extra_inputs = {pos, targets};
+  Tensor wte = m->param({V, D}, "wte"), wpe = m->param({T, D}, "wpe");
+  Tensor ln1w = m->param({D}, "ln1.weight"), ln1b = m->param({D}, "ln1.bias");
+  Tensor wqkv = m->param({D, 3 * D}, "attn.qkv"), wo = m->param({D, D}, "attn.proj");
+  Tensor ln2w = m->param({D}, "ln2.weight"), ln2b = m->param({D}, "ln2.bias");
+  Tensor w_up = m->param({D, 4 * D}, "mlp.up"), b_up = m->param({4 * D}, "mlp.up.bias");
+  Tensor w_down = m->param({4 * D, D}, "mlp.down");
+  Tensor lnfw = m->param({D}, "lnf.weight");
+
+  Tensor x = embedding(wte, m->inputs) + embedding(wpe, pos);  // [B, T, D]
+  Tensor qkv = matmul(layer_norm(x, ln1w, ln1b), wqkv);       // [B, T, 3D]
+  auto heads = [&](int k) {
+    return qkv.narrow(2, k * D, D).reshape({B, T, H, Dh}).permute({0, 2, 1, 3});  // [B, H, T, Dh]
+  };
+  Tensor q = heads(0), k = heads(1), v = heads(2);
+  SoftmaxOptions so;
+  so.scale = float(1.0 / std::sqrt(double(Dh)));
+  so.causal = true;
+  Tensor att = softmax(matmul(q, k.transpose(-2, -1)), so);            // [B, H, T, T]
+  Tensor y = matmul(att, v).permute({0, 2, 1, 3}).reshape({B, T, D});  // [B, T, D]
+  x = x + matmul(y, wo);
+  x = x + matmul(gelu(matmul(layer_norm(x, ln2w, ln2b), w_up) + b_up), w_down);
+  Tensor logits = matmul(layer_norm(x, lnfw), wte.T());  // tied embedding
+  m->outputs = logits.reshape({B * T, V});
+  m->loss = cross_entropy(m->outputs, targets);
+  return m;
+}
+
+inline std::vector<std::unique_ptr<TestModel>> all_test_models() {
+  std::vector<std::unique_ptr<TestModel>> v;
+  v.push_back(mnist_fc());
+  v.push_back(mnist_cnn());
+  v.push_back(gpt_block());
+  return v;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,384 @@
+// The CUDA backend (kiln_test_cuda). Compiled and registered in every build
+// with CUDA; the tests that need a device skip with GTEST_SKIP when there is
+// none (CI), the rest (registry without a device, supports_op on the training
+// graphs) run everywhere.
+//
+//   CudaRegistry.*   "cuda" listed only with a device; make_backend says why not
+//   CudaSupports.*   every node of MNIST fc/cnn and GPT-block training graphs
+//                    (forward, backward, AdamW/SGD steps) has a CUDA kernel;
+//                    dtype rules
+//   CudaDevice.*     (device) buffers, copies, compute vs CPU, determinism,
+//                    index errors, CUDA graph capture and replay, scheduler
+//                    fallback to the CPU, training steps vs the CPU
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "core/error_check.h"
+#include "cuda/cuda_models.h"
+#include "kiln/kiln.h"
+
+#if KILN_HAVE_CUDA
+#include "kiln/cuda.h"
+
+namespace kiln::test {
+namespace {
+
+#define SKIP_WITHOUT_DEVICE()                                                                         \
+  do {                                                                                                \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
+  } while (0)
+
+std::vector<float> ramp(int64_t n, float scale, int seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float(((i * 37 + seed * 11) % 23) - 11) / 11.0f;
+  return v;
+}
+
+// max |a - b| <= tol * max(1, max |a|)
+::testing::AssertionResult close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  double worst = 0, mag = 1;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    mag = std::max(mag, double(std::fabs(a[i])));
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
+  }
+  if (worst <= tol * mag) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "element " << at << ": " << a[at] << " vs " << b[at] << " (|diff| "
+                                       << worst << " > " << tol * mag << ")";
+}
+
+// ---------------------------------------------------------------- no device needed
+TEST(CudaRegistry, ListedOnlyWithADevice) {
+  const bool device = cuda_device_count() > 0;
+  EXPECT_EQ(has_backend("cuda"), device);
+  if (device) {
+    EXPECT_EQ(backend_names().front(), "cuda");  // accelerators first
+    auto be = make_backend("CUDA");
+    EXPECT_STREQ(be->name(), "CUDA");
+  } else {
+    EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([] { make_backend("cuda"); }), "make_backend",
+                                    {"'cuda' is not available", "CUDA", "available: "}));
+    EXPECT_FALSE(cuda_unavailable_reason().empty());
+    EXPECT_THROW(CudaBackend{}, Error);
+  }
+}
+
+// Ops of a model's training graph (AdamW or SGD) that CUDA cannot run.
+std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type, std::set<std::string>* seen) {
+  CpuBackend cpu(1);
+  OptConfig cfg = m.config({&cpu});
+  cfg.optimizer = opt_type;
+  if (opt_type == OptimizerType::sgd)
+    cfg.schedule = [](const StepInfo&) {
+      OptimizerParams p;
+      p.sgd.momentum = 0.9f;
+      return p;
+    };
+  OptContext opt(cfg);
+  std::set<std::string> missing;
+  for (TensorNode* n : opt.graph().nodes()) {
+    if (seen) seen->insert(op_name(n->op));
+    if (!CudaBackend::supports(n)) missing.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
+  }
+  for (TensorNode* n : opt.graph().leafs())
+    if (!CudaBackend::supports(n)) missing.insert("leaf");
+  return missing;
+}
+
+TEST(CudaSupports, TrainingGraphsRunEntirelyOnCuda) {
+  for (auto& m : all_test_models()) {
+    std::set<std::string> ops;
+    const std::set<std::string> missing = unsupported_ops(*m, OptimizerType::adamw, &ops);
+    std::string list;
+    for (const std::string& s : ops) list += s + " ";
+    std::cout << m->name << " training graph ops: " << list << "\n";
+    std::string bad;
+    for (const std::string& s : missing) bad += s + ", ";
+    EXPECT_TRUE(missing.empty()) << m->name << ": no CUDA kernel for " << bad;
+    EXPECT_GT(ops.size(), 5u);
+  }
+  auto fc = mnist_fc();
+  std::set<std::string> ops;
+  EXPECT_TRUE(unsupported_ops(*fc, OptimizerType::sgd, &ops).empty());
+  EXPECT_TRUE(ops.count("sgd_step"));
+}
+
+TEST(CudaSupports, DtypeRules) {
+  Context ctx;
+  Tensor a = ctx.tensor(f32, {4, 8}), b = ctx.tensor(f32, {8, 3});
+  Tensor h = ctx.tensor(f16, {4, 8}), hb = ctx.tensor(bf16, {8, 3});
+  Tensor lab = ctx.tensor(i32, {4});
+  EXPECT_TRUE(CudaBackend::supports(matmul(a, b).node()));
+  EXPECT_TRUE(CudaBackend::supports(matmul(h, hb).node()));  // mixed: one operand gathered to f32
+  EXPECT_TRUE(CudaBackend::supports(matmul(a.T().T(), b).node()));
+  EXPECT_TRUE(CudaBackend::supports(a.to(f16).node()));
+  EXPECT_TRUE(CudaBackend::supports(argmax(a, 1).node()));
+  EXPECT_TRUE(CudaBackend::supports(eq(lab, lab).node()));
+  EXPECT_TRUE(CudaBackend::supports(one_hot(lab, 8).node()));
+  EXPECT_TRUE(CudaBackend::supports(a.T().node()));  // a view: no kernel needed
+  // A node the kernels do not take: an elementwise op on i32 data.
+  TensorNode bad = *add(a, a).node();
+  bad.dtype = i32;
+  bad.src[0] = lab.node();
+  EXPECT_FALSE(CudaBackend::supports(&bad));
+  TensorNode sm = *softmax(a).node();
+  sm.src[0] = h.node();
+  EXPECT_FALSE(CudaBackend::supports(&sm));
+}
+
+// ---------------------------------------------------------------- device
+TEST(CudaDevice, BuffersAndCopies) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  Context ctx;
+  Tensor d1 = ctx.tensor(f32, {1000}), d2 = ctx.tensor(f32, {1000});
+  auto buf = allocate_tensors(ctx, gpu);
+  EXPECT_FALSE(buf->is_host());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf->base()) % buf->type().alignment(), 0u);
+  EXPECT_EQ(d1.get<float>(), std::vector<float>(1000, 0.0f));  // allocate_tensors zero-fills
+  const std::vector<float> v = ramp(1000, 3.0f, 1);
+  d1.set(v);
+  EXPECT_EQ(d1.get<float>(), v);
+  copy_tensor(d1.node(), d2.node());  // device to device
+  EXPECT_EQ(d2.get<float>(), v);
+  Context hctx;
+  Tensor h = hctx.tensor(f32, {1000});
+  CpuBackend cpu(1);
+  auto hbuf = allocate_tensors(hctx, cpu);
+  copy_tensor(d2.node(), h.node());  // device to host
+  EXPECT_EQ(h.get<float>(), v);
+  h.set(ramp(1000, 1.0f, 2));
+  copy_tensor(h.node(), d1.node());  // host to device
+  EXPECT_EQ(d1.get<float>(), ramp(1000, 1.0f, 2));
+  d1.fill_zero();
+  EXPECT_EQ(d1.get<float>(), std::vector<float>(1000, 0.0f));
+  buf->clear(0xff);
+  for (float x : d2.get<float>()) EXPECT_TRUE(std::isnan(x));
+}
+
+// A graph touching every kernel family, on CUDA and on the CPU.
+struct Mixed {
+  Context ctx;
+  Tensor x, w, idx, out;
+  Graph g;
+  Mixed() {
+    x = ctx.input(f32, {2, 3, 6, 6}, "x");
+    w = ctx.param(f32, {4, 3, 3, 3}, "w");
+    idx = ctx.input(i32, {5}, "idx");
+    Conv2dOptions o;
+    o.padding[0] = o.padding[1] = 1;
+    Tensor c = max_pool2d(gelu(conv2d(x, w, {}, o)));                // [2, 4, 3, 3]
+    Tensor f = c.reshape({2, 36});
+    Tensor s = softmax(matmul(f, f.T()), {.scale = 0.1f});           // [2, 2]
+    Tensor e = embedding(f.T().contiguous(), idx);                   // [5, 2]
+    out = sum(concat({s, e}, 0), 0) + sum(max(layer_norm(f), 1));  // [2]
+    Tensor loss = sum(out);
+    g = Graph::forward(loss);
+    g.expand(out);
+    g.backward(loss);
+  }
+  void set_inputs(int seed) {
+    x.set(ramp(x.numel(), 1.0f, seed));
+    idx.set(std::vector<int32_t>{0, 5, 35, 7, 1});
+  }
+};
+
+std::vector<float> run_mixed(Backend& be, int seed, std::vector<float>* grad = nullptr) {
+  Mixed m;
+  auto buf = allocate_tensors(m.ctx, be);
+  m.w.set(ramp(m.w.numel(), 0.3f, 9));
+  m.set_inputs(seed);
+  be.compute(m.g);
+  if (grad) *grad = m.g.grad(m.w).get<float>();
+  return m.out.get<float>();
+}
+
+TEST(CudaDevice, MixedGraphMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  std::vector<float> gg, gc;
+  EXPECT_TRUE(close(run_mixed(gpu, 1, &gg), run_mixed(cpu, 1, &gc), 1e-5));
+  EXPECT_TRUE(close(gg, gc, 1e-5));
+}
+
+TEST(CudaDevice, ReductionsAreDeterministic) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  Context ctx;
+  Tensor x = ctx.input(f32, {3, 1 << 20});
+  Tensor s = sum(x), s1 = sum(x, 1), s0 = sum(x, 0), m = max(x, 1);
+  Graph g = Graph::forward({s, s1, s0, m});
+  auto buf = allocate_tensors(ctx, gpu);
+  std::vector<float> v(size_t(x.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(float(i) * 0.37f) * 100.0f;
+  x.set(v);
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < 3; ++run) {
+    gpu.compute(g);
+    std::vector<std::vector<float>> got = {s.get<float>(), s1.get<float>(), s0.get<float>(), m.get<float>()};
+    if (run == 0) first = got;
+    for (size_t k = 0; k < got.size(); ++k)
+      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), got[k].size() * 4), 0) << "output " << k << " run " << run;
+  }
+  double ref = 0;
+  for (float f : v) ref += f;
+  EXPECT_NEAR(first[0][0], ref, 1e-5 * std::fabs(ref) + 1e-2);
+}
+
+TEST(CudaDevice, IndexErrorsThrow) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  Context ctx;
+  Tensor table = ctx.input(f32, {5, 4}), idx = ctx.input(i32, {3}), lab = ctx.input(i32, {2});
+  Tensor e = embedding(table, idx), oh = one_hot(lab, 3);
+  Graph g = Graph::forward({e, oh});
+  auto buf = allocate_tensors(ctx, gpu);
+  idx.set(std::vector<int32_t>{0, 4, 2});
+  lab.set(std::vector<int32_t>{2, 0});
+  gpu.compute(g);
+  EXPECT_EQ(oh.get<float>(), (std::vector<float>{0, 0, 1, 1, 0, 0}));
+  idx.set(std::vector<int32_t>{0, 4, 7});
+  EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([&] { gpu.compute(g); }), "embedding",
+                                  {"index 7", "position 2", "5 rows"}));
+  idx.set(std::vector<int32_t>{0, 1, 2});
+  lab.set(std::vector<int32_t>{-1, 3});
+  EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([&] { gpu.compute(g); }), "one_hot",
+                                  {"label -1", "position 0", "[0, 3)"}));
+}
+
+TEST(CudaDevice, RepeatedNodeListsAreCapturedAndReplayed) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu, plain({.graphs = false});
+  CpuBackend cpu(1);
+  for (int run = 0; run < 3; ++run)
+    EXPECT_TRUE(close(run_mixed(plain, run, nullptr), run_mixed(cpu, run, nullptr), 1e-5)) << "run " << run;
+  EXPECT_EQ(plain.stats().captures, 0);
+  EXPECT_EQ(plain.stats().eager, 3);
+
+  Mixed m;
+  auto buf = allocate_tensors(m.ctx, gpu);
+  m.w.set(ramp(m.w.numel(), 0.3f, 9));
+  std::vector<float> outs[2];
+  for (int run = 0; run < 5; ++run) {
+    // New values each run: a replay must read them (they are graph inputs).
+    m.set_inputs(run);
+    gpu.compute(m.g);
+    const std::vector<float> want = run_mixed(cpu, run, nullptr);
+    // Gradients accumulate over runs in m; the output does not depend on them.
+    EXPECT_TRUE(close(m.out.get<float>(), want, 1e-5)) << "run " << run;
+  }
+  const CudaBackend::Stats st = gpu.stats();
+  EXPECT_EQ(st.eager, 1);     // the first run
+  EXPECT_EQ(st.captures, 1);  // the second run of the same list
+  EXPECT_EQ(st.replays, 4);   // runs 2..5 (the capturing run launches the graph too)
+}
+
+// A CUDA backend that refuses SOFTMAX and LOG_SOFTMAX, so the scheduler runs
+// them on the CPU with copies both ways.
+class CudaWithoutSoftmax : public Backend {
+ public:
+  const char* name() const override { return "CUDA-no-softmax"; }
+  BufferType& buffer_type() override { return gpu.buffer_type(); }
+  bool supports_op(const TensorNode* n) const override {
+    return n->op != Op::SOFTMAX && n->op != Op::LOG_SOFTMAX && gpu.supports_op(n);
+  }
+  using Backend::compute;
+  void compute(std::span<TensorNode* const> nodes) override { gpu.compute(nodes); }
+  void synchronize() override { gpu.synchronize(); }
+  CudaBackend gpu;
+};
+
+TEST(CudaDevice, SchedulerFallsBackToCpu) {
+  SKIP_WITHOUT_DEVICE();
+  auto run = [](std::vector<Backend*> list, std::vector<std::string>* on_cpu) {
+    Mixed m;
+    Scheduler s(list);
+    s.alloc(m.g);
+    m.w.set(ramp(m.w.numel(), 0.3f, 9));
+    m.set_inputs(3);
+    s.compute(m.g);
+    s.compute(m.g);  // twice: the CUDA splits replay; gradients accumulate
+    if (on_cpu)
+      for (const SplitInfo& sp : s.splits())
+        if (sp.backend == 1)
+          for (TensorNode* n : sp.nodes) on_cpu->push_back(op_name(n->op));
+    return std::make_pair(m.out.get<float>(), m.g.grad(m.w).get<float>());
+  };
+  CudaWithoutSoftmax gpu;
+  CpuBackend cpu(1), cpu_ref(1);
+  std::vector<std::string> on_cpu;
+  const auto got = run({&gpu, &cpu}, &on_cpu);
+  const auto want = run({&cpu_ref}, nullptr);
+  EXPECT_TRUE(close(got.first, want.first, 1e-5));
+  EXPECT_TRUE(close(got.second, want.second, 1e-5));
+  // The refused op ran on the CPU (the scheduler may move neighbours along).
+  EXPECT_NE(std::find(on_cpu.begin(), on_cpu.end(), "softmax"), on_cpu.end());
+}
+
+// A few AdamW steps of each test model on CUDA and on the CPU, from the same
+// values: losses and params agree.
+TEST(CudaDevice, TrainingStepsMatchCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> losses[2], params[2];
+    for (int side = 0; side < 2; ++side) {
+      auto models = all_test_models();
+      TestModel& m = *models[size_t(k)];
+      CudaBackend gpu;
+      CpuBackend cpu(1);
+      OptContext opt(m.config({side == 0 ? static_cast<Backend*>(&gpu) : &cpu}));
+      m.fill(opt, 7);
+      for (int step = 0; step < 3; ++step) losses[side].push_back(float(opt.train_batch()));
+      for (const Tensor& p : m.params)
+        for (float v : p.get<float>()) params[side].push_back(v);
+      if (side == 0) EXPECT_GE(gpu.stats().replays, 1) << "the training step was never replayed";
+    }
+    EXPECT_TRUE(close(losses[0], losses[1], 1e-4)) << all_test_models()[size_t(k)]->name;
+    EXPECT_TRUE(close(params[0], params[1], 1e-4)) << all_test_models()[size_t(k)]->name;
+  }
+}
+
+TEST(CudaDevice, Tf32IsOptIn) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend exact, fast({.allow_tf32 = true});
+  EXPECT_FALSE(exact.options().allow_tf32);
+  CpuBackend cpu(1);
+  auto mm = [](Backend& be) {
+    Context ctx;
+    Tensor a = ctx.input(f32, {64, 256}), b = ctx.input(f32, {256, 64});
+    Tensor c = matmul(a, b);
+    Graph g = Graph::forward(c);
+    auto buf = allocate_tensors(ctx, be);
+    a.set(ramp(a.numel(), 1.0f + 1e-3f, 1));
+    b.set(ramp(b.numel(), 1.0f + 1e-3f, 2));
+    be.compute(g);
+    return c.get<float>();
+  };
+  const std::vector<float> ref = mm(cpu);
+  EXPECT_TRUE(close(mm(exact), ref, 1e-5));  // full f32: close to the CPU
+  EXPECT_TRUE(close(mm(fast), ref, 1e-2));   // TF32: 10-bit mantissas
+}
+
+}  // namespace
+}  // namespace kiln::test
+
+#else  // built without CUDA: the suite still exists and says so
+
+TEST(CudaBackend, NotBuilt) {
+  EXPECT_FALSE(kiln::has_backend("cuda"));
+  GTEST_SKIP() << "kiln was built without CUDA (KILN_CUDA=OFF or nvcc not found)";
+}
+
+#endif
