@@ -1,5 +1,6 @@
 // The Tensor handle's data access (declared in kiln/tensor.h): through the
 // tensor's Buffer, so it belongs to the backend layer, not to core.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -73,7 +74,13 @@ std::vector<V> Tensor::get() const {
     const char* base = static_cast<const char*>(n_->data);
     for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
   } else {
-    fail("get", label(n_), " is a non-contiguous view on a device buffer: use contiguous()");
+    // A strided view in device memory: fetch the bytes it spans (strides are
+    // never negative), then gather on the host.
+    int64_t span = 0;
+    for_each_offset(n_, [&](int64_t off, int64_t) { span = std::max<int64_t>(span, off + int64_t(sizeof(V))); });
+    std::vector<char> bytes(static_cast<size_t>(span));
+    n_->buffer->get(n_, bytes.data(), 0, bytes.size());
+    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(&out[i], bytes.data() + off, sizeof(V)); });
   }
   return out;
 }

@@ -1,0 +1,85 @@
+// CUDA mode of the op-test harness (OpsCuda/<case>): every case whose graphs
+// the CUDA backend can run entirely is run on CudaBackend and compared with
+// CpuBackend(1) (check_backend: forward, and forward+backward for grad cases,
+// i.e. grad mode on CUDA). Compiled and registered in every CUDA build; skips
+// with a message when there is no device, or when a case uses an op (or dtype)
+// without a CUDA kernel (such ops run on the CPU through the scheduler).
+//
+// Tolerance: the case's own times kCudaTol. cuBLAS sums products in another
+// order than kiln's GEMM, and libdevice's expf/logf/erff differ from the CPU's
+// vector math by a few ulp.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "ops/harness/check.h"
+#include "ops/harness/session.h"
+
+#if KILN_HAVE_CUDA
+#include "kiln/cuda.h"
+
+namespace kiln::test {
+namespace {
+
+constexpr double kCudaTol = 4.0;
+
+// "op dtype" of every node (forward and, for grad cases, backward) that the
+// CUDA backend cannot run; empty when it runs the whole case.
+std::string unsupported(const Case& c) {
+  std::set<std::string> miss;
+  for (int mode = 0; mode < (c.grad ? 2 : 1); ++mode) {
+    Session s(c, mode == 1);
+    for (TensorNode* n : s.g.nodes())
+      if (!CudaBackend::supports(n)) miss.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
+  }
+  std::string out;
+  for (const std::string& m : miss) out += (out.empty() ? "" : ", ") + m;
+  return out;
+}
+
+const BackendSpec& cuda_spec() {
+  static const BackendSpec spec{"cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); }, false,
+                                kCudaTol};
+  return spec;
+}
+
+std::vector<size_t> all_indices() {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < all_cases().size(); ++i) r.push_back(i);
+  return r;
+}
+
+class OpsCuda : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpsCuda, MatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  const Case& c = all_cases()[GetParam()];
+  const std::string miss = unsupported(c);
+  if (!miss.empty()) GTEST_SKIP() << "no CUDA kernel for " << miss << " (runs on the CPU through the scheduler)";
+  const CheckResult r = check_backend(c, cuda_spec());
+  EXPECT_TRUE(r.ok) << "case " << c.name << " on cuda:\n" << r.msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpsCuda, ::testing::ValuesIn(all_indices()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; });
+
+// Without a device this still runs: the harness cases that CUDA cannot run
+// entirely are listed (and must be few: the CPU-only ops are the exception).
+TEST(OpsCudaSupport, CasesCudaCannotRun) {
+  std::string list;
+  size_t n = 0;
+  for (const Case& c : all_cases()) {
+    const std::string miss = unsupported(c);
+    if (miss.empty()) continue;
+    ++n;
+    list += "  " + c.name + ": " + miss + "\n";
+  }
+  if (n) std::cout << n << " of " << all_cases().size() << " cases use ops without a CUDA kernel:\n" << list;
+  EXPECT_LT(n, all_cases().size() / 10) << list;
+}
+
+}  // namespace
+}  // namespace kiln::test
+
+#endif
