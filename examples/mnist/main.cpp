@@ -2,7 +2,7 @@
 // kiln's training API (same setup: AdamW lr 1e-3, logical batch 1000, physical
 // batch 500, 30 epochs, 5% validation), so results compare one to one.
 //
-//   kiln-mnist train --model fc|cnn [--epochs N] [--backend cpu|blas|blas,cpu]
+//   kiln-mnist train --model fc|cnn [--epochs N] [--backend cpu|blas|cuda|blas,cpu]
 //                    [--threads N] [--out FILE] [--resume FILE] [--data DIR]
 //   kiln-mnist eval --model FILE [--backend ...] [--threads N] [--data DIR]
 //
@@ -55,7 +55,8 @@ void usage(FILE* f) {
       "usage: kiln-mnist train --model fc|cnn [--epochs N] [--backend NAMES] [--threads N]\n"
       "                        [--out FILE] [--resume FILE] [--data DIR] [--seed N] [--quiet]\n"
       "       kiln-mnist eval --model FILE [--backend NAMES] [--threads N] [--data DIR]\n"
-      "  --backend  cpu (default), blas, or several in order of preference (blas,cpu)\n"
+      "  --backend  cpu (default), blas, cuda, or several in order of preference (blas,cpu);\n"
+      "             an accelerator alone gets the CPU after it for the ops it lacks\n"
       "  --threads  threads per backend (default: all hardware threads)\n"
       "  --out      model file (default mnist-<model>.gguf); .csv and .svg go next to it\n"
       "  --resume   continue a run from a file saved by train (up to --epochs in total)\n"
@@ -137,11 +138,31 @@ Backends make_backends(const Args& a) {
   kiln::BackendOptions o;
   o.n_threads = a.threads;
   b.owned = kiln::make_backends(a.backend, o);
+  // Accelerators only (--backend cuda): the CPU runs the ops they lack.
+  bool host = false;
+  for (auto& p : b.owned) host |= p->buffer_type().is_host();
+  if (!host) b.owned.push_back(kiln::make_backend("cpu", o));
   for (auto& p : b.owned) {
     b.list.push_back(p.get());
     b.names += (b.names.empty() ? "" : ",") + std::string(p->name());
   }
   return b;
+}
+
+// With several backends: which ops of the training graph run on a backend
+// other than the first (the preferred one), e.g. CPU fallbacks of --backend cuda.
+void report_placement(const kiln::OptContext& opt, const Backends& be) {
+  if (be.list.size() < 2) return;
+  std::string elsewhere;
+  for (kiln::TensorNode* n : opt.graph().nodes()) {
+    const kiln::OpKind k = kiln::op_kind(n->op);
+    kiln::Backend* b = opt.backend_of(n);
+    if ((k != kiln::OpKind::COMPUTE && k != kiln::OpKind::ALIAS) || !b || b == be.list[0]) continue;
+    const std::string item = std::string(kiln::op_name(n->op)) + " (" + b->name() + ")";
+    if (elsewhere.find(item) == std::string::npos) elsewhere += (elsewhere.empty() ? "" : ", ") + item;
+  }
+  std::fprintf(stderr, "kiln-mnist: ops not on %s: %s\n", be.list[0]->name(),
+               elsewhere.empty() ? "none" : elsewhere.c_str());
 }
 
 std::string summary(const kiln::Result& r) {
@@ -211,6 +232,7 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
   cfg.backends = be.list;  // AdamW with default parameters (lr 1e-3)
   cfg.parallel = &dp;
   kiln::OptContext opt(cfg);
+  report_placement(opt, be);
   std::vector<mnist::EpochRow> rows;
   if (a.resume.empty()) {
     m.init(a.seed);

@@ -263,6 +263,9 @@ class OptContext {
   int world_size() const;
 
   Backend& backend();        // the (first) backend
+  // The backend that runs node t of graph() (the scheduler's choice with several
+  // backends), or null when t is not part of it.
+  Backend* backend_of(const TensorNode* t) const;
   const MemoryPlan& memory_plan() const;  // of the planned graph buffer
   size_t static_bytes() const;            // params, gradients, optimizer state, inputs
   const Graph& graph() const;             // forward + backward + optimizer nodes

@@ -363,6 +363,16 @@ ParallelHook* OptContext::parallel() const { return impl_->par; }
 int OptContext::rank() const { return impl_->par ? impl_->par->rank() : 0; }
 int OptContext::world_size() const { return impl_->par ? impl_->par->size() : 1; }
 Backend& OptContext::backend() { return *impl_->backends[0]; }
+Backend* OptContext::backend_of(const TensorNode* t) const {
+  const Impl& s = *impl_;
+  if (!s.sched) {
+    for (const TensorNode* n : s.graph.nodes())
+      if (n == t) return s.backends[0];
+    return nullptr;
+  }
+  if (Backend* b = s.sched->backend_of(t)) return b;
+  return s.sched_opt ? s.sched_opt->backend_of(t) : nullptr;
+}
 const MemoryPlan& OptContext::memory_plan() const { return impl_->plan; }
 size_t OptContext::static_bytes() const { return impl_->static_bytes; }
 const Graph& OptContext::graph() const { return impl_->graph; }
