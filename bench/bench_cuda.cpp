@@ -1,0 +1,128 @@
+// CUDA backend figures (issue 8): per-step overhead of plain kernel launches
+// against replaying a captured CUDA graph.
+//   train_batch/{fc,cnn}/{graph,plain}  one physical batch (500 samples) of
+//                       kiln-mnist's model on the GPU: forward, backward, every
+//                       2nd call the AdamW step, loss read back (a sync)
+//   chain/{graph,plain} 200 dependent small elementwise ops on 1024 floats plus a
+//                       synchronize: almost nothing but launch overhead
+//
+//   build/release/bench/bench_cuda [--benchmark_repetitions=9]
+// Needs a CUDA device; without one (or in a build without CUDA) it prints why and
+// exits 0, so scripts/bench.sh runs everywhere.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/opt.h"
+
+#if KILN_HAVE_CUDA
+#include "kiln/cuda.h"
+
+namespace {
+
+using namespace kiln;
+
+struct Mnist {
+  Mnist(bool cnn, bool graphs) : gpu(CudaOptions{.graphs = graphs}) {
+    const int64_t B = 500;
+    Tensor logits;
+    std::vector<std::pair<Tensor, int64_t>> init;  // weight, fan_in
+    if (!cnn) {
+      x = ctx.input(f32, {B, 784}, "images");
+      Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
+      Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
+      logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
+      init = {{w1, 784}, {w2, 500}};
+    } else {
+      x = ctx.input(f32, {B, 1, 28, 28}, "images");
+      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"), c1 = ctx.param(f32, {8}, "conv1.bias");
+      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"), c2 = ctx.param(f32, {16}, "conv2.bias");
+      Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
+      Conv2dOptions pad1;
+      pad1.padding[0] = pad1.padding[1] = 1;
+      Tensor h = max_pool2d(relu(conv2d(x, k1, c1, pad1)));
+      h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
+      logits = matmul(h.reshape({B, 784}), w) + b;
+      init = {{k1, 9}, {k2, 72}, {w, 784}};
+    }
+    OptConfig cfg;
+    cfg.inputs = x;
+    cfg.outputs = logits;
+    cfg.logical_batch = 1000;
+    cfg.backends = {&gpu};
+    opt = std::make_unique<OptContext>(cfg);
+    for (size_t i = 0; i < init.size(); ++i) kaiming_uniform(init[i].first, init[i].second, i + 1);
+    std::vector<float> xs(static_cast<size_t>(x.numel()));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7919) % 256) / 255.0f;
+    x.set(xs);
+    std::vector<int32_t> ys(static_cast<size_t>(B));
+    for (int64_t i = 0; i < B; ++i) ys[size_t(i)] = int32_t(i % 10);
+    opt->labels().set(ys);
+  }
+  CudaBackend gpu;
+  Context ctx;
+  Tensor x;
+  std::unique_ptr<OptContext> opt;
+};
+
+void train_batch(benchmark::State& st, bool cnn, bool graphs) {
+  Mnist m(cnn, graphs);
+  m.opt->train_batch();  // first run and capture outside the timing
+  m.opt->train_batch();
+  for (auto _ : st) m.opt->train_batch();
+  st.SetItemsProcessed(st.iterations() * 500);
+  const CudaBackend::Stats s = m.gpu.stats();
+  st.counters["replays"] = double(s.replays);
+  st.counters["eager"] = double(s.eager);
+}
+
+void chain(benchmark::State& st, bool graphs) {
+  CudaBackend gpu(CudaOptions{.graphs = graphs});
+  Context ctx;
+  Tensor x = ctx.input(f32, {1024}, "x");
+  Tensor y = x;
+  for (int i = 0; i < 200; ++i) y = i % 2 ? scale(y, 0.5f, 1.0f) : relu(y);
+  Graph g = Graph::forward(y);
+  auto buf = allocate_tensors(ctx, gpu);
+  for (auto _ : st) {
+    gpu.compute(g);
+    gpu.synchronize();
+  }
+  st.counters["nodes"] = double(g.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (kiln::cuda_device_count() == 0) {
+    std::printf("bench_cuda: skipped: %s\n", kiln::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  std::printf("bench_cuda: %s\n", kiln::cuda_description(0).c_str());
+  for (bool cnn : {false, true})
+    for (bool graphs : {true, false})
+      benchmark::RegisterBenchmark((std::string("train_batch/") + (cnn ? "cnn" : "fc") + (graphs ? "/graph" : "/plain")).c_str(),
+                                   [=](benchmark::State& st) { train_batch(st, cnn, graphs); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+  for (bool graphs : {true, false})
+    benchmark::RegisterBenchmark(graphs ? "chain/graph" : "chain/plain", [=](benchmark::State& st) { chain(st, graphs); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+#else
+
+int main() {
+  std::printf("bench_cuda: skipped: kiln was built without CUDA (KILN_CUDA=OFF or nvcc not found)\n");
+  return 0;
+}
+
+#endif
