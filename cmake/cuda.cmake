@@ -14,6 +14,7 @@
 # real architecture would add one (the build machines have 2 cores). The kernels
 # use no feature above sm_80.
 set(KILN_HAVE_CUDA OFF)
+set(KILN_CUDA_BUILT OFF CACHE INTERNAL "the CUDA backend is part of this build (scripts/test.sh checks it)")
 if(NOT KILN_CUDA)
   return()
 endif()
@@ -61,5 +62,6 @@ target_sources(kiln PRIVATE ${KILN_CUDA_HOST} $<TARGET_OBJECTS:kiln_cuda_kernels
 target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::cublas)
 target_compile_definitions(kiln PUBLIC KILN_HAVE_CUDA=1)
 set(KILN_HAVE_CUDA ON)
+set(KILN_CUDA_BUILT ON CACHE INTERNAL "the CUDA backend is part of this build (scripts/test.sh checks it)")
 message(STATUS "kiln: CUDA backend with nvcc ${CMAKE_CUDA_COMPILER_VERSION}, toolkit ${CUDAToolkit_VERSION}, "
                "architectures ${CMAKE_CUDA_ARCHITECTURES}")

@@ -97,10 +97,33 @@ build_preset() {
   if have ccache && [[ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]]; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache
   fi
+  # nvcc too (the CUDA backend, built when nvcc is found): ccache caches it.
+  if have ccache && [[ -z "${CMAKE_CUDA_COMPILER_LAUNCHER:-}" ]]; then
+    export CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  fi
   log "configure (preset $KILN_PRESET)"
   cmake --preset "$KILN_PRESET"
   local targets=()
   (($# == 0)) || targets=(--target "$@")
   log "build (preset $KILN_PRESET, -j$KILN_JOBS${*:+, targets: $*})"
   cmake --build --preset "$KILN_PRESET" -j"$KILN_JOBS" "${targets[@]+"${targets[@]}"}"
+}
+
+have_nvcc() { have nvcc || [[ -x /usr/local/cuda/bin/nvcc ]]; }
+
+# Where nvcc is installed the CUDA backend must have been built (CI has no GPU:
+# it compiles and links the backend so it cannot rot; its device tests skip).
+# Not checked when the build was configured with -DKILN_CUDA=OFF.
+check_cuda_built() {
+  local cache="$KILN_ROOT/build/$KILN_PRESET/CMakeCache.txt"
+  [[ -f "$cache" ]] || return 0
+  if have_nvcc; then
+    if grep -q '^KILN_CUDA:BOOL=OFF' "$cache"; then
+      log "CUDA backend: off (KILN_CUDA=OFF)"
+    elif grep -q '^KILN_CUDA_BUILT:INTERNAL=ON' "$cache"; then
+      log "CUDA backend: built (its tests that need a device skip without one)"
+    else
+      die "nvcc is installed but the CUDA backend was not configured; see the cmake output above"
+    fi
+  fi
 }

@@ -6,6 +6,9 @@
 #             CPU kernel tests (ctest labels ops and cpu)
 #   avx2      -march=x86-64-v3 (the AVX2 paths without AVX-512): the same tests
 #   asan      AddressSanitizer + UBSan (fatal): every test
+#   cuda      where nvcc is installed: checks that the release build has the CUDA
+#             backend (docs/cuda.md) and runs its tests (ctest preset cuda; the
+#             ones that need a GPU skip without one)
 # SIMD paths are chosen at compile time (docs/design.md, "Backends"), so each
 # instruction set is its own build.
 #   bash scripts/test.sh [extra ctest args, e.g. -R core]
@@ -13,7 +16,7 @@
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-KILN_TEST_BUILDS="${KILN_TEST_BUILDS:-release portable avx2 asan}"
+KILN_TEST_BUILDS="${KILN_TEST_BUILDS:-release cuda portable avx2 asan}"
 
 install_deps
 cd "$KILN_ROOT" || exit 1
@@ -38,9 +41,19 @@ for b in $KILN_TEST_BUILDS; do
     portable) run_build portable kernels-portable kiln_test_ops kiln_test_cpu ;;
     avx2) run_build avx2 kernels-avx2 kiln_test_ops kiln_test_cpu ;;
     asan) run_build asan asan ;;
-    # ---- CUDA goes here: a "cuda)" build (nvcc, src/backends/cuda) that configures,
-    # builds and runs its tests with run_build, and "cuda" in the default list above.
-    *) die "unknown build '$b' in KILN_TEST_BUILDS (release, portable, avx2, asan)" ;;
+    # The release preset builds the CUDA backend whenever nvcc is found (also in
+    # /usr/local/cuda/bin when it is not on PATH); this checks that it did and runs
+    # its tests. The other presets leave CUDA out (portable, avx2: they test the
+    # CPU's SIMD paths) or rebuild the same objects (asan, ccache hits).
+    cuda)
+      if have_nvcc; then
+        run_build release cuda kiln_test_cuda kiln_test_ops
+        KILN_PRESET=release check_cuda_built
+      else
+        log "cuda: nvcc not found, no CUDA build to test"
+      fi
+      ;;
+    *) die "unknown build '$b' in KILN_TEST_BUILDS (release, cuda, portable, avx2, asan)" ;;
   esac
 done
 log "all builds passed: $KILN_TEST_BUILDS (${SECONDS} s)"
