@@ -13,7 +13,7 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/params.h"
-#include "core/rng.h"
+#include "kiln/detail/rng.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {

@@ -32,11 +32,12 @@ std::vector<int64_t> GraphCache::signature(const std::vector<TensorNode*>& nodes
   s.push_back(tf32);
   for (const TensorNode* n : nodes) {
     add_tensor(s, n);
-    for (int64_t v : n->p.i) s.push_back(v);
-    for (float f : n->p.f) {
-      uint32_t b;
-      std::memcpy(&b, &f, 4);
-      s.push_back(b);
+    // The parameter bytes (kiln/op_params.h), 8 at a time.
+    static_assert(sizeof(n->params.bytes) % 8 == 0);
+    for (size_t k = 0; k < sizeof(n->params.bytes); k += 8) {
+      int64_t v;
+      std::memcpy(&v, n->params.bytes + k, 8);
+      s.push_back(v);
     }
     s.push_back(n->n_src);
     for (int i = 0; i < n->n_src; ++i) {

@@ -249,7 +249,7 @@ void layout_ops(TensorNode* dst, const Launch& L) {
         g.s1[d] = a->shape[d];
         g.aux[d] = prm::pad_before(dst, d);
       }
-      k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, pad_bits(dst->dtype, prm::fill_value(dst)), es, out, n);
+      k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, pad_bits(dst->dtype, prm::pad_value(dst)), es, out, n);
       return check_launch("pad");
     case Op::REPEAT:
       for (int d = 0; d < g.nd; ++d) {
