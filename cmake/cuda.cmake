@@ -54,12 +54,17 @@ file(GLOB KILN_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/ba
 file(GLOB KILN_CUDA_HOST CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.cpp)
 add_library(kiln_cuda_kernels OBJECT ${KILN_CUDA_KERNELS})
 target_include_directories(kiln_cuda_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(kiln_cuda_kernels PRIVATE CUDA::cudart CUDA::cublas)
+# cuBLAS headers only: the library is opened with dlopen on first use
+# (src/backends/cuda/cublas_api.h says why).
+target_include_directories(kiln_cuda_kernels PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(kiln_cuda_kernels PRIVATE -Xcompiler=-Wall)
 set_target_properties(kiln_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                    CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
 target_sources(kiln PRIVATE ${KILN_CUDA_HOST} $<TARGET_OBJECTS:kiln_cuda_kernels>)
-target_link_libraries(kiln PRIVATE CUDA::cudart CUDA::cublas)
+target_include_directories(kiln PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(kiln PRIVATE CUDA::cudart ${CMAKE_DL_LIBS})
+set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/cublas_api.cpp PROPERTIES
+  COMPILE_DEFINITIONS "KILN_CUDA_LIBRARY_DIR=\"${CUDAToolkit_LIBRARY_DIR}\"")
 target_compile_definitions(kiln PUBLIC KILN_HAVE_CUDA=1)
 set(KILN_HAVE_CUDA ON)
 set(KILN_CUDA_BUILT ON CACHE INTERNAL "the CUDA backend is part of this build (scripts/test.sh checks it)")

@@ -45,7 +45,7 @@ for b in $KILN_TEST_BUILDS; do
     # /usr/local/cuda/bin when it is not on PATH); this checks that it did and runs
     # its tests. The other presets leave CUDA out (portable, avx2: they test the
     # CPU's SIMD paths; asan: without a device the CUDA runtime adds no checked
-    # code, and linking cuBLAS costs every test process ~0.5 s of start-up).
+    # code).
     cuda)
       if have_nvcc; then
         run_build release cuda kiln_test_cuda kiln_test_ops

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cublas_api.h"
 #include "backends/cuda/cuda_buffer.h"
 #include "backends/cuda/graph_cache.h"
 #include "backends/cuda/launch.h"
@@ -129,11 +130,11 @@ CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
   check(cudaSetDevice(opt.device), "cudaSetDevice");
   // A blocking stream: the legacy default stream (buffer reads and writes) waits for it.
   check(cudaStreamCreate(&m.stream), "cudaStreamCreate");
-  cuda::check_blas(cublasCreate(&m.blas), "cublasCreate");
-  cuda::check_blas(cublasSetStream(m.blas, m.stream), "cublasSetStream");
+  cuda::check_blas(cuda::cublas().create(&m.blas), "cublasCreate");
+  cuda::check_blas(cuda::cublas().set_stream(m.blas, m.stream), "cublasSetStream");
   check(cudaMalloc(&m.blas_ws, kBlasWorkspace), "allocating cuBLAS's workspace");
   // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
-  cuda::check_blas(cublasSetWorkspace(m.blas, m.blas_ws, kBlasWorkspace), "cublasSetWorkspace");
+  cuda::check_blas(cuda::cublas().set_workspace(m.blas, m.blas_ws, kBlasWorkspace), "cublasSetWorkspace");
 }
 
 CudaBackend::~CudaBackend() {
@@ -141,7 +142,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(m.opt.device);
   if (m.stream) cudaStreamSynchronize(m.stream);
   m.graphs.clear();
-  if (m.blas) cublasDestroy(m.blas);
+  if (m.blas) cuda::cublas().destroy(m.blas);
   if (m.blas_ws) cudaFree(m.blas_ws);
   if (m.ws) cudaFree(m.ws);
   if (m.err) cudaFree(m.err);

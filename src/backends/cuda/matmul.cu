@@ -21,6 +21,7 @@
 #include <climits>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/cublas_api.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
@@ -129,7 +130,7 @@ void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmV
   const cublasComputeType_t ct =
       A.type == CUDA_R_32F && L.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // C^T [N, M] = op(B) [N, K] @ op(A) [K, M], column-major.
-  check_blas(cublasGemmStridedBatchedEx(L.blas, ob.op, oa.op, int(N), int(M), int(K), &alpha, B.p, B.type,
+  check_blas(cublas().gemm_strided_batched_ex(L.blas, ob.op, oa.op, int(N), int(M), int(K), &alpha, B.p, B.type,
                                         int(ob.ld), B.batch_stride, A.p, A.type, int(oa.ld), A.batch_stride, &beta, C,
                                         CUDA_R_32F, int(ldc), c_batch_stride, int(batch), ct, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");

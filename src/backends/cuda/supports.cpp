@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/cublas_api.h"
 #include "backends/cuda/launch.h"
 #include "kiln/error.h"
 
@@ -15,7 +16,7 @@ void check(cudaError_t e, const char* what) {
 }
 
 void check_blas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail("cuda", what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuda", what, ": ", cublas().status_name(s), " (", cublas().status_string(s), ")");
 }
 
 void check_launch(const char* kernel) {
