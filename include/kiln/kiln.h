@@ -4,6 +4,7 @@
 #include "kiln/backend.h"
 #include "kiln/context.h"
 #include "kiln/dataset.h"
+#include "kiln/token_dataset.h"
 #include "kiln/cpu.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"

@@ -1,0 +1,164 @@
+// TokenDataset: byte tokens in shared u8 storage, random and consecutive
+// next-token windows, and the text-corpus loader (docs/gpt.md).
+#include "kiln/token_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char* kOp = "token_dataset";
+
+std::string describe(const Tensor& t, const char* role) {
+  return std::string(role) + (t.name().empty() ? "" : " '" + t.name() + "'") + " " + t.shape().str();
+}
+
+// Uniform in [0, n) from raw 64-bit engine output (rejection, no modulo bias).
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t reject_below = (0 - n) % n;  // 2^64 mod n
+  for (;;) {
+    const uint64_t x = rng();
+    if (x >= reject_below) return x % n;
+  }
+}
+
+// Batch size and block of an inputs tensor: B = size(0), T = numel / B.
+std::pair<int64_t, int64_t> batch_and_block(const Tensor& inputs) {
+  if (!inputs.defined()) fail(kOp, "the inputs tensor is undefined");
+  if (inputs.ndim() < 1 || inputs.size(0) < 1 || inputs.numel() % inputs.size(0) != 0 ||
+      inputs.numel() / inputs.size(0) < 1)
+    fail(kOp, describe(inputs, "inputs"), " must be [B, T] with B, T >= 1");
+  return {inputs.size(0), inputs.numel() / inputs.size(0)};
+}
+
+}  // namespace
+
+TokenDataset::TokenDataset(std::vector<uint8_t> tokens)
+    : data_(std::make_shared<const std::vector<uint8_t>>(std::move(tokens))),
+      begin_(0),
+      end_(int64_t(data_->size())) {}
+
+std::span<const uint8_t> TokenDataset::tokens() const {
+  if (!data_) return {};
+  return {data_->data() + begin_, size_t(end_ - begin_)};
+}
+
+std::pair<TokenDataset, TokenDataset> TokenDataset::split(double train_fraction) const {
+  if (!(train_fraction >= 0.0 && train_fraction <= 1.0))
+    fail(kOp, "split: train_fraction must be in [0, 1], got ", train_fraction);
+  const int64_t n_train = int64_t(std::floor(double(size()) * train_fraction));
+  const int64_t cut = begin_ + n_train;
+  return {TokenDataset(data_, begin_, cut), TokenDataset(data_, cut, end_)};
+}
+
+int64_t TokenDataset::random_offset(std::mt19937_64& rng, int64_t block) const {
+  if (block < 1) fail(kOp, "block must be >= 1, got ", block);
+  if (size() < block + 1)
+    fail(kOp, "a window of block+1 = ", block + 1, " tokens does not fit in ", size(), " tokens");
+  return int64_t(uniform_below(rng, uint64_t(size() - block)));
+}
+
+void TokenDataset::sample_batch(Tensor inputs, Tensor labels, std::mt19937_64& rng) const {
+  const auto [batch, block] = batch_and_block(inputs);
+  std::vector<int64_t> offsets(static_cast<size_t>(batch));
+  for (int64_t& o : offsets) o = random_offset(rng, block);
+  write_windows(inputs, labels, offsets);
+}
+
+int64_t TokenDataset::n_windows(int64_t block) const {
+  if (block < 1) fail(kOp, "block must be >= 1, got ", block);
+  return size() / (block + 1);
+}
+
+int64_t TokenDataset::n_batches(int64_t batch, int64_t block) const {
+  if (batch < 1) fail(kOp, "batch must be >= 1, got ", batch);
+  return n_windows(block) / batch;
+}
+
+void TokenDataset::get_batch(Tensor inputs, Tensor labels, int64_t batch_index) const {
+  const auto [batch, block] = batch_and_block(inputs);
+  const int64_t nb = n_batches(batch, block);
+  if (batch_index < 0 || batch_index >= nb)
+    fail(kOp, "get_batch: batch ", batch_index, " is outside [0, ", nb, "): ", size(),
+         " tokens hold ", n_windows(block), " windows of ", block + 1, " tokens, batches of ", batch);
+  std::vector<int64_t> offsets(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) offsets[size_t(b)] = (batch_index * batch + b) * (block + 1);
+  write_windows(inputs, labels, offsets);
+}
+
+void TokenDataset::write_windows(Tensor inputs, Tensor labels, std::span<const int64_t> offsets) const {
+  const auto [batch, block] = batch_and_block(inputs);
+  if (inputs.dtype() != DType::i32) fail(kOp, describe(inputs, "inputs"), " must be i32");
+  if (int64_t(offsets.size()) != batch)
+    fail(kOp, offsets.size(), " window offsets for ", describe(inputs, "inputs"), " (batch ", batch, ")");
+  if (labels.defined()) {
+    if (labels.dtype() != DType::i32) fail(kOp, describe(labels, "labels"), " must be i32");
+    if (labels.numel() != inputs.numel())
+      fail(kOp, describe(labels, "labels"), " must hold B*T = ", inputs.numel(),
+           " elements like ", describe(inputs, "inputs"));
+    if (!labels.has_data()) fail(kOp, describe(labels, "labels"), " has no memory yet");
+  }
+  if (!inputs.has_data()) fail(kOp, describe(inputs, "inputs"), " has no memory yet");
+  for (int64_t o : offsets)
+    if (o < 0 || o + block + 1 > size())
+      fail(kOp, "window [", o, ", ", o + block + 1, ") is outside the ", size(), " tokens");
+  const uint8_t* tok = tokens().data();
+  std::vector<int32_t> x(size_t(batch * block)), y;
+  if (labels.defined()) y.resize(x.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint8_t* w = tok + offsets[size_t(b)];
+    int32_t* xr = x.data() + b * block;
+    for (int64_t t = 0; t < block; ++t) xr[t] = w[t];
+    if (labels.defined()) {
+      int32_t* yr = y.data() + b * block;
+      for (int64_t t = 0; t < block; ++t) yr[t] = w[t + 1];
+    }
+  }
+  inputs.set<int32_t>(x);
+  if (labels.defined()) labels.set<int32_t>(y);
+}
+
+TokenDataset load_text_corpus(const std::string& dir, const std::string& fetch_hint) {
+  namespace fs = std::filesystem;
+  const std::string hint = fetch_hint.empty() ? "" : "; run `" + fetch_hint + "` to fetch it";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("corpus", dir, ": directory not found", hint);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const fs::path& p = e.path();
+    if (p.extension() == ".txt" && e.is_regular_file()) names.push_back(p.filename().string());
+  }
+  if (ec) fail("corpus", dir, ": cannot list the directory: ", ec.message());
+  if (names.empty()) fail("corpus", dir, ": no .txt files", hint);
+  std::sort(names.begin(), names.end());  // byte order of the names
+  std::vector<uint8_t> bytes;
+  uintmax_t total = 0;  // reserve once: no reallocation peak on a large corpus
+  for (const std::string& name : names) {
+    const uintmax_t n = fs::file_size(fs::path(dir) / name, ec);
+    if (ec) break;  // the read below reports it
+    total += n + 1;
+  }
+  if (!ec) bytes.reserve(size_t(total));
+  for (const std::string& name : names) {
+    const std::string path = (fs::path(dir) / name).string();
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    if (!f) fail("corpus", path, ": cannot open");
+    const std::streamoff n = f.tellg();
+    if (n < 0) fail("corpus", path, ": cannot read its size");
+    const size_t at = bytes.size();
+    bytes.resize(at + size_t(n) + 1);
+    f.seekg(0);
+    if (!f.read(reinterpret_cast<char*>(bytes.data() + at), n)) fail("corpus", path, ": read failed");
+    bytes[at + size_t(n)] = '\n';
+  }
+  return TokenDataset(std::move(bytes));
+}
+
+}  // namespace kiln
