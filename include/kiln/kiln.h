@@ -10,6 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/opt.h"
 #include "kiln/registry.h"

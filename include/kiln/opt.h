@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -35,6 +36,7 @@
 #include "kiln/dataset.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/nn.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -104,16 +106,8 @@ ScheduleFn step_decay(OptimizerParams p, int64_t every_epochs, float gamma);
 ScheduleFn cosine(OptimizerParams p, int64_t warmup_steps, float min_lr = 0.0f, int64_t total_steps = 0);
 }  // namespace schedule
 
-// ---------------------------------------------------------------------------
-// Param initialisation (host side, deterministic for a seed on every platform).
-// t must have memory. Bounds follow torch.nn.init.
-void init_uniform(Tensor t, float lo, float hi, uint64_t seed);
-void init_normal(Tensor t, float mean, float stddev, uint64_t seed);
-// U(-b, b) with b = gain * sqrt(3 / fan_in); gain sqrt(2) suits ReLU layers.
-// fan_in: inputs per output (784 for a [784, 500] matmul weight, C*KH*KW for a conv).
-void kaiming_uniform(Tensor t, int64_t fan_in, uint64_t seed, float gain = 1.41421356f);
-// U(-b, b) with b = gain * sqrt(6 / (fan_in + fan_out)).
-void xavier_uniform(Tensor t, int64_t fan_in, int64_t fan_out, uint64_t seed, float gain = 1.0f);
+// Param initialisers (init_uniform, init_normal, kaiming_uniform,
+// xavier_uniform) are in kiln/nn/init.h, included here.
 
 // ---------------------------------------------------------------------------
 // Loss and accuracy over batches, with statistical uncertainties.
@@ -173,6 +167,18 @@ enum class LossKind {
   user,           // OptConfig::user_loss, a one-element f32 tensor
 };
 
+// A set of params with its own weight decay (PyTorch's param_groups). Unset:
+// the schedule's weight_decay.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<float> weight_decay;
+};
+// The split every GPT recipe uses (nanoGPT's configure_optimizers): params with
+// 2 or more dims (matmul and conv weights, embeddings) decay by `weight_decay`,
+// the others (biases, norm weights) do not. Groups in that order; an empty
+// group is left out.
+std::vector<ParamGroup> weight_decay_groups(const nn::Module& model, float weight_decay);
+
 struct OptConfig {
   Tensor inputs;   // a leaf [B, ...]: the physical batch, written per batch
   Tensor outputs;  // the model's output computed from inputs
@@ -180,7 +186,19 @@ struct OptConfig {
   Tensor labels;
   LossKind loss = LossKind::cross_entropy;
   Tensor user_loss;            // LossKind::user
-  std::vector<Tensor> params;  // trained params; empty: every param the loss depends on
+  std::vector<Tensor> params;  // trained params; empty: see groups, model, else every param the loss depends on
+  // Params in groups with their own weight decay (instead of `params`).
+  std::vector<ParamGroup> groups;
+  // The model the outputs come from (nn::Module). With neither params nor
+  // groups, its parameters() are trained. Its Dropout layers' step seeds are
+  // written before every training pass, so each batch gets new masks. It must
+  // outlive the context.
+  const nn::Module* model = nullptr;
+  // > 0: before each optimizer step, scale every gradient by
+  // max_norm / (total_norm + 1e-6) when the total L2 norm over all gradients
+  // exceeds max_norm (torch.nn.utils.clip_grad_norm_). Computed by graph ops,
+  // so it runs on any backend; grad_norm() reports the norm.
+  float clip_grad_norm = 0.0f;
   OptimizerType optimizer = OptimizerType::adamw;
   // Empty: schedule::constant() (default parameters). SGD keeps a momentum buffer
   // when the schedule's parameters for step 0 have momentum != 0.
@@ -222,6 +240,10 @@ class OptContext {
   Tensor n_correct() const;  // i32 scalar (cross-entropy only)
   const std::vector<Tensor>& params() const;
   Tensor grad(Tensor param) const;  // the gradient accumulator
+  // The total L2 norm of the gradients of the latest optimizer step, before
+  // clipping (as clip_grad_norm_ returns it); NaN without clip_grad_norm or
+  // before the first step.
+  double grad_norm() const;
   // Optimizer state of a param: m and v (AdamW) or the momentum buffer (SGD,
   // `second` undefined); undefined when the optimizer keeps none.
   std::pair<Tensor, Tensor> state(Tensor param) const;

@@ -90,6 +90,7 @@ void OptContext::Impl::build() {
     for (TensorNode* l : graph.leafs())
       if (l->flags & kFlagParam) params.emplace_back(l);
     if (!cfg.params.empty()) params = cfg.params;
+    else if (cfg.model) params = cfg.model->parameters();
     state_a.resize(params.size());
     state_b.resize(params.size());
     return;
@@ -98,49 +99,9 @@ void OptContext::Impl::build() {
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
 
-  // Params: given, or every param with a gradient.
-  if (cfg.params.empty()) {
-    for (TensorNode* l : graph.leafs())
-      if ((l->flags & kFlagParam) && !(l->flags & kFlagGradAcc) && graph.grad(Tensor(l)).defined())
-        params.emplace_back(l);
-  } else {
-    std::unordered_set<const TensorNode*> seen;
-    for (const Tensor& p : cfg.params) {
-      if (!p.defined()) fail(op, "a param is an undefined tensor");
-      if (!p.has_flag(kFlagParam)) fail(op, "", label(p), " is not a param: create it with Context::param");
-      if (!seen.insert(p.node()).second) fail(op, "param ", label(p), " is listed twice");
-      if (!graph.grad(p).defined()) fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
-      params.push_back(p);
-    }
-  }
-  if (params.empty()) fail(op, "the loss depends on no param");
-  for (const Tensor& p : params)
-    if (p.dtype() != f32)
-      fail(op, "param ", label(p), " is ", dtype_name(p.dtype()), ": optimizers update f32 params");
-
-  // Optimizer state and step nodes.
+  collect_params();
   if (backends.size() > 1) g_accum = graph;
-  hp = ctx.tensor(f32, {8}, "opt.hp");
-  for (size_t i = 0; i < params.size(); ++i) {
-    Tensor p = params[i];
-    const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
-    grads.push_back(graph.grad(p));
-    Tensor a, b, s;
-    if (cfg.optimizer == OptimizerType::adamw) {
-      a = ctx.tensor(f32, p.shape(), base + ".opt.m");
-      b = ctx.tensor(f32, p.shape(), base + ".opt.v");
-      s = adamw_step(p, grads.back(), a, b, hp);
-    } else {
-      // A momentum buffer only when the schedule's first step uses momentum.
-      if (schedule(StepInfo{}).sgd.momentum != 0.0f) a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
-      s = sgd_step(p, grads.back(), a, hp);
-    }
-    state_a.push_back(a);
-    state_b.push_back(b);
-    steps.push_back(s);
-    graph.expand(s);
-    if (backends.size() > 1) g_opt.expand(s);
-  }
+  build_steps(ctx);
 
   // The order the backward pass finishes gradients: where each accumulation runs.
   std::unordered_map<const TensorNode*, size_t> index_of;
@@ -154,6 +115,97 @@ void OptContext::Impl::build() {
     ready_pos.push_back(k);
   }
   KILN_ASSERT(ready.size() == grads.size());
+}
+
+// Params: given (alone or in groups), the model's, or every param with a gradient.
+void OptContext::Impl::collect_params() {
+  const char* op = "opt";
+  if (!cfg.params.empty() && !cfg.groups.empty()) fail(op, "give params or groups, not both");
+  std::vector<Tensor> given = cfg.params;
+  if (!cfg.groups.empty()) {
+    for (size_t g = 0; g < cfg.groups.size(); ++g) {
+      if (cfg.groups[g].params.empty()) fail(op, "param group ", g, " is empty");
+      for (const Tensor& p : cfg.groups[g].params) {
+        given.push_back(p);
+        group_of.push_back(g);
+      }
+      group_decay.push_back(cfg.groups[g].weight_decay);
+    }
+  } else if (given.empty() && cfg.model) {
+    given = cfg.model->parameters();
+  }
+  if (given.empty()) {
+    for (TensorNode* l : graph.leafs())
+      if ((l->flags & kFlagParam) && !(l->flags & kFlagGradAcc) && graph.grad(Tensor(l)).defined())
+        params.emplace_back(l);
+  } else {
+    std::unordered_set<const TensorNode*> seen;
+    for (const Tensor& p : given) {
+      if (!p.defined()) fail(op, "a param is an undefined tensor");
+      if (!p.has_flag(kFlagParam)) fail(op, "", label(p), " is not a param: create it with Context::param");
+      if (!seen.insert(p.node()).second) fail(op, "param ", label(p), " is listed twice");
+      if (!graph.grad(p).defined()) fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
+      params.push_back(p);
+    }
+  }
+  if (params.empty()) fail(op, "the loss depends on no param");
+  for (const Tensor& p : params)
+    if (p.dtype() != f32)
+      fail(op, "param ", label(p), " is ", dtype_name(p.dtype()), ": optimizers update f32 params");
+  if (group_decay.empty()) {
+    group_decay.emplace_back();
+    group_of.assign(params.size(), 0);
+  }
+  if (cfg.model) dropout_seeds = cfg.model->dropout_seeds();
+}
+
+// One hp tensor per group; with clipping, hp_eff = hp * [1 x 7, clip factor]
+// so the steps' gradient scale (hp[7]) includes min(1, max/(norm + 1e-6)).
+void OptContext::Impl::build_steps(Context& ctx) {
+  if (cfg.clip_grad_norm < 0 || !std::isfinite(cfg.clip_grad_norm))
+    fail("opt", "clip_grad_norm must be >= 0 and finite, got ", cfg.clip_grad_norm);
+  for (size_t g = 0; g < group_decay.size(); ++g) {
+    hp.push_back(ctx.tensor(f32, {8}, group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
+    hp_eff.push_back(hp.back());
+  }
+  for (const Tensor& p : params) grads.push_back(graph.grad(p));
+  if (cfg.clip_grad_norm > 0) {
+    // The gradient the step applies is gscale * accumulator (gscale = hp[7]).
+    Tensor sq;
+    for (const Tensor& gr : grads) {
+      Tensor s = sum(sqr(gr)).reshape({1});
+      sq = sq.defined() ? sq + s : s;
+    }
+    grad_norm = (sqrt(sq) * hp[0].narrow(0, 7, 1)).set_name("opt.grad_norm");
+    detail::set_flags(grad_norm, kFlagOutput);
+    Tensor factor = clamp(full(ctx, {1}, cfg.clip_grad_norm) / (grad_norm + 1e-6f), 0.0f, 1.0f);
+    Tensor mask = concat({ones(ctx, {7}), factor}, 0);
+    for (size_t g = 0; g < hp.size(); ++g) hp_eff[g] = hp[g] * mask;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i];
+    const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
+    Tensor h = hp_eff[group_of[i]];
+    Tensor a, b, s;
+    if (cfg.optimizer == OptimizerType::adamw) {
+      a = ctx.tensor(f32, p.shape(), base + ".opt.m");
+      b = ctx.tensor(f32, p.shape(), base + ".opt.v");
+      s = adamw_step(p, grads[i], a, b, h);
+    } else {
+      // A momentum buffer only when the schedule's first step uses momentum.
+      if (schedule(StepInfo{}).sgd.momentum != 0.0f) a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
+      s = sgd_step(p, grads[i], a, h);
+    }
+    state_a.push_back(a);
+    state_b.push_back(b);
+    steps.push_back(s);
+    graph.expand(s);
+    if (backends.size() > 1) g_opt.expand(s);
+  }
+  if (grad_norm.defined()) {
+    graph.expand(grad_norm);
+    if (backends.size() > 1) g_opt.expand(grad_norm);
+  }
 }
 
 void OptContext::Impl::allocate() {
@@ -238,6 +290,11 @@ void OptContext::Impl::run_forward() {
 
 void OptContext::Impl::run_backward(bool before_step) {
   sync_params();
+  // A new dropout mask per training pass (the same on every rank: the seed is
+  // the pass count, which all ranks share).
+  const int32_t seed = int32_t(uint32_t(uint64_t(passes++) & 0xffffffffu));
+  for (Tensor& t : dropout_seeds)
+    if (t.has_data()) t.set<int32_t>({seed});
   if (galloc && par && before_step && cuts.size() > 1) {
     // Pause after each group of finished gradients so the hook reduces them
     // while the rest of the backward pass runs.
@@ -270,9 +327,13 @@ void OptContext::Impl::run_step() {
     ranks = par->size();
   }
   const float gscale = pending > 0 ? 1.0f / (float(pending) * float(ranks)) : 1.0f;
-  const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw ? adamw_hyper(last.adamw, step + 1, gscale)
-                                                                       : sgd_hyper(last.sgd, step == 0, gscale);
-  hp.set(std::span<const float>(h));
+  for (size_t g = 0; g < hp.size(); ++g) {
+    OptimizerParams q = last;
+    if (group_decay[g]) q.adamw.weight_decay = q.sgd.weight_decay = *group_decay[g];
+    const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw ? adamw_hyper(q.adamw, step + 1, gscale)
+                                                                         : sgd_hyper(q.sgd, step == 0, gscale);
+    hp[g].set(std::span<const float>(h));
+  }
   if (galloc) {
     backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data() + n_bwd, graph.size() - n_bwd));
   } else {
@@ -339,6 +400,11 @@ Tensor OptContext::pred() const { return impl_->pred; }
 Tensor OptContext::n_correct() const { return impl_->correct; }
 const std::vector<Tensor>& OptContext::params() const { return impl_->params; }
 Tensor OptContext::grad(Tensor param) const { return impl_->graph.grad(param); }
+double OptContext::grad_norm() const {
+  const Impl& s = *impl_;
+  if (!s.grad_norm.defined() || s.step == 0) return std::nan("");
+  return s.read_scalar(s.grad_norm);
+}
 std::pair<Tensor, Tensor> OptContext::state(Tensor param) const {
   for (size_t i = 0; i < impl_->params.size(); ++i)
     if (impl_->params[i] == param) return {impl_->state_a[i], impl_->state_b[i]};

@@ -13,7 +13,14 @@ namespace kiln {
 struct OptContext::Impl {
   OptConfig cfg;
   Tensor inputs, labels, outputs, loss, pred, correct;
-  Tensor hp;  // f32 [8], shared by every param's step node
+  // f32 [8] per param group, written per step; the step nodes read hp_eff
+  // (hp, with the gradient scale times the clipping factor when clipping).
+  std::vector<Tensor> hp, hp_eff;
+  std::vector<std::optional<float>> group_decay;
+  std::vector<size_t> group_of;  // per param
+  Tensor grad_norm;              // f32 [1] (clipping only)
+  std::vector<Tensor> dropout_seeds;
+  int64_t passes = 0;  // training forward passes run (dropout's step seed)
   std::vector<Tensor> params, grads;
   std::vector<Tensor> state_a, state_b;  // AdamW: m and v; SGD: momentum buffer (or none), -
   std::vector<Tensor> steps;             // the optimizer step nodes, one per param
@@ -53,6 +60,8 @@ struct OptContext::Impl {
   bool synced = false;
 
   void build();
+  void collect_params();
+  void build_steps(Context& ctx);
   void allocate();
   void run_forward();
   void run_backward(bool before_step = false);  // forward + backward

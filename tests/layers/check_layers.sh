@@ -8,7 +8,7 @@
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
 #   4 scheduler     src/sched, kiln/sched.h
 #   5 io            src/io, kiln/{io,safetensors}.h
-#   6 nn            src/nn, kiln/nn.h
+#   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   7 training      src/opt, kiln/{opt,dataset}.h
 #   8 distributed   src/dist, kiln/dist.h
 #   9 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)

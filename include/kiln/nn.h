@@ -1,0 +1,356 @@
+// kiln::nn (docs/design.md, "nn"): models as modules that own named parameters
+// and sub-modules, and the usual layers, initialised like PyTorch's.
+//
+//   struct Mlp : kiln::nn::Module {
+//     kiln::nn::Linear& fc1;
+//     kiln::nn::Linear& fc2;
+//     explicit Mlp(kiln::Context& ctx)
+//         : Module(ctx), fc1(add<kiln::nn::Linear>("fc1", 784, 500)),
+//           fc2(add<kiln::nn::Linear>("fc2", 500, 10)) {}
+//     kiln::Tensor forward(kiln::Tensor x) override { return fc2(kiln::relu(fc1(x))); }
+//   };
+//
+//   kiln::Context ctx;
+//   Mlp model(ctx);                 // params fc1.weight, fc1.bias, fc2.weight, fc2.bias
+//   kiln::CpuBackend cpu;
+//   model.allocate(cpu);            // one buffer, owned by the model
+//   model.init(/*seed=*/1);         // PyTorch's default init, seeded
+//   kiln::Tensor xt = ctx.input(kiln::f32, {64, 784});   // training graph, batch 64
+//   kiln::Tensor yt = model(xt);
+//   model.eval();                   // graphs built from now on: dropout off
+//   kiln::Tensor xg = ctx.input(kiln::f32, {1, 784});    // evaluation graph, batch 1
+//   kiln::Tensor yg = model(xg);    // the same weights: nothing copied
+//
+// Modules are built in a Context: their params are ctx.param tensors of it, so
+// every graph built from that context (any batch size, training or evaluation)
+// reads the same weights. A module is a graph *builder*: forward() adds nodes
+// and computes nothing.
+//
+// Ownership: a module owns its sub-modules (add() creates them on the heap; the
+// reference it returns stays valid for the parent's life, also across a move),
+// and, after allocate(), the buffer holding its params. Modules are movable
+// (construction only) and not copyable: a copy would either share the weights
+// behind the user's back or need a second buffer; build a second model instead.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/backend.h"
+#include "kiln/context.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+class Module {
+ public:
+  explicit Module(Context& ctx);
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) noexcept;
+  Module& operator=(Module&&) = delete;
+
+  Context& ctx() const { return *ctx_; }
+  // PyTorch's class name ("Linear"), used in messages.
+  virtual const char* type_name() const { return "Module"; }
+
+  // Builds this module's graph for input x. The default throws kiln::Error: a
+  // module without a one-tensor forward (a container of parts) cannot be called.
+  virtual Tensor forward(Tensor x);
+  Tensor operator()(Tensor x) { return forward(x); }
+
+  // ---- parameters ----
+  // Every parameter of the tree with its hierarchical name ("blocks.0.attn.c_attn.weight"):
+  // this module's own params in registration order, then each sub-module's, in
+  // registration order (PyTorch's order). A tensor used twice (weight tying) is
+  // listed once, under its first name.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // This module's own params (local names), and its direct sub-modules.
+  const std::vector<std::pair<std::string, Tensor>>& own_parameters() const { return params_; }
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  // This module's path in the tree ("" for the root, "blocks.0.attn" below).
+  std::string path() const;
+  // The parameter or sub-module called `name` ("fc1.weight" walks down); throws
+  // kiln::Error "[nn] ..." naming the missing part.
+  Tensor parameter(std::string_view name) const;
+  Module& child(std::string_view name) const;
+
+  // Weight tying: makes this module's param `name` the tensor `shared` (same
+  // dtype and shape, same context), e.g. lm_head.tie("weight", wte.weight()).
+  // Every graph built afterwards reads `shared`; its gradient is the sum over
+  // both uses. The replaced tensor is dropped from named_parameters().
+  void tie(std::string_view name, Tensor shared);
+
+  // ---- memory and initialisation ----
+  // Gives every param of the tree that has no memory yet a place in one new
+  // zero-filled buffer of `backend`, owned by this module (call on the root).
+  // Params that already have memory keep it. Graphs and OptContexts built
+  // later leave these params where they are, so they all share the weights.
+  void allocate(Backend& backend);
+  // Re-initialises every param of the tree with each layer's default init
+  // (reset_parameters). Each module's seed is derived from `seed` and its path,
+  // so a layer's values depend on its name, not on how many layers came first.
+  // A tied tensor is written by each of its owners in tree order (the last wins).
+  // Params must have memory (allocate first).
+  void init(uint64_t seed);
+  // This module's own params only; the seed is already the module's own.
+  virtual void reset_parameters(uint64_t /*seed*/) {}
+
+  // ---- training vs evaluation ----
+  // The mode is read when a graph is built (PyTorch's module.train()/eval()):
+  // Dropout adds its mask only to graphs built in training mode. Applies to the
+  // whole tree. New modules start in training mode.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+  // Dropout's per-step seed tensors (i32 [1], one per Dropout that built a
+  // training graph). Writing a new value before each training step gives new
+  // masks without rebuilding the graph; OptContext does this itself when given
+  // the module (OptConfig::model). set_dropout_step writes `step` into each one
+  // that has memory.
+  std::vector<Tensor> dropout_seeds() const;
+  void set_dropout_step(int64_t step);
+
+ protected:
+  // A new f32 param called `name` (no '.', unique in this module), zero until
+  // init(). Its tensor name is the hierarchical one once the module is placed.
+  Tensor register_parameter(std::string name, const Shape& shape);
+  // Adopts a sub-module under `name`; returns it.
+  template <class M>
+  M& register_module(std::string name, std::unique_ptr<M> m) {
+    M& ref = *m;
+    adopt(std::move(name), std::unique_ptr<Module>(std::move(m)));
+    return ref;
+  }
+  // Creates a sub-module M(ctx(), args...) under `name`.
+  template <class M, class... Args>
+  M& add(std::string name, Args&&... args) {
+    return register_module(std::move(name), std::make_unique<M>(*ctx_, std::forward<Args>(args)...));
+  }
+  // The i-th own param (registration order), as tie() left it.
+  Tensor own(size_t i) const { return params_[i].second; }
+  // A seed tensor for this module's Dropout (created on first use).
+  Tensor dropout_seed_tensor();
+  // A seed that depends on this module's path (dropout's static seed).
+  uint64_t path_seed() const;
+
+ private:
+  void adopt(std::string name, std::unique_ptr<Module> m);
+  void check_new_name(const std::string& name) const;
+  void set_prefix(const std::string& prefix);
+  void collect(std::vector<std::pair<std::string, Tensor>>& out, std::vector<const TensorNode*>& seen) const;
+  void init_tree(uint64_t seed);
+
+  Context* ctx_;
+  std::string prefix_;  // path + "." ("" for the root)
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  Tensor seed_;  // dropout's step seed (undefined until needed)
+  bool training_ = true;
+  std::vector<std::unique_ptr<Buffer>> storage_;  // from allocate()
+};
+
+// ---------------------------------------------------------------------------
+// Primitives the layers build on. Today they compose kiln's ops; a fused kernel
+// replaces the body of one of these functions and every layer follows.
+struct AttentionOptions {
+  bool causal = true;
+  float scale = 0.0f;         // 0: 1/sqrt(head dim)
+  float dropout = 0.0f;       // on the attention weights, when training
+  bool training = false;
+  uint64_t seed = 0;          // dropout's static seed
+  Tensor seed_tensor;         // dropout's per-step seed (i32, optional)
+};
+// q, k, v [B, H, T, D] -> softmax(q k^T * scale (+ causal mask)) v, [B, H, T, D].
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
+
+// ---------------------------------------------------------------------------
+// Layers. Shapes follow PyTorch: weights [out, in], inputs [..., features].
+
+// y = x W^T + b. W [out, in] and b [out] ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's
+// kaiming_uniform(a=sqrt(5)) and bias rule).
+class Linear : public Module {
+ public:
+  Linear(Context& ctx, int64_t in_features, int64_t out_features, bool bias = true);
+  const char* type_name() const override { return "Linear"; }
+  Tensor forward(Tensor x) override;  // [..., in] -> [..., out]
+  void reset_parameters(uint64_t seed) override;
+  Tensor weight() const { return own(0); }
+  Tensor bias() const { return has_bias_ ? own(1) : Tensor(); }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+};
+
+// conv2d with weight [out, in, k, k] and bias [out] ~ U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)), fan_in = in * k * k (PyTorch's rule).
+class Conv2d : public Module {
+ public:
+  Conv2d(Context& ctx, int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         Conv2dOptions opt = {}, bool bias = true);
+  const char* type_name() const override { return "Conv2d"; }
+  Tensor forward(Tensor x) override;  // [N, in, H, W] -> [N, out, OH, OW]
+  void reset_parameters(uint64_t seed) override;
+  Tensor weight() const { return own(0); }
+  Tensor bias() const { return has_bias_ ? own(1) : Tensor(); }
+
+ private:
+  Conv2dOptions opt_;
+  bool has_bias_;
+};
+
+// Rows of weight [num, dim] ~ N(0, 1) (PyTorch's default) at i32 indices.
+class Embedding : public Module {
+ public:
+  Embedding(Context& ctx, int64_t num_embeddings, int64_t embedding_dim);
+  const char* type_name() const override { return "Embedding"; }
+  Tensor forward(Tensor indices) override;  // i32 [...] -> [..., dim]
+  void reset_parameters(uint64_t seed) override;
+  Tensor weight() const { return own(0); }
+};
+
+// Over the last axis; weight [dim] = 1, bias [dim] = 0 (PyTorch's default).
+class LayerNorm : public Module {
+ public:
+  LayerNorm(Context& ctx, int64_t dim, float eps = 1e-5f, bool affine = true, bool bias = true);
+  const char* type_name() const override { return "LayerNorm"; }
+  Tensor forward(Tensor x) override;
+  void reset_parameters(uint64_t seed) override;
+  Tensor weight() const { return affine_ ? own(0) : Tensor(); }
+  Tensor bias() const { return has_bias_ ? own(1) : Tensor(); }
+
+ private:
+  float eps_;
+  bool affine_, has_bias_;
+};
+
+// x / sqrt(mean(x^2) + eps) * weight over the last axis; weight [dim] = 1.
+// eps defaults to 1e-6 (LLaMA's; PyTorch's None means the dtype's epsilon).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(Context& ctx, int64_t dim, float eps = 1e-6f, bool affine = true);
+  const char* type_name() const override { return "RMSNorm"; }
+  Tensor forward(Tensor x) override;
+  void reset_parameters(uint64_t seed) override;
+  Tensor weight() const { return affine_ ? own(0) : Tensor(); }
+
+ private:
+  float eps_;
+  bool affine_;
+};
+
+// Zeroes elements with probability p and scales the rest by 1/(1-p) in graphs
+// built in training mode; the identity (no node at all) in evaluation mode.
+// The mask depends on the module's path and its step seed (dropout_seeds()).
+class Dropout : public Module {
+ public:
+  Dropout(Context& ctx, float p = 0.5f);
+  const char* type_name() const override { return "Dropout"; }
+  Tensor forward(Tensor x) override;
+  float p() const { return p_; }
+
+ private:
+  float p_;
+};
+
+// Parameter-free layers, so Sequential can hold them.
+class ReLU : public Module {
+ public:
+  explicit ReLU(Context& ctx) : Module(ctx) {}
+  const char* type_name() const override { return "ReLU"; }
+  Tensor forward(Tensor x) override { return relu(x); }
+};
+class GELU : public Module {
+ public:
+  explicit GELU(Context& ctx, GeluApprox approx = GeluApprox::none) : Module(ctx), approx_(approx) {}
+  const char* type_name() const override { return "GELU"; }
+  Tensor forward(Tensor x) override { return gelu(x, approx_); }
+
+ private:
+  GeluApprox approx_;
+};
+// [N, ...] -> [N, rest] (PyTorch's nn.Flatten with start_dim 1).
+class Flatten : public Module {
+ public:
+  explicit Flatten(Context& ctx) : Module(ctx) {}
+  const char* type_name() const override { return "Flatten"; }
+  Tensor forward(Tensor x) override;
+};
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(Context& ctx, Pool2dOptions opt = {}) : Module(ctx), opt_(opt) {}
+  const char* type_name() const override { return "MaxPool2d"; }
+  Tensor forward(Tensor x) override { return max_pool2d(x, opt_); }
+
+ private:
+  Pool2dOptions opt_;
+};
+
+// Modules applied in order, named "0", "1", ... (PyTorch's nn.Sequential; also
+// the list of transformer blocks: "blocks.0.attn...").
+class Sequential : public Module {
+ public:
+  explicit Sequential(Context& ctx) : Module(ctx) {}
+  const char* type_name() const override { return "Sequential"; }
+  template <class M, class... Args>
+  M& push_back(Args&&... args) {
+    return add<M>(std::to_string(size()), std::forward<Args>(args)...);
+  }
+  Module& push_back(std::unique_ptr<Module> m);
+  Tensor forward(Tensor x) override;
+  size_t size() const;
+  Module& operator[](size_t i) const;
+};
+
+// nanoGPT's attention: c_attn (dim -> 3 dim, q|k|v), heads of dim/n_head, causal
+// softmax, attention-weight dropout, c_proj (dim -> dim), residual dropout.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f, bool bias = true);
+  const char* type_name() const override { return "CausalSelfAttention"; }
+  Tensor forward(Tensor x) override;  // [B, T, dim] -> [B, T, dim]
+  Linear& c_attn;
+  Linear& c_proj;
+  Dropout& resid_dropout;
+
+ private:
+  int64_t dim_, n_head_;
+  float dropout_;
+};
+
+// nanoGPT's MLP: c_fc (dim -> 4 dim), exact GELU, c_proj (4 dim -> dim), dropout.
+class Mlp : public Module {
+ public:
+  Mlp(Context& ctx, int64_t dim, float dropout = 0.0f, bool bias = true);
+  const char* type_name() const override { return "Mlp"; }
+  Tensor forward(Tensor x) override;
+  Linear& c_fc;
+  Linear& c_proj;
+  Dropout& dropout;
+};
+
+// Pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(x)) (nanoGPT's Block; param
+// names ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f, bool bias = true);
+  const char* type_name() const override { return "TransformerBlock"; }
+  Tensor forward(Tensor x) override;  // [B, T, dim] -> [B, T, dim]
+  LayerNorm& ln_1;
+  CausalSelfAttention& attn;
+  LayerNorm& ln_2;
+  Mlp& mlp;
+};
+
+}  // namespace kiln::nn
