@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "kiln/dist.h"
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
@@ -50,67 +52,39 @@ struct Args {
   bool progress = true;
 };
 
-void usage(FILE* f) {
-  std::fputs(
-      "usage: kiln-mnist train --model fc|cnn [--epochs N] [--backend NAMES] [--threads N]\n"
-      "                        [--out FILE] [--resume FILE] [--data DIR] [--seed N] [--quiet]\n"
-      "       kiln-mnist eval --model FILE [--backend NAMES] [--threads N] [--data DIR]\n"
-      "  --backend  cpu (default), blas, cuda, or several in order of preference (blas,cpu);\n"
-      "             an accelerator alone gets the CPU after it for the ops it lacks\n"
-      "  --threads  threads per backend (default: all hardware threads)\n"
-      "  --out      model file (default mnist-<model>.gguf); .csv and .svg go next to it\n"
-      "  --resume   continue a run from a file saved by train (up to --epochs in total)\n"
-      "  --data     directory of the MNIST IDX files (default data/mnist; see\n"
-      "             scripts/get-mnist.sh)\n",
-      f);
-}
-
-bool parse(int argc, char** argv, Args& a) {
-  if (argc < 2) return false;
-  a.cmd = argv[1];
-  if (a.cmd == "-h" || a.cmd == "--help") {
-    usage(stdout);
-    std::exit(0);
-  }
-  if (a.cmd != "train" && a.cmd != "eval") return false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    auto number = [&](int64_t& out, int64_t lo) {
-      std::string s;
-      if (!value(s)) return false;
-      char* end = nullptr;
-      const long long v = std::strtoll(s.c_str(), &end, 10);
-      if (s.empty() || *end || v < lo) return false;
-      out = v;
-      return true;
-    };
-    int64_t n = 0;
-    bool ok = true;
-    if (k == "--model") ok = value(a.model);
-    else if (k == "--epochs") ok = number(a.epochs, 0);
-    else if (k == "--backend") ok = value(a.backend);
-    else if (k == "--threads") ok = number(n, 0), a.threads = int(n);
-    else if (k == "--out") ok = value(a.out);
-    else if (k == "--resume") ok = value(a.resume);
-    else if (k == "--data") ok = value(a.data);
-    else if (k == "--seed") ok = number(n, 0), a.seed = uint64_t(n);
-    else if (k == "--quiet") a.progress = false;
-    else if (k == "-h" || k == "--help") usage(stdout), std::exit(0);
-    else ok = false;
-    if (!ok) {
-      std::fprintf(stderr, "kiln-mnist: bad or incomplete argument '%s'\n", k.c_str());
-      return false;
-    }
-  }
-  if (a.model.empty() && a.resume.empty()) {
-    std::fprintf(stderr, "kiln-mnist: --model is required\n");
+// The command line (CLI11): `train` and `eval` subcommands. Returns false with
+// *rc set when the program should end (help: 0, bad arguments: 2).
+bool parse(int argc, char** argv, Args& a, int* rc) {
+  CLI::App app{"kiln-mnist: trains and evaluates ggml's MNIST models with kiln"};
+  app.require_subcommand(1);
+  auto common = [&](CLI::App* c) {
+    c->add_option("--backend", a.backend,
+                  "cpu (default), blas, cuda, or several in order of preference (blas,cpu); "
+                  "an accelerator alone gets the CPU after it for the ops it lacks");
+    c->add_option("--threads", a.threads, "threads per backend (default: all hardware threads)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--data", a.data, "directory of the MNIST IDX files (default data/mnist; see scripts/get-mnist.sh)");
+    c->add_flag("--quiet", [&](int64_t) { a.progress = false; }, "no progress bar");
+  };
+  CLI::App* train = app.add_subcommand("train", "train a model; writes FILE, FILE's .csv and .svg");
+  train->add_option("--model", a.model, "fc or cnn")->check(CLI::IsMember({"fc", "cnn"}));
+  train->add_option("--epochs", a.epochs, "epochs in total (default 30)")->check(CLI::NonNegativeNumber);
+  train->add_option("--out", a.out, "model file (default mnist-<model>.gguf)");
+  train->add_option("--resume", a.resume, "continue a run from a file saved by train (up to --epochs in total)");
+  train->add_option("--seed", a.seed, "init and shuffle seed (default 1)");
+  common(train);
+  CLI::App* eval = app.add_subcommand("eval", "evaluate a model file on the test set");
+  eval->add_option("--model", a.model, "model file written by train")->required();
+  common(eval);
+  try {
+    app.parse(argc, argv);
+    if (train->parsed() && a.model.empty() && a.resume.empty())
+      throw CLI::RequiredError("--model (or --resume)");
+  } catch (const CLI::ParseError& e) {
+    *rc = app.exit(e) == 0 ? 0 : 2;
     return false;
   }
+  a.cmd = train->parsed() ? "train" : "eval";
   return true;
 }
 
@@ -227,7 +201,7 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
   cfg.inputs = m.images;
   cfg.outputs = m.logits;
   cfg.loss = kiln::LossKind::cross_entropy;
-  cfg.params = m.params;
+  cfg.model = m.net.get();
   cfg.logical_batch = bs.logical;
   cfg.backends = be.list;  // AdamW with default parameters (lr 1e-3)
   cfg.parallel = &dp;
@@ -235,7 +209,7 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
   report_placement(opt, be);
   std::vector<mnist::EpochRow> rows;
   if (a.resume.empty()) {
-    m.init(a.seed);
+    m.net->init(a.seed);  // the params have memory now (the context's)
   } else {
     opt.load(a.resume);
     for (const mnist::EpochRow& r : mnist::read_csv(mnist::sibling(a.resume, ".csv")))
@@ -286,7 +260,7 @@ int eval(const Args& a, kiln::dist::Communicator& comm) {
   cfg.parallel = &dp;
   cfg.inputs = m.images;
   cfg.outputs = m.logits;
-  cfg.params = m.params;
+  cfg.model = m.net.get();
   cfg.backends = be.list;
   cfg.forward_only = true;
   kiln::OptContext opt(cfg);
@@ -300,10 +274,8 @@ int eval(const Args& a, kiln::dist::Communicator& comm) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!parse(argc, argv, a)) {
-    usage(stderr);
-    return 2;
-  }
+  int rc = 0;
+  if (!parse(argc, argv, a, &rc)) return rc;
   // One process, or every process of an mpirun job.
   kiln::dist::Communicator comm;
   try {

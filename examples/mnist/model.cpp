@@ -1,18 +1,40 @@
 #include "model.h"
 
-#include <cmath>
-
-#include "kiln/opt.h"
-
 namespace mnist {
 
 namespace {
 
-kiln::Tensor param(Model& m, const kiln::Shape& s, const std::string& name) {
-  kiln::Tensor t = m.ctx->param(kiln::f32, s, name);
-  m.params.push_back(t);
-  return t;
+using kiln::Tensor;
+namespace nn = kiln::nn;
+
+struct Fc : nn::Module {
+  nn::Linear& fc1;
+  nn::Linear& fc2;
+  explicit Fc(kiln::Context& ctx) : Module(ctx), fc1(add<nn::Linear>("fc1", 784, 500)), fc2(add<nn::Linear>("fc2", 500, 10)) {}
+  Tensor forward(Tensor x) override { return fc2(kiln::relu(fc1(x))); }
+};
+
+kiln::Conv2dOptions pad1() {
+  kiln::Conv2dOptions o;
+  o.padding[0] = o.padding[1] = 1;
+  return o;
 }
+
+struct Cnn : nn::Module {
+  nn::Conv2d& conv1;
+  nn::Conv2d& conv2;
+  nn::Linear& dense;
+  explicit Cnn(kiln::Context& ctx)
+      : Module(ctx),
+        conv1(add<nn::Conv2d>("conv1", 1, 8, 3, pad1())),
+        conv2(add<nn::Conv2d>("conv2", 8, 16, 3, pad1())),
+        dense(add<nn::Linear>("dense", 784, 10)) {}
+  Tensor forward(Tensor x) override {
+    Tensor h = kiln::max_pool2d(kiln::relu(conv1(x)));  // [B, 8, 14, 14]
+    h = kiln::max_pool2d(kiln::relu(conv2(h)));         // [B, 16, 7, 7]
+    return dense(h.reshape({x.size(0), 784}));
+  }
+};
 
 }  // namespace
 
@@ -21,37 +43,16 @@ Model Model::build(const std::string& kind, int64_t B) {
   m.kind = kind;
   kiln::Context& ctx = *m.ctx;
   if (kind == "fc") {
+    m.net = std::make_unique<Fc>(ctx);
     m.images = ctx.input(kiln::f32, {B, 784}, "images");
-    kiln::Tensor w1 = param(m, {784, 500}, "fc1.weight"), b1 = param(m, {500}, "fc1.bias");
-    kiln::Tensor w2 = param(m, {500, 10}, "fc2.weight"), b2 = param(m, {10}, "fc2.bias");
-    m.logits = kiln::matmul(kiln::relu(kiln::matmul(m.images, w1) + b1), w2) + b2;
   } else if (kind == "cnn") {
+    m.net = std::make_unique<Cnn>(ctx);
     m.images = ctx.input(kiln::f32, {B, 1, 28, 28}, "images");
-    kiln::Tensor k1 = param(m, {8, 1, 3, 3}, "conv1.weight"), c1 = param(m, {8}, "conv1.bias");
-    kiln::Tensor k2 = param(m, {16, 8, 3, 3}, "conv2.weight"), c2 = param(m, {16}, "conv2.bias");
-    kiln::Tensor w = param(m, {784, 10}, "dense.weight"), b = param(m, {10}, "dense.bias");
-    kiln::Conv2dOptions pad1;
-    pad1.padding[0] = pad1.padding[1] = 1;
-    kiln::Tensor h = kiln::max_pool2d(kiln::relu(kiln::conv2d(m.images, k1, c1, pad1)));  // [B, 8, 14, 14]
-    h = kiln::max_pool2d(kiln::relu(kiln::conv2d(h, k2, c2, pad1)));                     // [B, 16, 7, 7]
-    m.logits = kiln::matmul(h.reshape({B, 784}), w) + b;
   } else {
     kiln::fail("mnist", "unknown model '", kind, "' (use fc or cnn)");
   }
-  m.logits.set_name("logits");
+  m.logits = (*m.net)(m.images).set_name("logits");
   return m;
-}
-
-void Model::init(uint64_t seed) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    kiln::Tensor p = params[i];
-    // fan_in: the inputs of one output unit. Weights [in, out] (dense) or
-    // [O, C, KH, KW] (conv); a bias shares its layer's fan_in (the previous param).
-    const kiln::Tensor w = p.ndim() == 1 ? params[i - 1] : p;
-    const int64_t fan_in = w.ndim() == 4 ? w.size(1) * w.size(2) * w.size(3) : w.size(0);
-    const float b = float(1.0 / std::sqrt(double(fan_in)));
-    kiln::init_uniform(p, -b, b, seed * 1000 + i);
-  }
 }
 
 }  // namespace mnist

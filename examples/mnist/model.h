@@ -1,13 +1,12 @@
-// The two MNIST models of kiln-mnist, the same as ggml's MNIST example:
+// The two MNIST models of kiln-mnist, the same as ggml's MNIST example, as
+// kiln::nn modules (PyTorch's default init, params named fc1.weight, ...):
 //   fc:  784 -> 500 (ReLU) -> 10
 //   cnn: conv 3x3 1->8 pad 1, ReLU, max-pool 2; conv 3x3 8->16 pad 1, ReLU,
 //        max-pool 2; dense 784 -> 10
-// Each is built in its own Context for a fixed physical batch; the params are
-// named (fc1.weight, ...) so checkpoints can be loaded by name.
+// Each is built in its own Context for a fixed physical batch.
 #pragma once
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "kiln/kiln.h"
 
@@ -16,15 +15,12 @@ namespace mnist {
 struct Model {
   std::string kind;  // "fc" or "cnn"
   std::unique_ptr<kiln::Context> ctx = std::make_unique<kiln::Context>();
+  std::unique_ptr<kiln::nn::Module> net;
   kiln::Tensor images;  // input: f32 [B, 784] (fc) or [B, 1, 28, 28] (cnn)
   kiln::Tensor logits;  // [B, 10]
-  std::vector<kiln::Tensor> params;
 
   // Throws kiln::Error for an unknown kind.
   static Model build(const std::string& kind, int64_t batch);
-  // PyTorch's default initialisation (nn.Linear / nn.Conv2d): weights and biases
-  // uniform in +-1/sqrt(fan_in). Params must have memory.
-  void init(uint64_t seed);
 };
 
 }  // namespace mnist
