@@ -114,6 +114,18 @@ struct Conv2dOptions {
 };
 // x [N, C, H, W], weight [O, C, KH, KW], bias [O] optional -> [N, O, OH, OW].
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {}, const Conv2dOptions& opt = {});
+// Sliding windows as columns (torch.nn.functional.unfold / fold, NCHW only).
+// unfold: x [N, C, H, W] -> [N, C*KH*KW, L], L = OH*OW windows, each column one
+// window (channel-major, then kernel row, kernel column). fold is its adjoint:
+// cols [N, C*KH*KW, L] -> [N, C, H, W], summing where windows overlap.
+struct UnfoldOptions {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+};
+Tensor unfold(Tensor x, const UnfoldOptions& opt);
+Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt);
 struct Pool2dOptions {
   int64_t kernel[2] = {2, 2};
   int64_t stride[2] = {0, 0};  // 0: same as kernel (PyTorch default)

@@ -172,6 +172,30 @@ TEST(NnOpsErrors, ConvAndPool) {
   EXPECT_EQ(kiln::avg_pool2d(x).shape(), (kiln::Shape{2, 3, 4, 4}));
 }
 
+TEST(NnOpsErrors, UnfoldAndFold) {
+  kiln::Context ctx;
+  Tensor x = ctx.input(f32, {2, 3, 8, 8});
+  kiln::UnfoldOptions k3;
+  k3.kernel[0] = k3.kernel[1] = 3;
+  EXPECT_EQ(kiln::unfold(x, k3).shape(), (kiln::Shape{2, 27, 36}));
+  EXPECT_KILN_ERROR(kiln::unfold(ctx.input(f32, {3, 8, 8}), k3), "unfold", "[3, 8, 8]");
+  EXPECT_KILN_ERROR(kiln::unfold(ctx.input(i32, {2, 3, 8, 8}), k3), "unfold", "f32");
+  kiln::UnfoldOptions big = k3;
+  big.kernel[0] = 9;
+  EXPECT_KILN_ERROR(kiln::unfold(x, big), "unfold", "height", "[2, 3, 8, 8]");
+  kiln::UnfoldOptions bad = k3;
+  bad.stride[1] = 0;
+  EXPECT_KILN_ERROR(kiln::unfold(x, bad), "unfold", "stride");
+
+  Tensor cols = ctx.input(f32, {2, 27, 36});
+  EXPECT_EQ(kiln::fold(cols, 8, 8, k3).shape(), (kiln::Shape{2, 3, 8, 8}));
+  EXPECT_KILN_ERROR(kiln::fold(ctx.input(f32, {2, 26, 36}), 8, 8, k3), "fold", "[2, 26, 36]", "multiple",
+                    "3x3");
+  EXPECT_KILN_ERROR(kiln::fold(cols, 9, 8, k3), "fold", "36 windows", "42");
+  EXPECT_KILN_ERROR(kiln::fold(ctx.input(f32, {27, 36}), 8, 8, k3), "fold", "[27, 36]");
+  EXPECT_KILN_ERROR(kiln::fold(cols, 0, 8, k3), "fold", "output size");
+}
+
 // ---- errors found in the data, at compute time ----
 
 TEST(NnOpsErrors, CrossEntropyLabelOutOfRangeAtCompute) {
@@ -326,6 +350,40 @@ TEST(NnOps, Conv2dOfATinyKnownExample) {
   EXPECT_EQ(y.get<float>(), (std::vector<float>{6.5f, 8.5f, 12.5f, 14.5f, -3, -3, -3, -3}));
   // Padded, stride 2: windows start at (-1,-1), (-1,1), (1,-1), (1,1).
   EXPECT_EQ(yp.get<float>(), (std::vector<float>{1, 3, 7, 14, 0, -2, 4, -2}));
+}
+
+// The identity PyTorch documents for unfold: conv2d(x, w) equals
+// w.view(O, -1) @ unfold(x) reshaped to [N, O, OH, OW]; and fold(unfold(x))
+// multiplies each pixel by the number of windows covering it.
+TEST(NnOps, Conv2dEqualsMatmulWithUnfoldAndFoldIsItsAdjoint) {
+  kiln::Context ctx;
+  Tensor x = ctx.input(f32, {2, 2, 5, 4});
+  Tensor w = ctx.param(f32, {3, 2, 2, 3});
+  kiln::Conv2dOptions co;
+  co.stride[0] = 2, co.padding[1] = 1;
+  kiln::UnfoldOptions uo;
+  uo.kernel[0] = 2, uo.kernel[1] = 3, uo.stride[0] = 2, uo.padding[1] = 1;
+  Tensor y = kiln::conv2d(x, w, {}, co);                                     // [2, 3, 2, 4]
+  Tensor y2 = kiln::matmul(w.reshape({3, 12}), kiln::unfold(x, uo)).reshape({2, 3, 2, 4});
+  Tensor ones = ctx.input(f32, {1, 1, 3, 3});
+  kiln::UnfoldOptions k2;
+  k2.kernel[0] = k2.kernel[1] = 2;
+  Tensor cover = kiln::fold(kiln::unfold(ones, k2), 3, 3, k2);
+  Runner r;
+  r.alloc(ctx);
+  std::vector<float> xv(80), wv(36);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i * 7 % 11) - 5) / 4;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = float(int(i * 5 % 13) - 6) / 8;
+  x.set<float>(xv);
+  w.set<float>(wv);
+  ones.set<float>(std::vector<float>(9, 1.0f));
+  r.run(y);
+  r.run(y2);
+  r.run(cover);
+  ASSERT_EQ(y.shape(), y2.shape());
+  const std::vector<float> a = y.get<float>(), b = y2.get<float>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+  EXPECT_EQ(cover.get<float>(), (std::vector<float>{1, 2, 1, 2, 4, 2, 1, 2, 1}));
 }
 
 TEST(NnOps, MaxPoolOfAKnown4x4) {

@@ -82,6 +82,54 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
 
 namespace {
 
+// The window geometry of unfold/fold, checked; fills the output size.
+Conv2dParams window_params(const char* op, const UnfoldOptions& opt, int64_t h, int64_t w, const Shape& xs,
+                           int64_t* oh, int64_t* ow) {
+  for (int i = 0; i < 2; ++i) {
+    if (opt.kernel[i] < 1 || opt.stride[i] < 1 || opt.padding[i] < 0 || opt.dilation[i] < 1)
+      fail(op, "kernel (", opt.kernel[0], ", ", opt.kernel[1], "), stride (", opt.stride[0], ", ",
+           opt.stride[1], ") and dilation (", opt.dilation[0], ", ", opt.dilation[1],
+           ") must be >= 1 and padding (", opt.padding[0], ", ", opt.padding[1], ") >= 0");
+  }
+  *oh = out_size(op, "height", h, opt.kernel[0], opt.stride[0], opt.padding[0], opt.dilation[0], xs);
+  *ow = out_size(op, "width", w, opt.kernel[1], opt.stride[1], opt.padding[1], opt.dilation[1], xs);
+  return Conv2dParams{opt.kernel[0], opt.kernel[1], opt.stride[0], opt.stride[1],
+                      opt.padding[0], opt.padding[1], opt.dilation[0], opt.dilation[1]};
+}
+
+}  // namespace
+
+Tensor unfold(Tensor x, const UnfoldOptions& opt) {
+  const char* op = "unfold";
+  detail::check_defined(op, {x});
+  check_nchw(op, x);
+  const Shape& xs = x.shape();
+  int64_t oh = 0, ow = 0;
+  const Conv2dParams p = window_params(op, opt, xs[2], xs[3], xs, &oh, &ow);
+  return Tensor(detail::new_op(Op::IM2COL, f32, {xs[0], xs[1] * p.kh * p.kw, oh * ow}, {x.node()}, p));
+}
+
+Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt) {
+  const char* op = "fold";
+  detail::check_defined(op, {cols});
+  detail::check_float32(op, "cols", cols);
+  const Shape& cs = cols.shape();
+  if (cols.ndim() != 3) fail(op, "cols must be [N, C*KH*KW, L], got ", cs.str());
+  if (out_h < 1 || out_w < 1) fail(op, "output size (", out_h, ", ", out_w, ") must be >= 1");
+  int64_t oh = 0, ow = 0;
+  const Shape img_for_errors{cs[0], 0, out_h, out_w};
+  const Conv2dParams p = window_params(op, opt, out_h, out_w, img_for_errors, &oh, &ow);
+  const int64_t k = p.kh * p.kw;
+  if (cs[1] % k != 0)
+    fail(op, "cols ", cs.str(), ": dim 1 (", cs[1], ") must be a multiple of the kernel size ", p.kh, "x", p.kw);
+  if (cs[2] != oh * ow)
+    fail(op, "cols ", cs.str(), " has ", cs[2], " windows but an output of (", out_h, ", ", out_w, ") with these ",
+         "options has ", oh, "x", ow, " = ", oh * ow);
+  return Tensor(detail::new_op(Op::COL2IM, f32, {cs[0], cs[1] / k, out_h, out_w}, {cols.node()}, p));
+}
+
+namespace {
+
 Tensor pool2d(Op op_id, const char* op, Tensor x, const Pool2dOptions& opt) {
   detail::check_defined(op, {x});
   check_nchw(op, x);

@@ -150,13 +150,24 @@ void add_conv(std::vector<Case>& cs, Sz z) {
   cs.push_back(make_case("conv2d_back_weight", {Op::CONV2D_BACK_WEIGHT}, {in("x", xs), in("dy", ys)}, back_weight, true));
   cs.push_back(make_case("conv2d_back_weight_strided", {Op::CONV2D_BACK_WEIGHT},
                          {with(in("x", xs), Layout::transposed), with(in("dy", ys), Layout::transposed)}, back_weight, true));
-  // IM2COL / COL2IM directly (each is the other's gradient).
+  // IM2COL / COL2IM through their public builders unfold / fold (each is the
+  // other's gradient); `out` is the shape the builder must produce.
   const Win w1{2, 3, 1, 2, 1, 1}, w2{2, 2, 1, 1, 0, 0, 2, 2};
-  auto im2col = [](Win w, Shape out) {
-    return [w, out](Context&, X x) { return detail::make_op(Op::IM2COL, DType::f32, out, {x[0]}, conv_params(w)); };
+  auto opts = [](const Win& w) {
+    UnfoldOptions o;
+    o.kernel[0] = w.kh, o.kernel[1] = w.kw, o.stride[0] = w.sh, o.stride[1] = w.sw;
+    o.padding[0] = w.ph, o.padding[1] = w.pw, o.dilation[0] = w.dh, o.dilation[1] = w.dw;
+    return o;
   };
-  auto col2im = [](Win w, Shape img) {
-    return [w, img](Context&, X x) { return detail::make_op(Op::COL2IM, DType::f32, img, {x[0]}, conv_params(w)); };
+  auto im2col = [opts](Win w, Shape out) {
+    return [w, out, opts](Context&, X x) {
+      Tensor y = unfold(x[0], opts(w));
+      if (y.shape() != out) fail("test", "unfold gave ", y.shape().str(), ", expected ", out.str());
+      return y;
+    };
+  };
+  auto col2im = [opts](Win w, Shape img) {
+    return [w, img, opts](Context&, X x) { return fold(x[0], img[2], img[3], opts(w)); };
   };
   const int64_t h1 = z(4, 64), w1x = z(5, 64);
   const int64_t oh1 = osz(h1, 2, 1, 1, 1), ow1 = osz(w1x, 3, 2, 1, 1);
