@@ -1,4 +1,4 @@
-// Helpers for the GGUF tests: a temporary directory, whole-file I/O, and a tiny
+// Helpers for the GGUF tests: whole-file I/O, and a tiny
 // independent GGUF encoder (written from the spec, not from kiln's writer) so
 // tests can build exact and deliberately broken files byte by byte.
 #pragma once
@@ -13,33 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
+
 namespace kiln_test {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-io-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-  // Names of the entries in the directory (to find leftover temporary files).
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename());
-    return out;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "common/temp_dir.h"
 #include "opt_test_util.h"
 
 namespace kiln::test {
@@ -111,8 +112,8 @@ TEST(ParallelHook, StepAveragesOverRanks) {
 }
 
 TEST(ParallelHook, OnlyRankZeroWritesCheckpoints) {
-  const auto dir = std::filesystem::temp_directory_path() / "kiln_parallel_hook";
-  std::filesystem::create_directories(dir);
+  const kiln_test::TempDir tmp;  // one per test run: concurrent runs do not share files
+  const std::filesystem::path& dir = tmp.path();
   for (int r : {0, 1}) {
     Mlp mlp(8);
     FakeHook hook(r, 2, false);
@@ -128,7 +129,6 @@ TEST(ParallelHook, OnlyRankZeroWritesCheckpoints) {
     EXPECT_EQ(std::filesystem::exists(path), r == 0) << "rank " << r;
     EXPECT_EQ(hook.sums, 1);  // the success flag doubles as the barrier
   }
-  std::filesystem::remove_all(dir);
 }
 
 // fit() on "rank 1 of 2" trains on positions [B, 2B) of every global batch of
