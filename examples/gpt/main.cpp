@@ -1,0 +1,337 @@
+// kiln-gpt: trains nanoGPT's character-level (byte) model on the State of the
+// Union corpus (docs/gpt.md), evaluates it, and samples text from it.
+//
+//   kiln-gpt train  [--iters 2000 ...]      -> out/gpt.gguf (+ .csv, .svg curves)
+//   kiln-gpt eval   [--model out/gpt.gguf]  validation loss of a saved model
+//   kiln-gpt sample [--prompt "..." --tokens 200 --temperature 0.8 --top-k 40]
+//
+// train ends with one summary line
+//   val_loss=… train_tokens_per_s=… train_time_s=… peak_rss_mb=…
+// (tokens/s counted after the first 10 iterations). The defaults are nanoGPT's
+// CPU recipe: 4 layers, 4 heads, 128 wide, block 64, batch 12, AdamW lr 1e-3,
+// betas (0.9, 0.99), weight decay 0.1 on matrices, clipping at norm 1, 100
+// warm-up steps then cosine decay to 1e-4 at the last iteration.
+// Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
+// command line.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpt_model.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/token_dataset.h"
+#include "report.h"
+
+namespace {
+
+using kiln::Tensor;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  gpt::GptConfig model;
+  std::string data = "data/sotu", out = "out/gpt.gguf";
+  int64_t batch = 12, iters = 2000, warmup = 100, eval_interval = 250, eval_windows = 200;
+  int64_t stop_after = 0;  // iterations in this run (0: up to --iters); --resume continues
+  float lr = 1e-3f, min_lr = 1e-4f, beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f, clip = 1.0f;
+  uint64_t seed = 1337;
+  int threads = 2;
+  bool resume = false;
+  // sample
+  std::string prompt = "\n";
+  int64_t tokens = 300, top_k = 40;
+  float temperature = 0.8f;
+};
+
+const char* kFetchHint = "bash scripts/get-sotu.sh";
+constexpr int64_t kEvalBatch = 8;  // validation windows per forward pass
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+// The config is stored in the model file, so eval and sample rebuild the same model.
+std::vector<std::pair<std::string, kiln::GgufValue>> config_metadata(const gpt::GptConfig& c) {
+  return {{"gpt.n_layer", c.n_layer}, {"gpt.n_head", c.n_head}, {"gpt.n_embd", c.n_embd},
+          {"gpt.block", c.block},     {"gpt.vocab", c.vocab},   {"gpt.bias", c.bias}};
+}
+
+gpt::GptConfig config_from(const kiln::GgufFile& f) {
+  gpt::GptConfig c;
+  c.n_layer = f.get("gpt.n_layer").as_int();
+  c.n_head = f.get("gpt.n_head").as_int();
+  c.n_embd = f.get("gpt.n_embd").as_int();
+  c.block = f.get("gpt.block").as_int();
+  c.vocab = f.get("gpt.vocab").as_int();
+  c.bias = f.get("gpt.bias").as_bool();
+  return c;
+}
+
+// A forward-only graph over `model`'s weights: batch kEvalBatch windows of the
+// validation split, mean cross-entropy. Dropout is off (eval mode).
+struct Evaluator {
+  Tensor idx, targets, loss;
+  std::unique_ptr<kiln::OptContext> opt;
+  Evaluator(kiln::Context& ctx, gpt::Gpt& model, kiln::Backend& be) {
+    const gpt::GptConfig& c = model.config();
+    const bool was_training = model.training();
+    model.eval();
+    idx = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_idx");
+    targets = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_targets");
+    Tensor logits = model(idx);
+    loss = kiln::cross_entropy(logits.reshape({kEvalBatch * c.block, c.vocab}), targets.reshape({kEvalBatch * c.block}));
+    kiln::OptConfig oc;
+    oc.inputs = idx;
+    oc.outputs = logits;
+    oc.labels = targets;
+    oc.loss = kiln::LossKind::user;
+    oc.user_loss = loss;
+    oc.model = &model;
+    oc.forward_only = true;
+    oc.backends = {&be};
+    opt = std::make_unique<kiln::OptContext>(oc);
+    model.train(was_training);
+  }
+  // Mean loss over the first `windows` consecutive windows of `val`.
+  double val_loss(const kiln::TokenDataset& val, int64_t windows) {
+    const int64_t n = windows / kEvalBatch;
+    if (n < 1 || n > val.n_batches(kEvalBatch, idx.shape()[1]))
+      kiln::fail("gpt", "--eval-windows ", windows, ": need 1..", val.n_batches(kEvalBatch, idx.shape()[1]),
+                 " batches of ", kEvalBatch, " windows");
+    double sum = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      val.get_batch(opt->inputs(), opt->labels(), b);
+      sum += opt->eval_batch();
+    }
+    return sum / double(n);
+  }
+};
+
+int train(const Options& o) {
+  kiln::TokenDataset corpus = kiln::load_text_corpus(o.data, kFetchHint);
+  auto [train_split, val_split] = corpus.split(0.9);
+  if (o.eval_windows % kEvalBatch != 0)
+    kiln::fail("gpt", "--eval-windows ", o.eval_windows, " must be a multiple of ", kEvalBatch);
+
+  kiln::Context ctx;
+  gpt::Gpt model(ctx, o.model);
+  kiln::CpuBackend cpu(o.threads);
+  model.allocate(cpu);
+  model.init_gpt(o.seed);
+
+  const int64_t B = o.batch, T = o.model.block, V = o.model.vocab;
+  Tensor idx = ctx.input(kiln::i32, {B, T}, "idx");
+  Tensor targets = ctx.input(kiln::i32, {B, T}, "targets");
+  Tensor logits = model(idx);
+  kiln::OptimizerParams p;
+  p.adamw.lr = o.lr;
+  p.adamw.beta1 = o.beta1;
+  p.adamw.beta2 = o.beta2;
+  kiln::OptConfig oc;
+  oc.inputs = idx;
+  oc.outputs = logits;
+  oc.labels = targets;
+  oc.loss = kiln::LossKind::user;
+  oc.user_loss = kiln::cross_entropy(logits.reshape({B * T, V}), targets.reshape({B * T}));
+  oc.groups = kiln::weight_decay_groups(model, o.weight_decay);
+  oc.model = &model;
+  oc.clip_grad_norm = o.clip;
+  oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.iters);
+  oc.backends = {&cpu};
+  kiln::OptContext opt(oc);
+  Evaluator eval(ctx, model, cpu);
+
+  std::filesystem::create_directories(std::filesystem::path(o.out).parent_path().empty()
+                                          ? std::filesystem::path(".")
+                                          : std::filesystem::path(o.out).parent_path());
+  const std::string csv = gpt::sibling(o.out, ".csv"), svg = gpt::sibling(o.out, ".svg");
+  std::vector<gpt::Row> rows;
+  if (o.resume) {
+    opt.load(o.out);  // params, AdamW state and the step counter
+    rows = gpt::read_csv(csv);
+    std::fprintf(stderr, "resumed %s at iteration %lld\n", o.out.c_str(), (long long)opt.step());
+  }
+
+  const bool tty = kiln::ProgressBar::stderr_is_tty();
+  const auto t0 = Clock::now();
+  auto t_rate = t0;  // tokens/s are counted from the 10th iteration on
+  int64_t rate_start = -1;
+  double interval_loss = 0;
+  int64_t interval_n = 0;
+  double last_val = NAN;
+  const int64_t first = opt.step();
+  const int64_t end = o.stop_after > 0 ? std::min(o.iters, first + o.stop_after) : o.iters;
+  for (int64_t it = first; it < end; ++it) {
+    if (it - first == 10) t_rate = Clock::now(), rate_start = it;
+    // The windows of iteration `it` depend only on (seed, it): a resumed run
+    // trains on exactly the batches the uninterrupted one would have.
+    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
+    train_split.sample_batch(opt.inputs(), opt.labels(), rng);
+    interval_loss += opt.train_batch();
+    ++interval_n;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double rate = rate_start < 0 ? 0.0
+                                       : double((it + 1 - rate_start) * B * T) /
+                                             std::chrono::duration<double>(Clock::now() - t_rate).count();
+    if (tty)
+      std::fprintf(stderr, "\rtrain iter %lld/%lld loss %.4f %.1fk tok/s %s   ", (long long)(it + 1),
+                   (long long)o.iters, interval_loss / double(interval_n), rate / 1000,
+                   kiln::format_duration(elapsed).c_str());
+    const bool last = it + 1 == end;
+    if ((it + 1) % o.eval_interval == 0 || last) {
+      last_val = eval.val_loss(val_split, o.eval_windows);
+      rows.push_back({it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(), elapsed});
+      std::fprintf(stderr, "%siter %lld: train_loss %.4f val_loss %.4f lr %.2e\n", tty ? "\n" : "",
+                   (long long)(it + 1), rows.back().train_loss, last_val, rows.back().lr);
+      interval_loss = 0, interval_n = 0;
+      opt.save(o.out, true, config_metadata(o.model));  // atomic: a crash keeps the last one
+      gpt::write_csv(csv, rows);
+      gpt::write_svg(svg, rows, "kiln-gpt: " + std::to_string(o.model.n_layer) + " layers, " +
+                                    std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
+    }
+  }
+  const double train_time = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double rate_time = std::chrono::duration<double>(Clock::now() - t_rate).count();
+  const double tokens_per_s = rate_start < 0 ? NAN : double((end - rate_start) * B * T) / rate_time;
+  if (std::isnan(last_val)) last_val = eval.val_loss(val_split, o.eval_windows);
+  std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n", last_val, tokens_per_s,
+              train_time, peak_rss_mb());
+  return 0;
+}
+
+// Builds the model a file describes and loads its weights.
+struct Loaded {
+  kiln::Context ctx;
+  std::unique_ptr<gpt::Gpt> model;
+  kiln::CpuBackend cpu;
+  Loaded(const std::string& path, int threads) : cpu(threads) {
+    kiln::GgufFile f(path);
+    model = std::make_unique<gpt::Gpt>(ctx, config_from(f));
+    model->allocate(cpu);
+    for (auto& [name, t] : model->named_parameters()) f.load(t, name);
+    model->eval();
+  }
+};
+
+int evaluate(const Options& o) {
+  kiln::TokenDataset corpus = kiln::load_text_corpus(o.data, kFetchHint);
+  auto [train_split, val_split] = corpus.split(0.9);
+  Loaded m(o.out, o.threads);
+  Evaluator eval(m.ctx, *m.model, m.cpu);
+  std::printf("val_loss=%.4f\n", eval.val_loss(val_split, o.eval_windows));
+  return 0;
+}
+
+// Next token from logits: temperature, then the top k, then a draw.
+int sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, std::mt19937_64& rng) {
+  std::vector<double> p(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) p[size_t(i)] = double(logits[i]) / std::max(1e-6f, temperature);
+  if (top_k > 0 && top_k < vocab) {
+    std::vector<double> sorted = p;
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[size_t(top_k - 1)];
+    for (double& v : p)
+      if (v < kth) v = -INFINITY;
+  }
+  const double mx = *std::max_element(p.begin(), p.end());
+  for (double& v : p) v = std::exp(v - mx);
+  std::discrete_distribution<int> d(p.begin(), p.end());
+  return d(rng);
+}
+
+// Generation with a batch-1 graph over the whole block: each new token runs the
+// model over the last `block` tokens (no KV cache yet: O(block) work per token
+// per layer for attention's projections, O(block^2) for its scores).
+int sample(const Options& o) {
+  Loaded m(o.out, o.threads);
+  const gpt::GptConfig& c = m.model->config();
+  Tensor idx = m.ctx.input(kiln::i32, {1, c.block}, "idx");
+  Tensor logits = m.model->forward(idx);
+  auto buf = kiln::allocate_tensors(m.ctx, m.cpu);
+  const kiln::Graph g = kiln::Graph::forward(logits);
+  std::vector<int32_t> tokens(o.prompt.begin(), o.prompt.end());
+  for (int32_t& t : tokens) t &= 0xff;
+  if (tokens.empty()) tokens.push_back('\n');
+  std::mt19937_64 rng(o.seed);
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  for (int64_t n = 0; n < o.tokens; ++n) {
+    const int64_t len = std::min<int64_t>(int64_t(tokens.size()), c.block);
+    std::vector<int32_t> window(size_t(c.block), 0);  // positions >= len are never attended to
+    std::copy(tokens.end() - len, tokens.end(), window.begin());
+    idx.set<int32_t>(window);
+    m.cpu.compute(g);
+    const std::vector<float> all = logits.get<float>();
+    const int next = sample_token(all.data() + (len - 1) * c.vocab, c.vocab, o.temperature, o.top_k, rng);
+    tokens.push_back(next);
+    std::fputc(next, stdout);
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"kiln-gpt: a byte-level GPT on the State of the Union corpus (docs/gpt.md)"};
+  app.require_subcommand(1);
+  auto common = [&o](CLI::App* s) {
+    s->add_option("--data", o.data, "corpus directory (bash scripts/get-sotu.sh)")->capture_default_str();
+    s->add_option("--model,--out", o.out, "model file (GGUF)")->capture_default_str();
+    s->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
+    s->add_option("--seed", o.seed, "seed (init and batches; sampling)")->capture_default_str();
+    s->add_option("--eval-windows", o.eval_windows, "validation windows (a multiple of 8)")->capture_default_str();
+  };
+  CLI::App* tr = app.add_subcommand("train", "train a model from scratch (or --resume)");
+  common(tr);
+  tr->add_option("--n-layer", o.model.n_layer)->capture_default_str();
+  tr->add_option("--n-head", o.model.n_head)->capture_default_str();
+  tr->add_option("--n-embd", o.model.n_embd)->capture_default_str();
+  tr->add_option("--block", o.model.block)->capture_default_str();
+  tr->add_option("--dropout", o.model.dropout)->capture_default_str();
+  tr->add_option("--batch", o.batch)->capture_default_str();
+  tr->add_option("--iters", o.iters)->capture_default_str();
+  tr->add_option("--lr", o.lr)->capture_default_str();
+  tr->add_option("--min-lr", o.min_lr)->capture_default_str();
+  tr->add_option("--warmup", o.warmup)->capture_default_str();
+  tr->add_option("--beta1", o.beta1)->capture_default_str();
+  tr->add_option("--beta2", o.beta2)->capture_default_str();
+  tr->add_option("--weight-decay", o.weight_decay)->capture_default_str();
+  tr->add_option("--clip", o.clip, "gradient clipping at this global norm (0: off)")->capture_default_str();
+  tr->add_option("--eval-interval", o.eval_interval, "iterations between validation + checkpoint")
+      ->capture_default_str();
+  tr->add_option("--stop-after", o.stop_after, "stop (with a checkpoint) after this many iterations; 0: run to --iters")
+      ->capture_default_str();
+  tr->add_flag("--resume", o.resume, "continue from --out (weights, optimizer state, step)");
+  CLI::App* ev = app.add_subcommand("eval", "validation loss of a saved model");
+  common(ev);
+  CLI::App* sa = app.add_subcommand("sample", "generate text from a saved model");
+  common(sa);
+  sa->add_option("--prompt", o.prompt)->capture_default_str();
+  sa->add_option("--tokens", o.tokens, "bytes to generate")->capture_default_str();
+  sa->add_option("--temperature", o.temperature)->capture_default_str();
+  sa->add_option("--top-k", o.top_k, "0: all")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (tr->parsed()) return train(o);
+    if (ev->parsed()) return evaluate(o);
+    return sample(o);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  }
+}
