@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "gpt_model.h"
+#include "kv_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/token_dataset.h"
@@ -49,6 +50,7 @@ struct Options {
   std::string prompt = "\n";
   int64_t tokens = 300, top_k = 40;
   float temperature = 0.8f;
+  bool no_cache = false, check_cache = false;
 };
 
 const char* kFetchHint = "bash scripts/get-sotu.sh";
@@ -249,33 +251,81 @@ int sample_token(const float* logits, int64_t vocab, float temperature, int64_t 
   return d(rng);
 }
 
-// Generation with a batch-1 graph over the whole block: each new token runs the
-// model over the last `block` tokens (no KV cache yet: O(block) work per token
-// per layer for attention's projections, O(block^2) for its scores).
+// Generation at batch 1. By default with the KV cache (kv_cache.h): each new
+// byte runs the model for that one position. --no-cache recomputes a batch-1
+// graph over the whole block for every byte instead (positions after the
+// current length are ignored by the causal mask); --check-cache does both and
+// fails when their logits differ. When the context fills the block, it is cut
+// to its last block/2 bytes and the cache refilled from them.
 int sample(const Options& o) {
   Loaded m(o.out, o.threads);
   const gpt::GptConfig& c = m.model->config();
-  Tensor idx = m.ctx.input(kiln::i32, {1, c.block}, "idx");
-  Tensor logits = m.model->forward(idx);
-  auto buf = kiln::allocate_tensors(m.ctx, m.cpu);
-  const kiln::Graph g = kiln::Graph::forward(logits);
   std::vector<int32_t> tokens(o.prompt.begin(), o.prompt.end());
   for (int32_t& t : tokens) t &= 0xff;
   if (tokens.empty()) tokens.push_back('\n');
-  std::mt19937_64 rng(o.seed);
-  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-  for (int64_t n = 0; n < o.tokens; ++n) {
-    const int64_t len = std::min<int64_t>(int64_t(tokens.size()), c.block);
-    std::vector<int32_t> window(size_t(c.block), 0);  // positions >= len are never attended to
-    std::copy(tokens.end() - len, tokens.end(), window.begin());
+  size_t start = tokens.size() > size_t(c.block) ? tokens.size() - size_t(c.block / 2) : 0;
+
+  // The full-context graph (--no-cache, --check-cache).
+  Tensor idx, logits;
+  std::unique_ptr<kiln::Buffer> full_buf;
+  kiln::Graph full;
+  std::vector<float> full_row;
+  if (o.no_cache || o.check_cache) {
+    idx = m.ctx.input(kiln::i32, {1, c.block}, "idx");
+    logits = m.model->forward(idx);
+    full_buf = kiln::allocate_tensors(m.ctx, m.cpu);
+    full = kiln::Graph::forward(logits);
+  }
+  auto recompute = [&]() -> const float* {
+    const size_t len = tokens.size() - start;
+    std::vector<int32_t> window(size_t(c.block), 0);
+    std::copy(tokens.begin() + std::ptrdiff_t(start), tokens.end(), window.begin());
     idx.set<int32_t>(window);
-    m.cpu.compute(g);
+    m.cpu.compute(full);
     const std::vector<float> all = logits.get<float>();
-    const int next = sample_token(all.data() + (len - 1) * c.vocab, c.vocab, o.temperature, o.top_k, rng);
+    full_row.assign(all.begin() + std::ptrdiff_t((len - 1) * size_t(c.vocab)),
+                    all.begin() + std::ptrdiff_t(len * size_t(c.vocab)));
+    return full_row.data();
+  };
+  std::unique_ptr<gpt::KvDecoder> dec;
+  const float* cached = nullptr;
+  auto refill = [&] {
+    dec->reset();
+    for (size_t i = start; i < tokens.size(); ++i) cached = dec->step(tokens[i]);
+  };
+  if (!o.no_cache) {
+    dec = std::make_unique<gpt::KvDecoder>(*m.model, m.cpu);
+    refill();
+  }
+
+  std::mt19937_64 rng(o.seed);
+  double worst = 0;
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  const auto t0 = Clock::now();
+  for (int64_t n = 0; n < o.tokens; ++n) {
+    const float* lg = o.no_cache ? recompute() : cached;
+    if (o.check_cache) {
+      const float* ref = recompute();
+      for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, double(std::fabs(ref[v] - cached[v])));
+    }
+    const int next = sample_token(lg, c.vocab, o.temperature, o.top_k, rng);
     tokens.push_back(next);
     std::fputc(next, stdout);
+    if (tokens.size() - start > size_t(c.block)) {
+      start = tokens.size() - size_t(c.block / 2);
+      if (dec) refill();
+    } else if (dec) {
+      cached = dec->step(next);
+    }
   }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   std::fputc('\n', stdout);
+  std::fprintf(stderr, "sample: %lld bytes in %.3f s (%.0f tokens/s, %s)\n", (long long)o.tokens, secs,
+               double(o.tokens) / secs, o.no_cache ? "full recompute" : "KV cache");
+  if (o.check_cache) {
+    std::fprintf(stderr, "check-cache: max |logit difference| cache vs full recompute = %.3g\n", worst);
+    if (!(worst <= 1e-3)) kiln::fail("gpt", "KV-cache logits differ from full recompute by ", worst);
+  }
   return 0;
 }
 
@@ -321,6 +371,8 @@ int main(int argc, char** argv) {
   sa->add_option("--tokens", o.tokens, "bytes to generate")->capture_default_str();
   sa->add_option("--temperature", o.temperature)->capture_default_str();
   sa->add_option("--top-k", o.top_k, "0: all")->capture_default_str();
+  sa->add_flag("--no-cache", o.no_cache, "recompute the whole context for every byte (no KV cache)");
+  sa->add_flag("--check-cache", o.check_cache, "also recompute, and fail when the logits differ");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
