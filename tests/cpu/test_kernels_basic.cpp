@@ -253,9 +253,9 @@ TEST(KernelsUnary, DenseStridedAndInPlaceMatchReference) {
   }
 }
 
-TEST(KernelsUnary, NaNPropagatesThroughClampReluSign) {
+TEST(KernelsUnary, NaNPropagatesThroughClampRelu) {
   using namespace cpu;
-  for (Kernel k : {kernel_CLAMP, kernel_RELU, kernel_SIGN, kernel_EXP, kernel_TANH, kernel_GELU_ERF}) {
+  for (Kernel k : {kernel_CLAMP, kernel_RELU, kernel_EXP, kernel_TANH, kernel_GELU_ERF}) {
     Nodes ns;
     TensorNode* x = ns.make(f32, {3});
     set(x, 0, kNaN), set(x, 1, 1), set(x, 2, -1);
@@ -263,6 +263,15 @@ TEST(KernelsUnary, NaNPropagatesThroughClampReluSign) {
     run(k, d, 1);
     EXPECT_TRUE(std::isnan(at(d, 0)));
   }
+  // sign is the exception: torch.sign(NaN) is 0 ((0 < x) - (x < 0)).
+  Nodes ns;
+  TensorNode* x = ns.make(f32, {3});
+  set(x, 0, kNaN), set(x, 1, 1), set(x, 2, -1);
+  TensorNode* d = ns.op(Op::SIGN, f32, {3}, {x});
+  run(kernel_SIGN, d, 1);
+  EXPECT_EQ(at(d, 0), 0.0f);
+  EXPECT_EQ(at(d, 1), 1.0f);
+  EXPECT_EQ(at(d, 2), -1.0f);
 }
 
 // ---------------------------------------------------------------- copies

@@ -127,7 +127,7 @@ template <Op O>
 __device__ inline float unary(float x, float a, float b) {
   if constexpr (O == Op::NEG) return -x;
   else if constexpr (O == Op::ABS) return fabsf(x);
-  else if constexpr (O == Op::SIGN) return x != x ? x : x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;
+  else if constexpr (O == Op::SIGN) return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;  // NaN: 0 (torch)
   else if constexpr (O == Op::SQR) return x * x;
   else if constexpr (O == Op::SQRT) return sqrtf(x);
   else if constexpr (O == Op::EXP) return expf(x);

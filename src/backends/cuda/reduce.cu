@@ -158,8 +158,9 @@ __global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t co
   };
   float* y = out + r * cols;
   float mx = -INFINITY;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) mx = fmaxf(mx, val(c));
-  mx = block_reduce(mx, -INFINITY, [](float a, float b) { return fmaxf(a, b); }, shm);
+  // NaN-propagating max: a row holding NaN gives NaN (as PyTorch), not a "masked" -inf row.
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) mx = fmax_nan(mx, val(c));
+  mx = block_reduce(mx, -INFINITY, MaxNanOp{}, shm);
   const float fill = kLog ? -INFINITY : 0.0f;
   if (mx == -INFINITY) {  // every entry masked: no distribution, avoid NaN
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = fill;

@@ -99,7 +99,12 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
     fail(op, "target must be i32 labels [N] or f32 probabilities [N, C] but is ",
          dtype_name(target.dtype()), " ", target.shape().str());
   }
-  return scale(sum(mul(probs, log_softmax(logits))), -1.0f / float(n));
+  // With labels, only the label's log-probability counts: where() picks it, so a
+  // -inf logit of another class (a masked class) adds 0, not 0 * -inf = NaN (as
+  // PyTorch's nll_loss). With probabilities, 0 * -inf is NaN as in PyTorch.
+  const Tensor ls = log_softmax(logits);
+  const Tensor picked = target.dtype() == i32 ? where(probs, ls, zeros(logits.ctx(), Shape{})) : mul(probs, ls);
+  return scale(sum(picked), -1.0f / float(n));
 }
 
 Tensor mse_loss(Tensor a, Tensor b) {
@@ -181,6 +186,18 @@ Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tens
 namespace detail {
 
 // y = softmax(v), v = scale*x + mask: dv = y * (g - sum(g*y)); dx = scale*dv.
+namespace {
+// 1 where the causal rule keeps an entry of the last two dims of x, 0 where it
+// masks one: softmax of zeros is 1/kept > 0 exactly at the kept entries.
+Tensor causal_keep(Tensor x) {
+  const int64_t R = x.size(-2), C = x.size(-1);
+  SoftmaxOptions o;
+  o.causal = true;
+  return gt(softmax(zeros(x.ctx(), Shape{R, C}), o), 0.0f);
+}
+}  // namespace
+
+// y = softmax(v): masked entries (causal or -inf) have y = 0, so dv = 0 there.
 void backward_SOFTMAX(GradCtx& g) {
   Tensor y = g.out(), gy = g.grad();
   Tensor dv = mul(y, sub(gy, sum(mul(gy, y), -1, true)));
@@ -189,11 +206,17 @@ void backward_SOFTMAX(GradCtx& g) {
   if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
 }
 
-// y = v - logsumexp(v): dv = g - exp(y) * sum(g); dx = scale*dv.
+// y = v - logsumexp(v): dv = g - exp(y) * sum(g); dx = scale*dv. The sum runs
+// over the whole row, masked entries included (as PyTorch's log_softmax backward).
+// Causal: PyTorch masks with masked_fill(-inf), whose backward gives the masked
+// entries no gradient; dv there is g (exp(-inf) = 0), so it is zeroed here. An
+// additive -inf mask passes the gradient through, as PyTorch's x + mask does.
 void backward_LOG_SOFTMAX(GradCtx& g) {
   Tensor y = g.out(), gy = g.grad();
   Tensor dv = sub(gy, mul(exp(y), sum(gy, -1, true)));
-  const float s = g.params<Op::LOG_SOFTMAX>().scale;
+  const SoftmaxParams p = g.params<Op::LOG_SOFTMAX>();
+  const float s = p.scale;
+  if (p.causal && y.ndim() >= 2) dv = where(causal_keep(y), dv, zeros(y.ctx(), Shape{}));
   if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
   if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
 }

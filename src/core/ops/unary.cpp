@@ -73,6 +73,12 @@ void backward_SIN(GradCtx& g) { g.add(0, g.grad() * cos(g.src(0))); }
 void backward_COS(GradCtx& g) { g.add(0, neg(g.grad() * sin(g.src(0)))); }
 void backward_POW(GradCtx& g) {
   const float p = g.params<Op::POW>().exponent;
+  // x^0 is constant: gradient 0 everywhere, also at x = 0 where 0 * 0^-1 would be
+  // NaN (PyTorch returns zeros for a zero exponent too).
+  if (p == 0.0f) {
+    g.add(0, zeros(g.src(0).ctx(), g.src(0).shape()));
+    return;
+  }
   g.add(0, g.grad() * scale(pow(g.src(0), p - 1.0f), p));
 }
 void backward_SCALE(GradCtx& g) { g.add(0, scale(g.grad(), g.params<Op::SCALE>().mul)); }

@@ -52,24 +52,24 @@ void add_softmax(std::vector<Case>& cs, Sz z) {
     std::string name;
     std::vector<Input> ins;
     float scale;
-    bool mask, causal, grad_log;  // grad_log: log_softmax grad too (no -inf outputs)
+    bool mask, causal;
     bool grad = true;
   };
   std::vector<Sm> sms = {
-      {"plain", {in("x", {R, C}, gen::uniform(-3, 3))}, 1.0f, false, false, true},
-      {"scale", {in("x", {R, C}, gen::uniform(-3, 3))}, 0.5f, false, false, true},
-      {"mask_row", {in("x", {R, C}), constant(in("mask", {C}, mg))}, 1.0f, true, false, true},
-      {"mask_2d_scaled", {in("x", {R, C}), constant(in("mask", {R, C}, mg))}, 2.0f, true, false, true},
+      {"plain", {in("x", {R, C}, gen::uniform(-3, 3))}, 1.0f, false, false},
+      {"scale", {in("x", {R, C}, gen::uniform(-3, 3))}, 0.5f, false, false},
+      {"mask_row", {in("x", {R, C}), constant(in("mask", {C}, mg))}, 1.0f, true, false},
+      {"mask_2d_scaled", {in("x", {R, C}), constant(in("mask", {R, C}, mg))}, 2.0f, true, false},
       // A learned additive bias (e.g. relative positions) gets a gradient too.
-      {"mask_grad", {in("x", {R, C}), in("mask", {R, C}, mg)}, 1.0f, true, false, true},
-      {"causal_square", {in("x", {S, S})}, 1.0f, false, true, false},
-      {"causal_rect", {in("x", {R, C})}, 1.0f, false, true, false},
-      {"causal_3d_scale_mask", {in("x", {2, R, C}), constant(in("mask", {R, C}, mg))}, 0.7f, true, true, false},
-      {"transposed", {with(in("x", {R, C}, gen::uniform(-3, 3)), Layout::transposed)}, 1.0f, false, false, true},
-      {"narrowed_3d", {with(in("x", {2, R, C}), Layout::narrowed)}, 1.0f, false, false, true},
+      {"mask_grad", {in("x", {R, C}), in("mask", {R, C}, mg)}, 1.0f, true, false},
+      {"causal_square", {in("x", {S, S})}, 1.0f, false, true},
+      {"causal_rect", {in("x", {R, C})}, 1.0f, false, true},
+      {"causal_3d_scale_mask", {in("x", {2, R, C}), constant(in("mask", {R, C}, mg))}, 0.7f, true, true},
+      {"transposed", {with(in("x", {R, C}, gen::uniform(-3, 3)), Layout::transposed)}, 1.0f, false, false},
+      {"narrowed_3d", {with(in("x", {2, R, C}), Layout::narrowed)}, 1.0f, false, false},
       {"neg_inf_mask", {in("x", {R, C}), constant(in("mask", {C}, gen::values({0, -kInf, -1, 0, -kInf, 0.5})))},
-       1.0f, true, false, false},
-      {"large_values", {in("x", {R, C}, gen::uniform(-100, 100))}, 1.0f, false, false, false, false},
+       1.0f, true, false},
+      {"large_values", {in("x", {R, C}, gen::uniform(-100, 100))}, 1.0f, false, false, false},
   };
   for (const Sm& sm : sms) {
     for (int log = 0; log < 2; ++log) {
@@ -82,7 +82,7 @@ void add_softmax(std::vector<Case>& cs, Sz z) {
         o.causal = causal;
         return log ? log_softmax(x[0], o) : softmax(x[0], o);
       };
-      const bool grad = sm.grad && (!log || sm.grad_log);
+      const bool grad = sm.grad;
       Case c = make_case(std::string(log ? "log_softmax_" : "softmax_") + sm.name,
                          {log ? Op::LOG_SOFTMAX : Op::SOFTMAX}, sm.ins, build, grad);
       c.spec = softmax_spec(scale, mask, causal, log);

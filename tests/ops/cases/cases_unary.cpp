@@ -102,8 +102,8 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
                          {expanded(in("x", {R, C}), {1, C})},
                          [](Context&, X x) { return kiln::tanh(x[0]); }, true));
 
-  // SIGN has no gradient; zeros must give 0.
-  Case sg = make_case("sign", {Op::SIGN}, {in("x", {R, C}, gen::choice({-2, -0.5, 0, 0.5, 3}))},
+  // SIGN has no gradient; zeros and NaN must give 0 (torch.sign).
+  Case sg = make_case("sign", {Op::SIGN}, {in("x", {R, C}, gen::choice({-2, -0.5, 0, 0.5, 3, NAN}))},
                       [](Context&, X x) { return kiln::sign(x[0]); }, false);
   sg.tol = {0, 0};
   cs.push_back(sg);

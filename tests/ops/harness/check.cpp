@@ -227,6 +227,18 @@ Session::Session(const Case& cs, bool grad) : c(cs), grad_mode(grad) {
   loss = sum(mul(b.out, R));
   g = Graph::forward(loss);
   g.backward(loss);
+  // R: random magnitudes and signs so that no gradient component cancels.
+  Input r = in("R", R.shape(), gen::magnitude(0.25, 1.0));
+  Case tmp;
+  tmp.name = c.name + "/R";
+  tmp.inputs = {r};
+  r_values = case_values(tmp)[0];
+  RefValues vals = leaf_values();
+  fill_leaves(g, vals);
+  ref_eval(std::span<TensorNode* const>(g.nodes().data(), g.n_forward()), vals);
+  const std::vector<double>& out = vals.at(b.out.node()).v;
+  for (size_t k = 0; k < out.size(); ++k)
+    if (std::isinf(out[k])) r_values[k] = 0;
 }
 
 void Session::allocate(Backend& be) {
@@ -260,14 +272,9 @@ RefValues Session::leaf_values() const {
     v.v = values[i];
   }
   if (R.defined()) {
-    // R: random magnitudes and signs so that no gradient component cancels.
-    Input r = in("R", R.shape(), gen::magnitude(0.25, 1.0));
-    Case tmp;
-    tmp.name = c.name + "/R";
-    tmp.inputs = {r};
     RefValue& v = vals[R.node()];
     v.shape = R.shape();
-    v.v = case_values(tmp)[0];
+    v.v = r_values;
   }
   return vals;
 }

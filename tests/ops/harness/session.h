@@ -32,6 +32,9 @@ struct Session {
   Built b;
   std::vector<std::vector<double>> values;  // per input, stored layout
   Tensor R, loss;                            // grad mode only
+  // R's values: random, but 0 where the reference output is +-inf (a masked
+  // entry: a constant, so it takes no part in the loss the gradients are of).
+  std::vector<double> r_values;
   std::vector<size_t> params;                // grad mode: indices of inputs that are params
   Graph g;
   std::unique_ptr<Buffer> buf;

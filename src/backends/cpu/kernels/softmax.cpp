@@ -77,7 +77,12 @@ void finish_row(float* y, int64_t n, int64_t cols) {
   const float fill = kLog ? kNegInf : 0.0f;
   const float mx = n > 0 ? row_max(y, n) : kNegInf;
   if (mx == kNegInf) {  // every entry masked: no distribution, avoid NaN
-    for (int64_t c = 0; c < cols; ++c) y[c] = fill;
+    // ...unless the row holds NaN, which the max skips: then the row is NaN (as
+    // PyTorch), not a masked row (a NaN loss must not turn into a finite or -inf one).
+    bool nan = false;
+    for (int64_t c = 0; c < n; ++c) nan |= y[c] != y[c];
+    const float v = nan ? std::numeric_limits<float>::quiet_NaN() : fill;
+    for (int64_t c = 0; c < cols; ++c) y[c] = v;
     return;
   }
   if constexpr (kLog) {

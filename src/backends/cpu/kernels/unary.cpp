@@ -72,13 +72,12 @@ void kernel_NEG(TensorNode* dst, ThreadCtx& t) {
 void kernel_ABS(TensorNode* dst, ThreadCtx& t) {
   run_unary(dst, t, kCheap, [](auto x) { return vm::abs(x); });
 }
-// -1, 0 or 1 (NaN stays NaN, as torch.sign).
+// -1, 0 or 1; NaN gives 0 (torch.sign: (0 < x) - (x < 0), both false for NaN).
 void kernel_SIGN(TensorNode* dst, ThreadCtx& t) {
   run_unary(dst, t, kCheap, [](auto x) {
     using V = decltype(x);
     V r = vm::select(x > zero<V>(), vm::c<V>(1.0f), zero<V>());
-    r = vm::select(x < zero<V>(), vm::c<V>(-1.0f), r);
-    return vm::select(vm::isnan(x), x, r);
+    return vm::select(x < zero<V>(), vm::c<V>(-1.0f), r);
   });
 }
 void kernel_SQR(TensorNode* dst, ThreadCtx& t) {

@@ -1,0 +1,143 @@
+// Edge values computed as PyTorch computes them (issue 14, items 11-14): masked
+// entries of a causal log_softmax get no gradient, cross_entropy with labels
+// ignores -inf logits of other classes, d pow(x, 0) / dx = 0 at x = 0, and
+// sign(NaN) = 0. Expected values are worked out by hand from PyTorch's rules
+// (the comments give them) and the graphs run on the CPU backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Runs forward + backward of `loss` on the CPU with the given leaf values.
+struct EdgeRun {
+  Context ctx;
+  Graph g;
+  CpuBackend cpu{1};
+  std::unique_ptr<Buffer> buf;
+  void go(Tensor loss, std::initializer_list<std::pair<Tensor, std::vector<float>>> values,
+          bool backward = true) {
+    g = Graph::forward(loss);
+    if (backward) g.backward(loss);
+    buf = allocate_tensors(ctx, cpu);
+    for (const auto& [t, v] : values) Tensor(t).set(v);
+    cpu.compute(g);
+  }
+};
+
+void expect_floats(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (std::isinf(want[k]))
+      EXPECT_EQ(double(got[k]), want[k]) << "element " << k;
+    else
+      EXPECT_NEAR(got[k], want[k], tol) << "element " << k;
+  }
+}
+
+// PyTorch: log_softmax(x.masked_fill(causal_mask, -inf)). masked_fill's backward
+// zeroes the masked entries; the log_softmax backward g - exp(y) * sum(g) sums
+// over every entry, the masked ones included.
+TEST(OpsPytorchEdges, CausalLogSoftmaxGivesNoGradientToMaskedEntries) {
+  EdgeRun r;
+  Tensor x = r.ctx.param(f32, {2, 2}, "x");
+  Tensor w = r.ctx.input(f32, {2, 2}, "w");
+  SoftmaxOptions o;
+  o.causal = true;
+  r.go(sum(mul(log_softmax(x, o), w)), {{x, {0.5f, -1.0f, 2.0f, 0.25f}}, {w, {1, 2, 3, 4}}});
+  // Row 0 keeps col 0 only: p = [1, 0], dx = [1 - 1 * (1 + 2), 0].
+  // Row 1 keeps both: p = softmax([2, 0.25]), dx = [3, 4] - p * 7.
+  const double e0 = std::exp(2.0), e1 = std::exp(0.25), p0 = e0 / (e0 + e1), p1 = e1 / (e0 + e1);
+  expect_floats(r.g.grad(x).get<float>(), {-2, 0, 3 - 7 * p0, 4 - 7 * p1}, 1e-6);
+}
+
+TEST(OpsPytorchEdges, CausalLogSoftmaxBatchedAndScaledGradient) {
+  // [2, 2, 3]: R = 2, C = 3, so row 0 masks col 2 and row 1 masks nothing.
+  EdgeRun r;
+  Tensor x = r.ctx.param(f32, {2, 2, 3}, "x");
+  SoftmaxOptions o;
+  o.causal = true;
+  o.scale = 0.5f;
+  // The mask makes the loss -inf; only the gradient is checked.
+  r.go(sum(log_softmax(x, o)), {{x, {1, 2, 3, 4, 5, 6, -1, 0, 1, 2, 2, 2}}});
+  std::vector<double> want;
+  const double xs[2][2][3] = {{{1, 2, 3}, {4, 5, 6}}, {{-1, 0, 1}, {2, 2, 2}}};
+  for (const auto& b : xs)
+    for (int row = 0; row < 2; ++row) {
+      const int kept = row == 0 ? 2 : 3;
+      double z = 0;
+      for (int c = 0; c < kept; ++c) z += std::exp(0.5 * b[row][c]);
+      for (int c = 0; c < 3; ++c)  // g = 1 everywhere: sum(g) = 3 over the whole row
+        want.push_back(c < kept ? 0.5 * (1 - std::exp(0.5 * b[row][c]) / z * 3) : 0.0);
+    }
+  expect_floats(r.g.grad(x).get<float>(), want, 1e-6);
+}
+
+TEST(OpsPytorchEdges, CausalSoftmaxGivesNoGradientToMaskedEntries) {
+  EdgeRun r;
+  Tensor x = r.ctx.param(f32, {2, 2}, "x");
+  Tensor w = r.ctx.input(f32, {2, 2}, "w");
+  SoftmaxOptions o;
+  o.causal = true;
+  r.go(sum(mul(softmax(x, o), w)), {{x, {0.5f, -1.0f, 2.0f, 0.25f}}, {w, {1, 2, 3, 4}}});
+  const double e0 = std::exp(2.0), e1 = std::exp(0.25), p0 = e0 / (e0 + e1), p1 = e1 / (e0 + e1);
+  const double s = 3 * p0 + 4 * p1;
+  expect_floats(r.g.grad(x).get<float>(), {0, 0, p0 * (3 - s), p1 * (4 - s)}, 1e-6);
+}
+
+// PyTorch's cross_entropy(logits, labels) picks -log_softmax at the label; -inf
+// logits of other classes (masked actions) contribute nothing.
+TEST(OpsPytorchEdges, CrossEntropyLabelsIgnoreNegInfLogitsOfOtherClasses) {
+  EdgeRun r;
+  Tensor logits = r.ctx.param(f32, {2, 3}, "logits");
+  Tensor labels = r.ctx.input(i32, {2}, "labels");
+  Tensor loss = cross_entropy(logits, labels);
+  r.go(loss, {{logits, {0, -kInf, 1, 2, 0.5f, -kInf}}});
+  labels.set(std::vector<int32_t>{0, 1});
+  r.cpu.compute(r.g);
+  r.g.reset_grads();
+  r.cpu.compute(r.g);
+  const double z0 = 1 + std::exp(1.0), z1 = std::exp(2.0) + std::exp(0.5);
+  const double want = (std::log(z0) + (std::log(z1) - 0.5)) / 2;
+  EXPECT_TRUE(std::isfinite(loss.item())) << loss.item();
+  EXPECT_NEAR(loss.item(), want, 1e-6);
+  // d loss / d logits = (softmax - one_hot) / N, exactly 0 at the -inf logits.
+  expect_floats(r.g.grad(logits).get<float>(),
+                {(1 / z0 - 1) / 2, 0, std::exp(1.0) / z0 / 2, std::exp(2.0) / z1 / 2,
+                 (std::exp(0.5) / z1 - 1) / 2, 0},
+                1e-6);
+}
+
+// PyTorch: pow's backward is zeros_like(x) when the exponent is 0.
+TEST(OpsPytorchEdges, PowWithExponentZeroHasZeroGradientAtZero) {
+  EdgeRun r;
+  Tensor x = r.ctx.param(f32, {4}, "x");
+  Tensor y = pow(x, 0.0f);
+  r.go(sum(y), {{x, {0, 2, -1, -0.0f}}});
+  expect_floats(y.get<float>(), {1, 1, 1, 1}, 0);
+  expect_floats(r.g.grad(x).get<float>(), {0, 0, 0, 0}, 0);
+}
+
+// PyTorch: sign(x) = (0 < x) - (x < 0), so NaN (of either sign bit) gives 0.
+TEST(OpsPytorchEdges, SignOfNaNIsZero) {
+  EdgeRun r;
+  Tensor x = r.ctx.input(f32, {19}, "x");
+  Tensor y = sign(x);
+  // More elements than one SIMD register, so the vector and the tail paths both see NaN.
+  std::vector<float> v = {kNaN, -kNaN, -2, 0, 3, -0.0f, kInf, -kInf};
+  while (v.size() < 19) v.push_back(v.size() % 2 ? kNaN : -1.5f);
+  r.go(y, {{x, v}}, false);
+  std::vector<double> want;
+  for (float f : v) want.push_back(std::isnan(f) ? 0 : f > 0 ? 1 : f < 0 ? -1 : 0);
+  expect_floats(y.get<float>(), want, 0);
+}
+
+}  // namespace
+}  // namespace kiln
