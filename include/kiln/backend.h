@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -15,9 +16,16 @@ class Graph;
 class Context;
 class BufferType;
 
+// A buffer detaches its tensors when it is destroyed: every tensor of a living
+// Context whose memory lies in it (views included) gets data = buffer = null, so
+// has_data() is false and computing on it throws instead of using freed memory.
+// Whoever points a tensor into a buffer calls track() (allocators do).
 class Buffer {
  public:
-  virtual ~Buffer() = default;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  virtual ~Buffer();
   virtual BufferType& type() const = 0;
   virtual void* base() = 0;
   virtual size_t size() const = 0;
@@ -31,6 +39,16 @@ class Buffer {
   // buffer reading another of its kind); false: copy_tensor goes through the host.
   virtual bool copy_from(const TensorNode* /*src*/, TensorNode* /*dst*/) { return false; }
   bool is_host() const;
+
+  // Records that tensors of t's Context point into this buffer (see above).
+  void track(const TensorNode* t);
+
+ private:
+  struct User {
+    Context* ctx;
+    std::weak_ptr<const void> life;
+  };
+  std::vector<User> users_;  // contexts with tensors in this buffer (usually one)
 };
 
 class BufferType {
@@ -42,7 +60,7 @@ class BufferType {
   // Bytes tensor t needs in a buffer of this type (may pad).
   virtual size_t alloc_size(const TensorNode* t) const { return t->nbytes(); }
   virtual bool is_host() const = 0;
-  virtual std::unique_ptr<Buffer> alloc(size_t size) = 0;
+  [[nodiscard]] virtual std::unique_ptr<Buffer> alloc(size_t size) = 0;
 };
 
 // Host (malloc'ed, aligned) memory: used by the CPU and BLAS backends.
@@ -67,7 +85,15 @@ void copy_tensor(const TensorNode* src, TensorNode* dst);
 // Gives every tensor of `ctx` that has no memory yet a place in one new buffer of
 // `backend` (zero-filled), and points views at their sources. The simple
 // allocator: no reuse, for running graphs before the graph allocator. Call again
-// after building more tensors; it allocates only the new ones.
-std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend);
+// after building more tensors; it allocates only the new ones. Empty tensors get
+// a (distinct) place too. Keep the buffer as long as the tensors are used: when
+// it is destroyed they lose their memory (has_data() is false again).
+[[nodiscard]] std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend);
+
+namespace detail {
+// A kiln::Error "[compute] ..." when node n or one of its sources has no memory
+// (never allocated, or its buffer was destroyed). Backends call it per node.
+void check_memory(const TensorNode* n);
+}  // namespace detail
 
 }  // namespace kiln

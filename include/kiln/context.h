@@ -26,8 +26,14 @@ class Context {
   // Used by op builders: a new contiguous node (strides set from the shape).
   TensorNode* new_node(DType t, const Shape& s, Op op);
 
+  // Expires when this context is destroyed. Tensor and Graph handles hold it
+  // weakly (and throw on use after that); a Buffer holds it weakly to skip the
+  // tensors of dead contexts when it detaches its tensors.
+  const detail::LifeToken& life() const { return life_; }
+
  private:
   std::deque<TensorNode> nodes_;
+  detail::LifeToken life_ = std::make_shared<int>(0);
 };
 
 }  // namespace kiln

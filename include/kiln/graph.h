@@ -16,8 +16,8 @@ class Graph {
   Graph() = default;
   // Every node `outputs` depend on, sources before consumers. Outputs are flagged
   // kFlagOutput.
-  static Graph forward(Tensor output);
-  static Graph forward(std::initializer_list<Tensor> outputs);
+  [[nodiscard]] static Graph forward(Tensor output);
+  [[nodiscard]] static Graph forward(std::initializer_list<Tensor> outputs);
   // Adds another output (and what it needs) to the graph.
   void expand(Tensor output);
 
@@ -35,20 +35,32 @@ class Graph {
   void reset_grads();
 
   // Nodes in execution order: views and computed nodes. Leaves are listed apart.
-  const std::vector<TensorNode*>& nodes() const { return nodes_; }
-  const std::vector<TensorNode*>& leafs() const { return leafs_; }
+  // Both throw kiln::Error "[graph] ... destroyed" once the nodes' Context is gone.
+  const std::vector<TensorNode*>& nodes() const {
+    check_alive();
+    return nodes_;
+  }
+  const std::vector<TensorNode*>& leafs() const {
+    check_alive();
+    return leafs_;
+  }
   size_t n_forward() const { return n_forward_; }
   size_t size() const { return nodes_.size(); }
   std::string dump() const;
 
  private:
   void visit(TensorNode* out);
+  void check_alive() const {
+    if (life_.expired()) detail::fail_dead_context("graph");
+  }
   std::vector<TensorNode*> nodes_;
   std::vector<TensorNode*> leafs_;
   std::unordered_set<const TensorNode*> seen_;
   std::unordered_map<const TensorNode*, TensorNode*> grads_;  // tensor -> gradient
   std::vector<std::pair<TensorNode*, TensorNode*>> accumulators_;  // param -> accumulator
   size_t n_forward_ = 0;
+  // The nodes' Context token (a graph never mixes contexts: op builders refuse that).
+  std::weak_ptr<const void> life_ = detail::immortal_life();
 };
 
 }  // namespace kiln

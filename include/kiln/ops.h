@@ -13,78 +13,78 @@
 namespace kiln {
 
 // ---- constants ----
-Tensor full(Context& ctx, const Shape& s, float value, DType t = f32);
-Tensor zeros(Context& ctx, const Shape& s, DType t = f32);
-Tensor ones(Context& ctx, const Shape& s, DType t = f32);
-Tensor full_like(Tensor x, float value);
+[[nodiscard]] Tensor full(Context& ctx, const Shape& s, float value, DType t = f32);
+[[nodiscard]] Tensor zeros(Context& ctx, const Shape& s, DType t = f32);
+[[nodiscard]] Tensor ones(Context& ctx, const Shape& s, DType t = f32);
+[[nodiscard]] Tensor full_like(Tensor x, float value);
 
 // ---- elementwise, numpy broadcasting ----
-Tensor add(Tensor a, Tensor b);
-Tensor sub(Tensor a, Tensor b);
-Tensor mul(Tensor a, Tensor b);
-Tensor div(Tensor a, Tensor b);
-Tensor where(Tensor cond, Tensor a, Tensor b);  // cond != 0 ? a : b
+[[nodiscard]] Tensor add(Tensor a, Tensor b);
+[[nodiscard]] Tensor sub(Tensor a, Tensor b);
+[[nodiscard]] Tensor mul(Tensor a, Tensor b);
+[[nodiscard]] Tensor div(Tensor a, Tensor b);
+[[nodiscard]] Tensor where(Tensor cond, Tensor a, Tensor b);  // cond != 0 ? a : b
 // Comparisons give f32 1/0 and have no gradient.
-Tensor eq(Tensor a, Tensor b);
-Tensor ne(Tensor a, Tensor b);
-Tensor lt(Tensor a, Tensor b);
-Tensor le(Tensor a, Tensor b);
-Tensor gt(Tensor a, Tensor b);
-Tensor ge(Tensor a, Tensor b);
-Tensor gt(Tensor a, float b);
-Tensor lt(Tensor a, float b);
+[[nodiscard]] Tensor eq(Tensor a, Tensor b);
+[[nodiscard]] Tensor ne(Tensor a, Tensor b);
+[[nodiscard]] Tensor lt(Tensor a, Tensor b);
+[[nodiscard]] Tensor le(Tensor a, Tensor b);
+[[nodiscard]] Tensor gt(Tensor a, Tensor b);
+[[nodiscard]] Tensor ge(Tensor a, Tensor b);
+[[nodiscard]] Tensor gt(Tensor a, float b);
+[[nodiscard]] Tensor lt(Tensor a, float b);
 
-Tensor neg(Tensor x);
-Tensor abs(Tensor x);
-Tensor sign(Tensor x);
-Tensor sqr(Tensor x);
-Tensor sqrt(Tensor x);
-Tensor exp(Tensor x);
-Tensor log(Tensor x);
-Tensor sin(Tensor x);
-Tensor cos(Tensor x);
-Tensor pow(Tensor x, float exponent);
-Tensor scale(Tensor x, float s, float bias = 0.0f);  // s*x + bias
-Tensor clamp(Tensor x, float lo, float hi);
-Tensor relu(Tensor x);
-Tensor leaky_relu(Tensor x, float negative_slope = 0.01f);
+[[nodiscard]] Tensor neg(Tensor x);
+[[nodiscard]] Tensor abs(Tensor x);
+[[nodiscard]] Tensor sign(Tensor x);
+[[nodiscard]] Tensor sqr(Tensor x);
+[[nodiscard]] Tensor sqrt(Tensor x);
+[[nodiscard]] Tensor exp(Tensor x);
+[[nodiscard]] Tensor log(Tensor x);
+[[nodiscard]] Tensor sin(Tensor x);
+[[nodiscard]] Tensor cos(Tensor x);
+[[nodiscard]] Tensor pow(Tensor x, float exponent);
+[[nodiscard]] Tensor scale(Tensor x, float s, float bias = 0.0f);  // s*x + bias
+[[nodiscard]] Tensor clamp(Tensor x, float lo, float hi);
+[[nodiscard]] Tensor relu(Tensor x);
+[[nodiscard]] Tensor leaky_relu(Tensor x, float negative_slope = 0.01f);
 enum class GeluApprox { none, tanh };  // PyTorch's approximate='none' | 'tanh'
-Tensor gelu(Tensor x, GeluApprox approx = GeluApprox::none);
-Tensor erf(Tensor x);
-Tensor silu(Tensor x);
-Tensor sigmoid(Tensor x);
-Tensor tanh(Tensor x);
-Tensor softplus(Tensor x);
+[[nodiscard]] Tensor gelu(Tensor x, GeluApprox approx = GeluApprox::none);
+[[nodiscard]] Tensor erf(Tensor x);
+[[nodiscard]] Tensor silu(Tensor x);
+[[nodiscard]] Tensor sigmoid(Tensor x);
+[[nodiscard]] Tensor tanh(Tensor x);
+[[nodiscard]] Tensor softplus(Tensor x);
 
-Tensor operator+(Tensor a, Tensor b);
-Tensor operator-(Tensor a, Tensor b);
-Tensor operator*(Tensor a, Tensor b);
-Tensor operator/(Tensor a, Tensor b);
-Tensor operator-(Tensor a);
-Tensor operator+(Tensor a, float b);
-Tensor operator-(Tensor a, float b);
-Tensor operator*(Tensor a, float b);
-Tensor operator/(Tensor a, float b);
-Tensor operator+(float a, Tensor b);
-Tensor operator-(float a, Tensor b);
-Tensor operator*(float a, Tensor b);
+[[nodiscard]] Tensor operator+(Tensor a, Tensor b);
+[[nodiscard]] Tensor operator-(Tensor a, Tensor b);
+[[nodiscard]] Tensor operator*(Tensor a, Tensor b);
+[[nodiscard]] Tensor operator/(Tensor a, Tensor b);
+[[nodiscard]] Tensor operator-(Tensor a);
+[[nodiscard]] Tensor operator+(Tensor a, float b);
+[[nodiscard]] Tensor operator-(Tensor a, float b);
+[[nodiscard]] Tensor operator*(Tensor a, float b);
+[[nodiscard]] Tensor operator/(Tensor a, float b);
+[[nodiscard]] Tensor operator+(float a, Tensor b);
+[[nodiscard]] Tensor operator-(float a, Tensor b);
+[[nodiscard]] Tensor operator*(float a, Tensor b);
 
 // ---- reductions: over all elements, or one axis (negative counts from the end) ----
-Tensor sum(Tensor x);
-Tensor sum(Tensor x, int axis, bool keepdim = false);
-Tensor mean(Tensor x);
-Tensor mean(Tensor x, int axis, bool keepdim = false);
-Tensor max(Tensor x);
-Tensor max(Tensor x, int axis, bool keepdim = false);
-Tensor argmax(Tensor x, int axis, bool keepdim = false);  // i32, no gradient
-Tensor count_equal(Tensor a, Tensor b);                   // i32 scalar, no gradient
+[[nodiscard]] Tensor sum(Tensor x);
+[[nodiscard]] Tensor sum(Tensor x, int axis, bool keepdim = false);
+[[nodiscard]] Tensor mean(Tensor x);
+[[nodiscard]] Tensor mean(Tensor x, int axis, bool keepdim = false);
+[[nodiscard]] Tensor max(Tensor x);
+[[nodiscard]] Tensor max(Tensor x, int axis, bool keepdim = false);
+[[nodiscard]] Tensor argmax(Tensor x, int axis, bool keepdim = false);  // i32, no gradient
+[[nodiscard]] Tensor count_equal(Tensor a, Tensor b);                   // i32 scalar, no gradient
 // Sums x over broadcast dims so the result has `shape` (used by backward rules).
-Tensor sum_to(Tensor x, const Shape& shape);
+[[nodiscard]] Tensor sum_to(Tensor x, const Shape& shape);
 
 // ---- linear algebra ----
 // a @ b. a [..., M, K], b [..., K, N], batch dims broadcast; f32/f16/bf16 inputs,
 // f32 result. Transposed views (x.T()) are read in place without a copy.
-Tensor matmul(Tensor a, Tensor b);
+[[nodiscard]] Tensor matmul(Tensor a, Tensor b);
 
 // ---- neural-net ----
 struct SoftmaxOptions {
@@ -92,28 +92,28 @@ struct SoftmaxOptions {
   Tensor mask;          // optional additive mask, broadcast to x
   bool causal = false;  // mask col c > r + (cols - rows) in row r
 };
-Tensor softmax(Tensor x, const SoftmaxOptions& opt = {});  // over the last axis
-Tensor log_softmax(Tensor x, const SoftmaxOptions& opt = {});
+[[nodiscard]] Tensor softmax(Tensor x, const SoftmaxOptions& opt = {});  // over the last axis
+[[nodiscard]] Tensor log_softmax(Tensor x, const SoftmaxOptions& opt = {});
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
-Tensor cross_entropy(Tensor logits, Tensor target);
-Tensor mse_loss(Tensor a, Tensor b);  // mean((a-b)^2)
-Tensor one_hot(Tensor labels, int64_t classes);  // f32, no gradient
+[[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);
+[[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);  // mean((a-b)^2)
+[[nodiscard]] Tensor one_hot(Tensor labels, int64_t classes);  // f32, no gradient
 // Over the last axis; weight and bias (shape [D]) are optional.
-Tensor layer_norm(Tensor x, Tensor weight = {}, Tensor bias = {}, float eps = 1e-5f);
-Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
-Tensor embedding(Tensor weight, Tensor indices);  // rows of weight [V, D] at i32 indices
-Tensor concat(std::initializer_list<Tensor> xs, int dim);
-Tensor concat(const std::vector<Tensor>& xs, int dim);
+[[nodiscard]] Tensor layer_norm(Tensor x, Tensor weight = {}, Tensor bias = {}, float eps = 1e-5f);
+[[nodiscard]] Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
+[[nodiscard]] Tensor embedding(Tensor weight, Tensor indices);  // rows of weight [V, D] at i32 indices
+[[nodiscard]] Tensor concat(std::initializer_list<Tensor> xs, int dim);
+[[nodiscard]] Tensor concat(const std::vector<Tensor>& xs, int dim);
 // PyTorch F.pad order: pairs (before, after) starting from the LAST dim.
-Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value = 0.0f);
-Tensor repeat(Tensor x, std::initializer_list<int64_t> reps);  // torch.Tensor.repeat
+[[nodiscard]] Tensor pad(Tensor x, std::initializer_list<int64_t> pads, float value = 0.0f);
+[[nodiscard]] Tensor repeat(Tensor x, std::initializer_list<int64_t> reps);  // torch.Tensor.repeat
 struct Conv2dOptions {
   int64_t stride[2] = {1, 1};
   int64_t padding[2] = {0, 0};
   int64_t dilation[2] = {1, 1};
 };
 // x [N, C, H, W], weight [O, C, KH, KW], bias [O] optional -> [N, O, OH, OW].
-Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {}, const Conv2dOptions& opt = {});
+[[nodiscard]] Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {}, const Conv2dOptions& opt = {});
 // Sliding windows as columns (torch.nn.functional.unfold / fold, NCHW only).
 // unfold: x [N, C, H, W] -> [N, C*KH*KW, L], L = OH*OW windows, each column one
 // window (channel-major, then kernel row, kernel column). fold is its adjoint:
@@ -124,19 +124,19 @@ struct UnfoldOptions {
   int64_t padding[2] = {0, 0};
   int64_t dilation[2] = {1, 1};
 };
-Tensor unfold(Tensor x, const UnfoldOptions& opt);
-Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt);
+[[nodiscard]] Tensor unfold(Tensor x, const UnfoldOptions& opt);
+[[nodiscard]] Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt);
 struct Pool2dOptions {
   int64_t kernel[2] = {2, 2};
   int64_t stride[2] = {0, 0};  // 0: same as kernel (PyTorch default)
   int64_t padding[2] = {0, 0};
 };
-Tensor max_pool2d(Tensor x, const Pool2dOptions& opt = {});
-Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt = {});
+[[nodiscard]] Tensor max_pool2d(Tensor x, const Pool2dOptions& opt = {});
+[[nodiscard]] Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt = {});
 // Zeroes each element with probability p and scales the rest by 1/(1-p); the same
 // seed gives the same mask. `seed` tensor (i32, optional) is mixed in at run time so
 // a training loop can vary the mask per step without rebuilding the graph.
-Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor = {});
+[[nodiscard]] Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor = {});
 
 
 }  // namespace kiln

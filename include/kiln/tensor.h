@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,7 +38,10 @@ class Shape {
   int ndim() const { return n_; }
   int64_t operator[](int i) const { return d_[i]; }
   int64_t& operator[](int i) { return d_[i]; }
-  int64_t numel() const;
+  // The element count; a kiln::Error "[op] ..." (op: "shape" for numel()) when it
+  // does not fit in int64 (dims are multiplied with overflow checks).
+  int64_t numel() const { return checked_numel("shape"); }
+  int64_t checked_numel(const char* op) const;
   const int64_t* begin() const { return d_.data(); }
   const int64_t* end() const { return d_.data() + n_; }
   bool operator==(const Shape& o) const;
@@ -70,6 +74,14 @@ class Context;
 class Buffer;
 
 namespace detail {
+
+// A context's liveness token (Context::life()): Tensor and Graph hold it weakly
+// and throw a kiln::Error when it has expired, instead of reading freed nodes.
+using LifeToken = std::shared_ptr<const void>;
+// The token of nodes that belong to no Context (tests, a scheduler's own copies):
+// it never expires.
+const LifeToken& immortal_life();
+[[noreturn]] void fail_dead_context(const char* what);
 
 // Metadata of one tensor. Data-free until an allocator sets `data`. Internal: op
 // builders, allocators, the scheduler and backend kernels read and write these
@@ -107,40 +119,46 @@ using detail::TensorNode;
 
 // A cheap, copyable handle to a TensorNode. Operators and free functions in
 // kiln/ops.h build new nodes; nothing is computed until a backend runs a Graph.
+// The handle does not keep its Context alive: once the Context is destroyed,
+// every use except defined() and == throws kiln::Error "[tensor] ... destroyed".
 class Tensor {
  public:
   Tensor() = default;
-  explicit Tensor(TensorNode* n) : n_(n) {}
-  TensorNode* node() const { return n_; }
+  explicit Tensor(TensorNode* n);
+  // The node (null for an undefined handle); throws when its Context is gone.
+  TensorNode* node() const {
+    if (n_ && life_.expired()) detail::fail_dead_context("tensor");
+    return n_;
+  }
   bool defined() const { return n_ != nullptr; }
   explicit operator bool() const { return defined(); }
   bool operator==(const Tensor& o) const { return n_ == o.n_; }
 
-  DType dtype() const { return n_->dtype; }
-  const Shape& shape() const { return n_->shape; }
-  int ndim() const { return n_->shape.ndim(); }
+  DType dtype() const { return node()->dtype; }
+  const Shape& shape() const { return node()->shape; }
+  int ndim() const { return node()->shape.ndim(); }
   int64_t size(int dim) const;  // negative dims count from the end
-  int64_t numel() const { return n_->numel(); }
-  Op op() const { return n_->op; }
-  const std::string& name() const { return n_->name; }
+  int64_t numel() const { return node()->numel(); }
+  Op op() const { return node()->op; }
+  const std::string& name() const { return node()->name; }
   Tensor& set_name(std::string name);
-  bool has_flag(TensorFlag f) const { return (n_->flags & f) != 0; }
-  Context& ctx() const { return *n_->ctx; }
+  bool has_flag(TensorFlag f) const { return (node()->flags & f) != 0; }
+  Context& ctx() const { return *node()->ctx; }
 
   // Views and copies (PyTorch names).
-  Tensor reshape(const Shape& s) const;  // copies first when not contiguous
-  Tensor view(const Shape& s) const;     // never copies; errors when not contiguous
-  Tensor permute(std::initializer_list<int> axes) const;
-  Tensor transpose(int d0, int d1) const;
-  Tensor T() const { return transpose(-2, -1); }
-  Tensor narrow(int dim, int64_t start, int64_t length) const;
-  Tensor expand(const Shape& s) const;
-  Tensor contiguous() const;
-  Tensor to(DType t) const;
+  [[nodiscard]] Tensor reshape(const Shape& s) const;  // copies first when not contiguous
+  [[nodiscard]] Tensor view(const Shape& s) const;     // never copies; errors when not contiguous
+  [[nodiscard]] Tensor permute(std::initializer_list<int> axes) const;
+  [[nodiscard]] Tensor transpose(int d0, int d1) const;
+  [[nodiscard]] Tensor T() const { return transpose(-2, -1); }
+  [[nodiscard]] Tensor narrow(int dim, int64_t start, int64_t length) const;
+  [[nodiscard]] Tensor expand(const Shape& s) const;
+  [[nodiscard]] Tensor contiguous() const;
+  [[nodiscard]] Tensor to(DType t) const;
 
   // Data access once the tensor has memory (see kiln/backend.h). Element type must
   // match the dtype (uint16_t for f16/bf16). set/get work on non-contiguous views.
-  bool has_data() const { return n_->data != nullptr; }
+  bool has_data() const { return node()->data != nullptr; }
   template <class V>
   void set(std::span<const V> values);
   template <class V>
@@ -148,12 +166,13 @@ class Tensor {
   template <class V>
   void set(std::initializer_list<V> values) { set(std::span<const V>(values.begin(), values.size())); }
   template <class V>
-  std::vector<V> get() const;
-  float item() const;  // a one-element f32/i32 tensor's value as float
+  [[nodiscard]] std::vector<V> get() const;
+  [[nodiscard]] float item() const;  // a one-element f32/i32 tensor's value as float
   void fill_zero();
 
  private:
   TensorNode* n_ = nullptr;
+  std::weak_ptr<const void> life_;  // the Context's token (see Context::life)
 };
 
 namespace detail {

@@ -58,6 +58,7 @@ bool GraphAllocator::alloc(const NodeList& list) {
   for (auto& [t, b] : plan.tensors) {
     t->data = base + plan.blocks[size_t(b)].offset;
     t->buffer = buffer_.get();
+    buffer_->track(t);
   }
   for (TensorNode* v : plan.views) {
     const TensorNode* o = owner_of(v);

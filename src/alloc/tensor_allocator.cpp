@@ -107,6 +107,7 @@ size_t TensorAllocator::place(TensorNode* t) {
   const size_t offset = alloc(t);
   t->data = static_cast<char*>(buffer_->base()) + offset;
   t->buffer = buffer_;
+  buffer_->track(t);
   return offset;
 }
 

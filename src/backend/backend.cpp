@@ -1,5 +1,6 @@
 // Backend-independent helpers: running a Graph, copying tensors between
 // buffers, and the simple "everything in one buffer" allocator.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,39 @@ void Backend::compute(const Graph& g) {
       fail("compute", "leaf #", l->id, l->name.empty() ? "" : " '", l->name,
            l->name.empty() ? "" : "'", " ", l->shape.str(), " has no memory: allocate it first");
   compute(std::span<TensorNode* const>(g.nodes()));
+}
+
+Buffer::~Buffer() {
+  for (const User& u : users_) {
+    if (u.life.expired()) continue;  // that context and its tensors are gone already
+    for (size_t i = 0; i < u.ctx->size(); ++i) {
+      TensorNode* n = u.ctx->node(i);
+      if (n->buffer != this) continue;
+      n->data = nullptr;
+      n->buffer = nullptr;
+    }
+  }
+}
+
+void Buffer::track(const TensorNode* t) {
+  if (!t->ctx) return;  // a node outside any context: its owner manages it
+  for (const User& u : users_)
+    if (u.ctx == t->ctx && !u.life.expired()) return;
+  std::erase_if(users_, [](const User& u) { return u.life.expired(); });
+  users_.push_back({t->ctx, t->ctx->life()});
+}
+
+void detail::check_memory(const TensorNode* n) {
+  auto check = [n](const TensorNode* t, const char* role) {
+    if (t->data || t->numel() == 0) return;
+    fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(), ")", role,
+         t == n ? "" : " #", t == n ? "" : std::to_string(t->id), t->name.empty() ? "" : " '", t->name,
+         t->name.empty() ? "" : "'", " has no memory: allocate the graph first (or its buffer was "
+         "destroyed)");
+  };
+  check(n, "");
+  for (int i = 0; i < n->n_src; ++i)
+    if (n->src[i]) check(n->src[i], ": its source");
 }
 
 void copy_tensor(const TensorNode* src, TensorNode* dst) {
@@ -47,7 +81,13 @@ std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend) {
     TensorNode* n = ctx.node(i);
     if (n->data || n->view_src) continue;
     todo.emplace_back(n, total);
-    total += round_up(bt.alloc_size(n));
+    const size_t need = bt.alloc_size(n);
+    // At least one alignment unit: an empty tensor still gets a distinct, valid address.
+    const size_t block = need == 0 ? align : round_up(need);
+    if (need > SIZE_MAX - align || __builtin_add_overflow(total, block, &total))
+      fail("allocate_tensors", "the tensors need more than ", SIZE_MAX, " bytes in all (tensor #",
+           n->id, n->name.empty() ? "" : " '", n->name, n->name.empty() ? "" : "'", " ",
+           n->shape.str(), " needs ", need, " bytes)");
   }
   if (total > bt.max_size())
     fail("allocate_tensors", "needs ", total, " bytes but ", bt.name(), " buffers hold at most ",
@@ -59,6 +99,7 @@ std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend) {
     n->data = base + off;
     n->buffer = buf.get();
   }
+  if (ctx.size()) buf->track(ctx.node(0));
   for (size_t i = 0; i < ctx.size(); ++i) {
     TensorNode* n = ctx.node(i);
     if (n->view_src && !n->data && n->view_src->data) {

@@ -52,41 +52,43 @@ void for_each_offset(const TensorNode* n, F&& fn) {
 
 template <class V>
 void Tensor::set(std::span<const V> values) {
-  check_access("set", n_, values.size(), dtype_matches<V>(n_->dtype));
-  const TensorNode* owner = n_->view_src ? n_->view_src : n_;
-  if (n_->is_contiguous()) {
-    n_->buffer->set(n_, values.data(), 0, values.size() * sizeof(V));
+  check_access("set", node(), values.size(), dtype_matches<V>(node()->dtype));
+  if (values.empty()) return;  // an empty tensor: nothing to copy (and no null memcpy)
+  const TensorNode* owner = node()->view_src ? node()->view_src : node();
+  if (node()->is_contiguous()) {
+    node()->buffer->set(node(), values.data(), 0, values.size() * sizeof(V));
   } else if (owner->buffer && owner->buffer->is_host()) {
-    char* base = static_cast<char*>(n_->data);
-    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
+    char* base = static_cast<char*>(node()->data);
+    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
   } else {
-    fail("set", label(n_), " is a non-contiguous view on a device buffer: set its source");
+    fail("set", label(node()), " is a non-contiguous view on a device buffer: set its source");
   }
 }
 
 template <class V>
 std::vector<V> Tensor::get() const {
-  std::vector<V> out(size_t(n_->numel()));
-  check_access("get", n_, out.size(), dtype_matches<V>(n_->dtype));
-  if (n_->is_contiguous()) {
-    n_->buffer->get(n_, out.data(), 0, out.size() * sizeof(V));
-  } else if (n_->buffer && n_->buffer->is_host()) {
-    const char* base = static_cast<const char*>(n_->data);
-    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
+  std::vector<V> out(size_t(node()->numel()));
+  check_access("get", node(), out.size(), dtype_matches<V>(node()->dtype));
+  if (out.empty()) return out;
+  if (node()->is_contiguous()) {
+    node()->buffer->get(node(), out.data(), 0, out.size() * sizeof(V));
+  } else if (node()->buffer && node()->buffer->is_host()) {
+    const char* base = static_cast<const char*>(node()->data);
+    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
   } else {
     // A strided view in device memory: fetch the bytes it spans (strides are
     // never negative), then gather on the host.
     int64_t span = 0;
-    for_each_offset(n_, [&](int64_t off, int64_t) { span = std::max<int64_t>(span, off + int64_t(sizeof(V))); });
+    for_each_offset(node(), [&](int64_t off, int64_t) { span = std::max<int64_t>(span, off + int64_t(sizeof(V))); });
     std::vector<char> bytes(static_cast<size_t>(span));
-    n_->buffer->get(n_, bytes.data(), 0, bytes.size());
-    for_each_offset(n_, [&](int64_t off, int64_t i) { std::memcpy(&out[i], bytes.data() + off, sizeof(V)); });
+    node()->buffer->get(node(), bytes.data(), 0, bytes.size());
+    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(&out[i], bytes.data() + off, sizeof(V)); });
   }
   return out;
 }
 
 float Tensor::item() const {
-  if (numel() != 1) fail("item", label(n_), " ", shape().str(), " has ", numel(), " elements, not 1");
+  if (numel() != 1) fail("item", label(node()), " ", shape().str(), " has ", numel(), " elements, not 1");
   switch (dtype()) {
     case DType::f32: return get<float>()[0];
     case DType::i32: return float(get<int32_t>()[0]);
@@ -97,9 +99,9 @@ float Tensor::item() const {
 }
 
 void Tensor::fill_zero() {
-  if (!n_->data) fail("fill_zero", label(n_), " has no memory yet");
-  if (!n_->is_contiguous()) fail("fill_zero", label(n_), " is not contiguous");
-  n_->buffer->memset(n_, 0, 0, n_->nbytes());
+  if (!node()->data) fail("fill_zero", label(node()), " has no memory yet");
+  if (!node()->is_contiguous()) fail("fill_zero", label(node()), " is not contiguous");
+  node()->buffer->memset(node(), 0, 0, node()->nbytes());
 }
 
 template void Tensor::set<float>(std::span<const float>);

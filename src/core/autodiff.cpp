@@ -23,6 +23,7 @@ const char* label(const TensorNode* n) { return n->name.empty() ? op_name(n->op)
 }  // namespace
 
 void Graph::backward(Tensor loss) {
+  check_alive();
   if (!loss.defined()) fail("backward", "loss is an undefined tensor");
   if (!seen_.count(loss.node()))
     fail("backward", "loss is not part of this graph: build it with Graph::forward(loss)");

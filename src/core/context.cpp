@@ -4,9 +4,24 @@
 
 namespace kiln {
 
-TensorNode* Context::new_node(DType t, const Shape& s, Op op) {
+size_t detail::checked_nbytes(const char* op, const std::string& name, DType t, const Shape& s) {
+  const std::string who = name.empty() ? "tensor " : "tensor '" + name + "' ";
   for (int64_t d : s)
-    if (d < 0) fail(op_name(op), "dimension sizes must be >= 0, got ", s.str());
+    if (d < 0) fail(op, who, s.str(), ": dimension sizes must be >= 0");
+  int64_t n = 1;
+  for (int64_t d : s)
+    if (d == 0) return 0;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      fail(op, who, s.str(), ": the element count overflows int64");
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes))
+    fail(op, who, s.str(), " ", dtype_name(t), ": ", n, " elements need more bytes than fit in int64");
+  return size_t(bytes);
+}
+
+TensorNode* Context::new_node(DType t, const Shape& s, Op op) {
+  detail::checked_nbytes(op_name(op), {}, t, s);
   TensorNode& n = nodes_.emplace_back();
   n.id = int64_t(nodes_.size() - 1);
   n.dtype = t;
@@ -17,7 +32,9 @@ TensorNode* Context::new_node(DType t, const Shape& s, Op op) {
   return &n;
 }
 
-static Tensor leaf(Context& c, DType t, const Shape& s, std::string name, uint32_t flags) {
+static Tensor leaf(Context& c, const char* what, DType t, const Shape& s, std::string name,
+                   uint32_t flags) {
+  detail::checked_nbytes(what, name, t, s);
   TensorNode* n = c.new_node(t, s, Op::NONE);
   n->name = std::move(name);
   n->flags = flags;
@@ -25,14 +42,14 @@ static Tensor leaf(Context& c, DType t, const Shape& s, std::string name, uint32
 }
 
 Tensor Context::input(DType t, const Shape& s, std::string name) {
-  return leaf(*this, t, s, std::move(name), kFlagInput);
+  return leaf(*this, "input", t, s, std::move(name), kFlagInput);
 }
 Tensor Context::param(DType t, const Shape& s, std::string name) {
   if (!is_floating(t)) fail("param", "parameters must be floating point, got ", dtype_name(t));
-  return leaf(*this, t, s, std::move(name), kFlagParam);
+  return leaf(*this, "param", t, s, std::move(name), kFlagParam);
 }
 Tensor Context::tensor(DType t, const Shape& s, std::string name) {
-  return leaf(*this, t, s, std::move(name), 0);
+  return leaf(*this, "tensor", t, s, std::move(name), 0);
 }
 
 }  // namespace kiln

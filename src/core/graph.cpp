@@ -1,6 +1,8 @@
 // Graph construction (topological order by iterative DFS) and printing.
 #include "kiln/graph.h"
 
+#include "kiln/context.h"
+
 #include <sstream>
 
 namespace kiln {
@@ -19,6 +21,10 @@ Graph Graph::forward(std::initializer_list<Tensor> outputs) {
 
 void Graph::expand(Tensor output) {
   if (!output.defined()) fail("graph", "output is an undefined tensor");
+  check_alive();
+  TensorNode* n = output.node();
+  if (nodes_.empty() && leafs_.empty())
+    life_ = n->ctx ? n->ctx->life() : detail::immortal_life();
   output.node()->flags |= kFlagOutput;
   visit(output.node());
   if (grads_.empty()) n_forward_ = nodes_.size();
@@ -44,6 +50,7 @@ void Graph::visit(TensorNode* root) {
 }
 
 Tensor Graph::grad(Tensor t) const {
+  check_alive();
   for (const auto& [param, acc] : accumulators_)
     if (param == t.node()) return Tensor(acc);
   auto it = grads_.find(t.node());
@@ -51,10 +58,12 @@ Tensor Graph::grad(Tensor t) const {
 }
 
 void Graph::reset_grads() {
+  check_alive();
   for (const auto& [param, acc] : accumulators_) Tensor(acc).fill_zero();
 }
 
 std::string Graph::dump() const {
+  check_alive();
   std::ostringstream os;
   os << "graph: " << leafs_.size() << " leafs, " << nodes_.size() << " nodes (" << n_forward_
      << " forward)\n";

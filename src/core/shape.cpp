@@ -38,9 +38,14 @@ void Shape::push_back(int64_t v) {
   d_[n_++] = v;
 }
 
-int64_t Shape::numel() const {
+int64_t Shape::checked_numel(const char* op) const {
+  // A zero dim makes the count 0 whatever the others are (as PyTorch's numel).
+  for (int i = 0; i < n_; ++i)
+    if (d_[i] == 0) return 0;
   int64_t n = 1;
-  for (int i = 0; i < n_; ++i) n *= d_[i];
+  for (int i = 0; i < n_; ++i)
+    if (__builtin_mul_overflow(n, d_[i], &n))
+      fail(op, "the element count of ", str(), " overflows int64");
   return n;
 }
 

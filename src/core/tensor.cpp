@@ -1,9 +1,24 @@
 // TensorNode layout queries and the Tensor handle's metadata. Data access
 // (Tensor::set/get) needs buffers and lives in the backend layer
 // (src/backend/tensor_data.cpp).
+#include "kiln/context.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
+
+const detail::LifeToken& detail::immortal_life() {
+  static const LifeToken token = std::make_shared<int>(0);
+  return token;
+}
+
+void detail::fail_dead_context(const char* what) {
+  fail(what, "used after its kiln::Context was destroyed: a Tensor or Graph must not outlive "
+             "the Context that built it");
+}
+
+Tensor::Tensor(TensorNode* n) : n_(n) {
+  if (n) life_ = n->ctx ? n->ctx->life() : detail::immortal_life();
+}
 
 bool TensorNode::is_contiguous() const {
   int64_t expect = int64_t(elem_size());
@@ -28,7 +43,7 @@ int64_t Tensor::size(int dim) const {
 }
 
 Tensor& Tensor::set_name(std::string name) {
-  n_->name = std::move(name);
+  node()->name = std::move(name);
   return *this;
 }
 

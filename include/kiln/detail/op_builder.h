@@ -31,6 +31,13 @@ int norm_axis(const char* op, int axis, int ndim);
 // Numpy broadcast of two shapes, or a kiln::Error naming both tensors.
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 
+// Bytes of a contiguous tensor of dtype t and shape s. Every tensor creation goes
+// through it (Context::new_node, so leaves, ops and views alike): a negative dim,
+// an element count or a byte size that does not fit in int64 is a kiln::Error
+// "[op] tensor 'name' [shape] ...", so strides and offsets derived from the shape
+// cannot wrap either.
+size_t checked_nbytes(const char* op, const std::string& name, DType t, const Shape& s);
+
 // Row-major contiguous byte strides for a shape.
 std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_size);
 

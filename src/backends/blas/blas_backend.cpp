@@ -207,9 +207,7 @@ void BlasBackend::compute(std::span<TensorNode* const> nodes) {
   for (TensorNode* n : nodes) {
     const OpKind kind = op_kind(n->op);
     if (kind == OpKind::LEAF || kind == OpKind::VIEW) continue;
-    if (!n->data && n->numel() > 0)
-      fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(),
-           ") has no memory: allocate the graph first");
+    detail::check_memory(n);
     if (auto g = plan_gemm(n)) {
       flush();
       if (n->numel() == 0) continue;

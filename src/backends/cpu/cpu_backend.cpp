@@ -81,9 +81,7 @@ void CpuBackend::compute(std::span<TensorNode* const> nodes) {
   steps.clear();
   const bool parallel = impl_->pool->size() > 1;
   for (TensorNode* n : nodes) {
-    if (!n->data && n->numel() > 0)
-      fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(),
-           ") has no memory: allocate the graph first");
+    detail::check_memory(n);
     if (!kKernels[size_t(n->op)] || n->numel() == 0) continue;
     const bool serial = !parallel || work_of(n) <= kSerialWork;
     if (serial && !steps.empty() && steps.back().count > 0) {

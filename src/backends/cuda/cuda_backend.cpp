@@ -171,9 +171,7 @@ void CudaBackend::compute(std::span<TensorNode* const> nodes) {
   for (TensorNode* n : nodes) {
     const OpKind kind = op_kind(n->op);
     if (kind == OpKind::LEAF || kind == OpKind::VIEW) continue;
-    if (!n->data && n->numel() > 0)
-      fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(),
-           ") has no memory: allocate the graph first");
+    detail::check_memory(n);
     if (!cuda::supported(n))
       fail("cuda", "node #", n->id, " (", op_name(n->op), " ", dtype_name(n->dtype), n->shape.str(),
            ") is not supported by the CUDA backend: run the graph with a kiln::Scheduler that has a CPU "

@@ -1,5 +1,7 @@
 // Reductions: sum / mean / max over all elements or one axis, argmax,
 // count_equal, and sum_to (the broadcast adjoint used by backward rules).
+#include <limits>
+
 #include "core/autodiff.h"
 #include "kiln/detail/op_builder.h"
 #include "kiln/ops.h"
@@ -55,13 +57,14 @@ Tensor max(Tensor x, int axis, bool keepdim) { return reduce_axis(Op::MAX, x, ax
 Tensor mean(Tensor x) {
   detail::check_defined("mean", {x});
   Tensor s = sum(x);
-  return scale(s, x.numel() ? 1.0f / float(x.numel()) : 0.0f);
+  // The mean of nothing is 0 / 0 = NaN, as in PyTorch.
+  return scale(s, x.numel() ? 1.0f / float(x.numel()) : std::numeric_limits<float>::quiet_NaN());
 }
 Tensor mean(Tensor x, int axis, bool keepdim) {
   detail::check_defined("mean", {x});
   const int64_t n = x.shape()[detail::norm_axis("mean", axis, x.ndim())];
   Tensor s = sum(x, axis, keepdim);
-  return scale(s, n ? 1.0f / float(n) : 0.0f);
+  return scale(s, n ? 1.0f / float(n) : std::numeric_limits<float>::quiet_NaN());
 }
 Tensor argmax(Tensor x, int axis, bool keepdim) {
   return reduce_axis(Op::ARGMAX, x, axis, keepdim, i32);

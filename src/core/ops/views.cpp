@@ -34,8 +34,8 @@ Shape infer_dim(const char* op, const Shape& s, const Shape& from, int64_t numel
     if (s[d] == -1) {
       if (infer >= 0) fail(op, "only one dim of ", s.str(), " may be -1");
       infer = d;
-    } else {
-      known *= s[d];
+    } else if (__builtin_mul_overflow(known, s[d], &known)) {
+      fail(op, "cannot reshape ", from.str(), " to ", s.str(), ": the element count overflows int64");
     }
   }
   if (infer >= 0) {
@@ -51,22 +51,22 @@ Shape infer_dim(const char* op, const Shape& s, const Shape& from, int64_t numel
 Tensor Tensor::view(const Shape& s_in) const {
   detail::check_defined("view", {*this});
   const Shape s = infer_dim("view", s_in, shape(), numel());
-  if (s.numel() != numel())
+  if (s.checked_numel("view") != numel())
     fail("view", "cannot view ", shape().str(), " (", numel(), " elements) as ", s.str(), " (",
          s.numel(), " elements)");
-  if (!n_->is_contiguous())
+  if (!node()->is_contiguous())
     fail("view", "tensor ", shape().str(), " is not contiguous; use reshape() or contiguous()");
-  return make_view(Op::RESHAPE, n_, s, detail::contiguous_strides(s, n_->elem_size()), 0);
+  return make_view(Op::RESHAPE, node(), s, detail::contiguous_strides(s, node()->elem_size()), 0);
 }
 
 Tensor Tensor::reshape(const Shape& s_in) const {
   detail::check_defined("reshape", {*this});
   const Shape s = infer_dim("reshape", s_in, shape(), numel());
-  if (s.numel() != numel())
+  if (s.checked_numel("reshape") != numel())
     fail("reshape", "cannot reshape ", shape().str(), " (", numel(), " elements) to ", s.str(),
          " (", s.numel(), " elements)");
   if (s == shape()) return *this;
-  return n_->is_contiguous() ? view(s) : contiguous().view(s);
+  return node()->is_contiguous() ? view(s) : contiguous().view(s);
 }
 
 Tensor Tensor::permute(std::initializer_list<int> axes) const {
@@ -85,10 +85,10 @@ Tensor Tensor::permute(std::initializer_list<int> axes) const {
     used[ax] = true;
     p.axes[size_t(d)] = ax;
     s.push_back(shape()[ax]);
-    st[d] = n_->stride[ax];
+    st[d] = node()->stride[ax];
     ++d;
   }
-  return make_view(Op::PERMUTE, n_, s, st, 0, detail::pack_params(p));
+  return make_view(Op::PERMUTE, node(), s, st, 0, detail::pack_params(p));
 }
 
 Tensor Tensor::transpose(int d0, int d1) const {
@@ -114,7 +114,7 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
          " of ", shape().str());
   Shape s = shape();
   s[d] = length;
-  return make_view(Op::NARROW, n_, s, n_->stride, start * n_->stride[d],
+  return make_view(Op::NARROW, node(), s, node()->stride, start * node()->stride[d],
                    detail::pack_params(NarrowParams{d, start, length}));
 }
 
@@ -128,7 +128,7 @@ Tensor Tensor::expand(const Shape& s) const {
     if (j < 0) {
       st[i] = 0;
     } else if (shape()[j] == s[i] || s[i] == -1) {
-      st[i] = n_->stride[j];
+      st[i] = node()->stride[j];
     } else if (shape()[j] == 1) {
       st[i] = 0;
     } else {
@@ -142,19 +142,19 @@ Tensor Tensor::expand(const Shape& s) const {
   for (int i = 0; i < off; ++i)
     if (out[i] < 0) fail("expand", "-1 is not allowed for the new leading dim ", i, " in ", s.str());
   if (out == shape()) return *this;
-  return make_view(Op::EXPAND, n_, out, st, 0);
+  return make_view(Op::EXPAND, node(), out, st, 0);
 }
 
 Tensor Tensor::contiguous() const {
   detail::check_defined("contiguous", {*this});
-  if (n_->is_contiguous()) return *this;
-  return Tensor(detail::new_op(Op::CPY, dtype(), shape(), {n_}));
+  if (node()->is_contiguous()) return *this;
+  return Tensor(detail::new_op(Op::CPY, dtype(), shape(), {node()}));
 }
 
 Tensor Tensor::to(DType t) const {
   detail::check_defined("copy", {*this});
   if (t == dtype()) return *this;
-  return Tensor(detail::new_op(Op::CPY, t, shape(), {n_}));
+  return Tensor(detail::new_op(Op::CPY, t, shape(), {node()}));
 }
 
 namespace detail {

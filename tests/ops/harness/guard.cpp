@@ -53,6 +53,7 @@ std::unique_ptr<Buffer> GuardedMemory::allocate(Context& ctx, Backend& be) {
   for (auto& [n, off] : blocks) {
     n->data = base + off;
     n->buffer = buf.get();
+    buf->track(n);  // detached when the buffer dies, like allocate_tensors' tensors
     std::memset(base + off, 0, n->nbytes());
     regions_.push_back({prev_end, off, prev, n});
     prev_end = off + n->nbytes();
