@@ -35,6 +35,8 @@ struct SampleRange {
   int64_t size() const { return end - begin; }
   // Full batches of `batch_size` in the range (a remainder is not used).
   int64_t n_batches(int64_t batch_size) const { return batch_size > 0 ? size() / batch_size : 0; }
+  // Samples left over after the full batches (they form one partial batch).
+  int64_t remainder(int64_t batch_size) const { return batch_size > 0 ? size() % batch_size : 0; }
   bool operator==(const SampleRange&) const = default;
 };
 
@@ -96,11 +98,14 @@ class Dataset {
   // leading dim: [B, 784] and [B, 1, 28, 28] both take 28x28 samples) of dtype
   // f32/f16/bf16 (converted, u8 scaled) or i32 (from u8/i32 storage). labels may be
   // undefined (skipped); integer class labels also fill an f32 [B, C] tensor as
-  // one-hot rows.
+  // one-hot rows. batch_index may be n_batches() when the range has a remainder:
+  // that partial batch fills the first remainder() rows and repeats its last
+  // sample in the other rows (evaluation ignores them). Returns the number of
+  // real samples in the batch (B, or the remainder for the partial one).
   int64_t n_batches(int64_t batch_size, SampleRange range) const;
-  void get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleRange range) const;
-  void get_batch(Tensor data, Tensor labels, int64_t batch_index) const {
-    get_batch(data, labels, batch_index, all());
+  int64_t get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleRange range) const;
+  int64_t get_batch(Tensor data, Tensor labels, int64_t batch_index) const {
+    return get_batch(data, labels, batch_index, all());
   }
 
  private:

@@ -114,13 +114,14 @@ ScheduleFn cosine(OptimizerParams p, int64_t warmup_steps, float min_lr = 0.0f, 
 struct Result {
   int64_t n_samples = 0;
   int64_t n_batches = 0;
-  double loss_sum = 0;     // of the batches' (mean) losses
-  double loss_sq_sum = 0;
+  double loss_sum = 0;     // of batch_loss * batch_size (a partial batch weighs less)
+  double loss_sq_sum = 0;  // of batch_loss^2 * batch_size
   int64_t n_correct = -1;  // -1: no accuracy (regression losses)
 
   void add(double batch_loss, int64_t batch_size, int64_t correct = -1);
   void clear() { *this = Result{}; }
-  // Mean of the batch losses, and its standard error (NaN below two batches).
+  // Mean loss per sample (the batch losses weighted by their sizes), and its
+  // standard error from the spread of the batch losses (NaN below two batches).
   double loss() const;
   double loss_unc() const;
   bool has_accuracy() const { return n_correct >= 0; }
@@ -267,8 +268,12 @@ class OptContext {
   // accuracy to *r. Returns the batch loss. Throws kiln::Error "[fit] loss is NaN
   // at step N" when the loss is not finite (nothing is stepped then).
   double train_batch(Result* r = nullptr);
-  // Forward only (evaluation); the gradients are untouched.
-  double eval_batch(Result* r = nullptr);
+  // Forward only (evaluation); the gradients are untouched. `samples` < B: only
+  // the first `samples` rows are real (a partial last batch, see
+  // Dataset::get_batch): loss and accuracy are computed over them on the host
+  // (cross-entropy and mse; a user loss cannot be split and throws). Throws
+  // kiln::Error "[evaluate] loss is NaN ..." when the loss is not finite.
+  double eval_batch(Result* r = nullptr, int64_t samples = 0);
 
   // ---- lower level ----
   void forward();           // forward graph only
@@ -353,7 +358,9 @@ EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange
 // the order given by (seed, epoch) alone, so a resumed run sees the same batches
 // as an uninterrupted one. Returns one result per epoch run.
 std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o = {});
-// Forward-only pass over `range` (full physical batches).
+// Forward-only pass over `range`, the partial last batch included (except with a
+// user loss, which cannot be split per sample). An empty range, or nothing
+// evaluated, is a kiln::Error; so is a NaN or infinite loss (see eval_batch).
 Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool progress = false);
 
 // ---------------------------------------------------------------------------

@@ -246,7 +246,7 @@ std::string label_of(const Tensor& t, const char* role) {
 
 }  // namespace
 
-void Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleRange range) const {
+int64_t Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleRange range) const {
   if (!data.defined()) fail("dataset", "get_batch: the data tensor is undefined");
   if (range.begin < 0 || range.end > n_ || range.begin > range.end)
     fail("dataset", "get_batch: range [", range.begin, ", ", range.end, ") is not inside [0, ", n_, ")");
@@ -257,13 +257,15 @@ void Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleR
     fail("dataset", "get_batch: ", label_of(data, "data"), " holds ", data.numel(),
          " elements but a batch of ", batch, " samples of ", sample_shape_.str(), " has ",
          batch * sample_numel_);
-  const int64_t nb = range.n_batches(batch);
+  const int64_t nb = range.n_batches(batch) + (range.remainder(batch) > 0 ? 1 : 0);
   if (batch_index < 0 || batch_index >= nb)
     fail("dataset", "get_batch: batch ", batch_index, " is outside [0, ", nb, "): the range has ",
          range.size(), " samples, batches of ", batch);
+  const int64_t real = std::min(batch, range.size() - batch_index * batch);
 
   std::vector<int64_t> rows(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) rows[size_t(i)] = sample_at(range.begin + batch_index * batch + i);
+  for (int64_t i = 0; i < batch; ++i)
+    rows[size_t(i)] = sample_at(range.begin + batch_index * batch + std::min(i, real - 1));
 
   // Check the labels before writing anything, so an error leaves both tensors as they were.
   bool one_hot = false;
@@ -298,10 +300,10 @@ void Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleR
   }
 
   Gather{data_.data(), data_type_, sample_numel_, rows, data_scale_}.into(data, "data");
-  if (!labels.defined()) return;
+  if (!labels.defined()) return real;
   if (!one_hot) {
     Gather{labels_.data(), label_type_, label_numel_, rows, 1.0f}.into(labels, "labels");
-    return;
+    return real;
   }
   if (labels.dtype() == DType::f32) {
     labels.set<float>(hot);
@@ -311,6 +313,7 @@ void Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleR
       h[k] = labels.dtype() == DType::f16 ? f32_to_f16(hot[k]) : f32_to_bf16(hot[k]);
     labels.set<uint16_t>(h);
   }
+  return real;
 }
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
 // epoch(), fit() and evaluate(): the training loop over a Dataset.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -47,16 +48,24 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
                  int64_t epoch, const FitOptions& o) {
   Result r;
   const int64_t B = opt.physical_batch(), N = opt.world_size();
-  ProgressBar bar(train ? "train" : "val  ", n * B * N, o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
+  // Evaluation also runs the partial last global batch (a user loss cannot be
+  // split per sample: its remainder is left out). Rank k's slice of it holds
+  // `mine` real samples, possibly none.
+  const int64_t rem = train || opt.loss_kind() == LossKind::user ? 0 : range.remainder(B * N);
+  const int64_t n_all = n + (rem > 0 ? 1 : 0);
+  const int64_t total = n * B * N + rem;
+  ProgressBar bar(train ? "train" : "val  ", total, o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
   const Clock::time_point t0 = Clock::now();
-  for (int64_t b = 0; b < n; ++b) {
+  for (int64_t b = 0; b < n_all; ++b) {
+    const int64_t mine = b < n ? B : std::clamp<int64_t>(rem - opt.rank() * B, 0, B);
+    if (mine == 0) continue;
     data.get_batch(opt.inputs(), opt.labels(), b * N + opt.rank(), range);
-    const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r);
-    bar.update((b + 1) * B * N, r);
-    if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n, train, l, &r, since(t0)});
+    const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r, mine);
+    bar.update(std::min((b + 1) * B * N, total), r);
+    if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n_all, train, l, &r, since(t0)});
   }
   reduce(opt, r);
-  if (n > 0) bar.finish(n * B * N, r);
+  if (n_all > 0) bar.finish(total, r);
   return r;
 }
 
@@ -113,10 +122,15 @@ std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o
 
 Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool progress) {
   check_dataset(opt, data);
+  if (range.size() == 0) fail("evaluate", "the range to evaluate is empty");
   FitOptions o;
   o.progress = progress;
-  return run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()), false, opt.epoch(),
-                   o);
+  Result r = run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()), false,
+                       opt.epoch(), o);
+  if (r.n_samples == 0)
+    fail("evaluate", "no sample was evaluated: the range has ", range.size(), " samples, fewer than one batch of ",
+         opt.physical_batch() * opt.world_size(), ", and a user loss cannot be evaluated on a partial batch");
+  return r;
 }
 
 }  // namespace kiln

@@ -485,12 +485,73 @@ double OptContext::train_batch(Result* r) {
   return l;
 }
 
-double OptContext::eval_batch(Result* r) {
+double OptContext::eval_batch(Result* r, int64_t samples) {
   Impl& s = *impl_;
+  if (samples == 0) samples = s.B;
+  if (samples < 1 || samples > s.B)
+    fail("evaluate", "samples must be in [1, ", s.B, "] (the physical batch), got ", samples);
   s.run_forward();
-  const double l = s.read_scalar(s.loss);
-  if (r) r->add(l, s.B, s.correct.defined() ? int64_t(s.read_scalar(s.correct)) : -1);
+  double l = 0;
+  int64_t correct = -1;
+  if (samples == s.B) {
+    l = s.read_scalar(s.loss);
+    if (s.correct.defined()) correct = int64_t(s.read_scalar(s.correct));
+  } else {
+    l = s.partial_loss(samples, &correct);
+  }
+  if (!std::isfinite(l))
+    fail("evaluate", "loss is ", std::isnan(l) ? "NaN" : "Inf", " on an evaluation batch of ", samples,
+         " samples (after ", s.step, " optimizer steps, epoch ", s.epoch, ")");
+  if (r) r->add(l, samples, correct);
   return l;
+}
+
+// Loss (and correct predictions) of the first P rows, from the outputs on the
+// host, with the graph's formulas: cross-entropy as log-sum-exp minus the label's
+// logit (or minus sum(p * log_softmax)), mse as the mean squared difference.
+double OptContext::Impl::partial_loss(int64_t P, int64_t* n_correct) const {
+  if (cfg.loss == LossKind::user)
+    fail("evaluate", "a user loss cannot be evaluated on a partial batch of ", P, " of ", B,
+         " samples: it is not a mean over samples that kiln can split");
+  const std::vector<float> out = outputs.get<float>();
+  const int64_t per = outputs.numel() / B;
+  double total = 0;
+  if (cfg.loss == LossKind::mse) {
+    const std::vector<float> want = labels.get<float>();
+    for (int64_t k = 0; k < P * per; ++k) total += (double(out[size_t(k)]) - want[size_t(k)]) * (double(out[size_t(k)]) - want[size_t(k)]);
+    return total / double(P * per);
+  }
+  const int64_t C = per;
+  std::vector<int32_t> lab;
+  std::vector<float> prob;
+  if (labels.dtype() == i32) lab = labels.get<int32_t>();
+  else prob = labels.get<float>();
+  std::vector<int32_t> pred_v;
+  if (pred.defined()) pred_v = pred.get<int32_t>();
+  int64_t hits = 0;
+  for (int64_t i = 0; i < P; ++i) {
+    const float* row = out.data() + i * C;
+    double m = -INFINITY, z = 0;
+    for (int64_t c = 0; c < C; ++c) m = std::max(m, double(row[c]));
+    for (int64_t c = 0; c < C; ++c) z += std::exp(double(row[c]) - m);
+    const double lse = m + std::log(z);
+    int64_t target = 0;
+    if (!lab.empty()) {
+      target = lab[size_t(i)];
+      if (target < 0 || target >= C)
+        fail("cross_entropy", "label ", target, " at position ", i, " is out of range [0, ", C, ")");
+      total += lse - row[target];
+    } else {
+      const float* p = prob.data() + i * C;
+      for (int64_t c = 0; c < C; ++c) {
+        total -= double(p[c]) * (double(row[c]) - lse);
+        if (p[c] > p[target]) target = c;
+      }
+    }
+    if (!pred_v.empty()) hits += pred_v[size_t(i)] == target;
+  }
+  if (correct.defined()) *n_correct = hits;
+  return total / double(P);
 }
 
 }  // namespace kiln

@@ -71,6 +71,7 @@ struct OptContext::Impl {
   void attach_parallel();
   void run_step();
   double read_scalar(Tensor t) const;
+  double partial_loss(int64_t samples, int64_t* n_correct) const;
   void zero_grads();
   void check_trainable() const;
 };

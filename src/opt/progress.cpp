@@ -17,18 +17,18 @@ namespace kiln {
 void Result::add(double batch_loss, int64_t batch_size, int64_t correct) {
   n_samples += batch_size;
   ++n_batches;
-  loss_sum += batch_loss;
-  loss_sq_sum += batch_loss * batch_loss;
+  loss_sum += batch_loss * double(batch_size);
+  loss_sq_sum += batch_loss * batch_loss * double(batch_size);
   if (correct >= 0) n_correct = (n_correct < 0 ? 0 : n_correct) + correct;
 }
 
-double Result::loss() const { return n_batches > 0 ? loss_sum / double(n_batches) : NAN; }
+double Result::loss() const { return n_samples > 0 ? loss_sum / double(n_samples) : NAN; }
 
 double Result::loss_unc() const {
-  if (n_batches < 2) return NAN;
-  const double n = double(n_batches), mean = loss_sum / n;
-  const double var = std::max(0.0, loss_sq_sum / n - mean * mean);  // of the batch losses
-  return std::sqrt(var / (n - 1));
+  if (n_batches < 2 || n_samples < 1) return NAN;
+  const double w = double(n_samples), mean = loss_sum / w;
+  const double var = std::max(0.0, loss_sq_sum / w - mean * mean);  // of the batch losses
+  return std::sqrt(var / double(n_batches - 1));
 }
 
 double Result::accuracy() const {
