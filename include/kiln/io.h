@@ -21,6 +21,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -78,7 +80,9 @@ class GgufValue {
   size_t size() const;                          // array length; 1 for scalars
   bool operator==(const GgufValue& o) const;
 
-  // Reads, converting where no information is lost; otherwise kiln::Error.
+  // Reads, converting where no information is lost; otherwise kiln::Error. A
+  // value read from a file names the file and its key in that error:
+  // "[gguf] model.gguf: metadata 'kiln.opt.step' is string, not an integer".
   int64_t as_int() const;    // any integer type or bool
   uint64_t as_uint() const;  // any integer type >= 0, or bool
   double as_float() const;   // f32, f64 or any integer type
@@ -95,6 +99,8 @@ class GgufValue {
 
  private:
   friend struct GgufValueAccess;
+  std::string subject() const;  // what errors call this value
+  std::string where_;           // "<file>: metadata '<key>'" for values read from a file
   GgufType type_ = GgufType::u8;
   GgufType elem_ = GgufType::u8;
   size_t count_ = 1;
@@ -107,9 +113,10 @@ class GgufValue {
 // when save() runs, so the file holds their values at that time.
 class GgufWriter {
  public:
-  // Sets (or replaces) a metadata key. "general.alignment" must be a u32 power of 2.
+  // Sets (or replaces) a metadata key. "general.alignment" must be a u32 power of 2
+  // of at most 65536 (the reader refuses larger ones).
   void set(const std::string& key, GgufValue value);
-  void set_alignment(uint32_t alignment);  // default 32
+  void set_alignment(uint32_t alignment);  // default 32, at most 65536
   // A kiln tensor under `name` (default: the tensor's own name).
   void add_tensor(Tensor t, const std::string& name = {});
   // Raw data (contiguous, kiln shape order); copied.
@@ -118,9 +125,12 @@ class GgufWriter {
   size_t n_tensors() const { return tensors_.size(); }
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
 
-  // Writes `path` atomically: a temporary file next to it (path.tmp-XXXXXX) is
-  // written, flushed and fsync'ed, then renamed over `path`. On any error the
-  // temporary file is removed, `path` is untouched and kiln::Error is thrown.
+  // Writes `path` atomically: a temporary file next to it
+  // (`path.tmp-<host>-<pid>-XXXXXX`) is written, flushed and fsync'ed, then
+  // renamed over `path`. On any error the temporary file is removed, `path` is
+  // untouched and kiln::Error is thrown. Temporary files that earlier saves of
+  // `path` left when they were killed are removed first, when stale: their
+  // process is gone (same host) or they are over 24 hours old.
   void save(const std::string& path) const;
 
  private:
@@ -134,6 +144,7 @@ class GgufWriter {
   uint32_t alignment() const;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Entry> tensors_;
+  std::unordered_set<std::string> names_;  // of tensors_, for the duplicate check
 };
 
 // A tensor described in a GGUF file.
@@ -180,6 +191,10 @@ class GgufFile {
   // [10]: ggml drops them when it writes files).
   void load(Tensor t, std::string_view name) const;
   void load(Tensor t) const { load(t, t.name()); }
+  // Throws the kiln::Error load(t, name) would throw before reading (no such
+  // tensor, another dtype or shape, no memory) and reads nothing: check every
+  // tensor first, then load, and a bad file changes nothing.
+  void check_load(Tensor t, std::string_view name) const;
 
  private:
   void parse();
@@ -192,6 +207,9 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<GgufTensorInfo> tensors_;
+  // Lookups by name are hashed: reading every tensor of a file by name is
+  // linear in the number of tensors, not quadratic.
+  std::unordered_map<std::string, size_t> key_index_, tensor_index_;
 };
 
 }  // namespace kiln

@@ -309,8 +309,12 @@ class OptContext {
   void save(const std::string& path, bool with_optimizer_state = true,
             const std::vector<std::pair<std::string, GgufValue>>& extra = {}) const;
   // Loads params (and the optimizer state and counters when the file has them and
-  // `with_optimizer_state`); checks names, dtypes and shapes. Corrupt files throw
-  // kiln::Error. Gradients are reset. Returns the opened file for extra metadata.
+  // `with_optimizer_state`). All or nothing: every name, dtype and shape of the
+  // whole checkpoint (and its optimizer kind and counters) is checked before
+  // any byte is written, so a mismatched or corrupt file throws kiln::Error and
+  // leaves params, optimizer state and counters exactly as they were. Shapes
+  // must be equal (leading dims of size 1 aside, GgufFile::load's rule); an
+  // equal element count is not enough. Gradients are reset. Returns the opened file for extra metadata.
   // Any number of ranks may load one file (it holds nothing per rank).
   GgufFile load(const std::string& path, bool with_optimizer_state = true);
 

@@ -26,7 +26,9 @@ inline constexpr uint64_t kMaxKeyLength = 65535;    // spec: keys are < 2^16 byt
 inline constexpr uint64_t kMaxNameLength = 64;      // spec: tensor names <= 64 bytes
 inline constexpr uint64_t kMaxWriteNameLength = 63; // ggml needs room for a NUL
 inline constexpr int kMaxArrayDepth = 4;            // nested arrays (a corrupt file could nest deeply)
-inline constexpr uint32_t kMaxAlignment = 1u << 30;
+// Alignments above 64 KiB serve no purpose and let a tiny file demand huge
+// padding when it is re-saved (2^30 would write 1 GiB).
+inline constexpr uint32_t kMaxAlignment = 1u << 16;
 
 // ggml tensor type numbers of the dtypes kiln stores.
 inline constexpr uint32_t kGgmlF32 = 0;
@@ -104,6 +106,7 @@ struct GgufValueAccess {
     v.arrays_ = std::move(arrays);
     return v;
   }
+  static void set_where(GgufValue& v, std::string where) { v.where_ = std::move(where); }
   static const std::vector<std::string>& strings(const GgufValue& v) { return v.strings_; }
   static const std::vector<GgufValue>& arrays(const GgufValue& v) { return v.arrays_; }
 };

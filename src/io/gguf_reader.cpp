@@ -3,37 +3,21 @@
 // Every count, length, dim and offset read from the file is checked against the
 // bytes that are left before anything is allocated for it, so a corrupt or
 // truncated file ends in kiln::Error, never in a crash or a huge allocation.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <unordered_set>
 
 #include "io/gguf_format.h"
+#include "io/io_util.h"
 
 namespace kiln {
 
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
-
-// pread until n bytes are read; false on error or end of file.
-bool pread_all(int fd, void* dst, size_t n, uint64_t offset) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    ssize_t got = ::pread(fd, p, n, off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= size_t(got);
-    offset += uint64_t(got);
-  }
-  return true;
-}
+using io::pread_all;
 
 // Sequential, bounds-checked, buffered reads of the header region.
 class Cursor {
@@ -157,13 +141,8 @@ std::string describe(const GgufTensorInfo& t) {
 }  // namespace
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("gguf", path, ": cannot open: ", errno_text());
+  fd_ = io::open_for_reading(path, "gguf", &file_size_);
   try {
-    struct stat st;
-    if (::fstat(fd_, &st) != 0) fail("gguf", path, ": cannot stat: ", errno_text());
-    if (!S_ISREG(st.st_mode)) fail("gguf", path, ": not a regular file");
-    file_size_ = uint64_t(st.st_size);
     parse();
   } catch (...) {
     ::close(fd_);
@@ -189,6 +168,8 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
     data_offset_ = o.data_offset_;
     kv_ = std::move(o.kv_);
     tensors_ = std::move(o.tensors_);
+    key_index_ = std::move(o.key_index_);
+    tensor_index_ = std::move(o.tensor_index_);
   }
   return *this;
 }
@@ -213,14 +194,16 @@ void GgufFile::parse() {
     c.corrupt("tensor count ", n_tensors, " cannot fit in the ", c.remaining(), " bytes left");
 
   kv_.reserve(n_kv);
-  std::unordered_set<std::string> keys;
+  key_index_.reserve(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string what = "metadata key " + std::to_string(i);
     std::string key = c.str(what, gguf::kMaxKeyLength);
     const std::string vwhat = "metadata '" + key + "'";
     GgufType t = read_type(c, vwhat);
     GgufValue v = read_value(c, t, vwhat, 0);
-    if (!keys.insert(key).second) c.corrupt("metadata key '", key, "' appears twice");
+    if (!key_index_.emplace(key, kv_.size()).second)
+      c.corrupt("metadata key '", key, "' appears twice");
+    GgufValueAccess::set_where(v, path_ + ": " + vwhat);
     kv_.emplace_back(std::move(key), std::move(v));
   }
 
@@ -228,18 +211,18 @@ void GgufFile::parse() {
   if (const GgufValue* a = find(gguf::kAlignmentKey)) {
     if (a->type() != GgufType::u32 || !gguf::is_power_of_two(a->as_uint()) ||
         a->as_uint() > gguf::kMaxAlignment)
-      c.corrupt(gguf::kAlignmentKey, " must be a u32 power of 2 up to ", gguf::kMaxAlignment,
-                ", got ", gguf_type_name(a->type()), " ", a->str());
+      c.corrupt(gguf::kAlignmentKey, " must be a u32 power of 2 of at most ", gguf::kMaxAlignment,
+                " (64 KiB), got ", gguf_type_name(a->type()), " ", a->str());
     alignment_ = uint32_t(a->as_uint());
   }
 
   tensors_.reserve(n_tensors);
-  std::unordered_set<std::string> names;
+  tensor_index_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
     t.name = c.str("tensor " + std::to_string(i) + " name", gguf::kMaxNameLength);
     const std::string what = "tensor '" + t.name + "'";
-    if (!names.insert(t.name).second) c.corrupt(what, " appears twice");
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second) c.corrupt(what, " appears twice");
     const uint32_t nd = c.u32(what + " n_dims");
     if (nd > uint32_t(kMaxDims)) c.corrupt(what, " has ", nd, " dims (at most ", kMaxDims, ")");
     uint64_t dims[kMaxDims] = {};
@@ -251,16 +234,23 @@ void GgufFile::parse() {
                 ", which kiln does not read (f32=0, f16=1, i32=26, bf16=30)");
     t.dtype = *dt;
     t.offset = c.u64(what + " offset");
-    // Sizes: each dim and the product must fit in int64, and the bytes in the file.
-    uint64_t numel = 1;
+    // Sizes: every partial product of the dims, in any order, and its size in
+    // bytes must fit in int64 (Shape::numel and byte strides multiply them). A
+    // zero dim makes the element count 0 but must not hide an overflow of the
+    // others ([0, 2^40, 2^40]), so the product skips zeros.
+    uint64_t nonzero = 1, numel = 1;
+    const uint64_t max = uint64_t(std::numeric_limits<int64_t>::max());
     for (uint32_t d = 0; d < nd; ++d) {
-      if (dims[d] > uint64_t(std::numeric_limits<int64_t>::max()) ||
-          __builtin_mul_overflow(numel, dims[d], &numel) ||
-          numel > uint64_t(std::numeric_limits<int64_t>::max()))
-        c.corrupt(what, " has dims too large (dim ", d, " is ", dims[d], ")");
+      numel *= dims[d];  // cannot overflow when the product of the non-zero dims does not
+      if (dims[d] == 0) continue;
+      if (__builtin_mul_overflow(nonzero, dims[d], &nonzero) ||
+          __builtin_mul_overflow(nonzero, uint64_t(dtype_size(t.dtype)), &t.nbytes) ||
+          t.nbytes > max)
+        c.corrupt(what, " has dims too large: their product overflows 64 bits (dim ", d, " is ",
+                  dims[d], ")");
     }
-    if (__builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &t.nbytes) ||
-        t.nbytes > file_size_)
+    t.nbytes = numel * uint64_t(dtype_size(t.dtype));
+    if (t.nbytes > file_size_)
       c.corrupt(what, " has ", numel, " elements, more than the file (", file_size_,
                 " bytes) can hold");
     for (int d = int(nd) - 1; d >= 0; --d) t.shape.push_back(int64_t(dims[d]));  // outermost first
@@ -291,9 +281,8 @@ void GgufFile::parse() {
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {
-  for (const auto& kv : kv_)
-    if (kv.first == key) return &kv.second;
-  return nullptr;
+  auto it = key_index_.find(std::string(key));
+  return it == key_index_.end() ? nullptr : &kv_[it->second].second;
 }
 
 const GgufValue& GgufFile::get(std::string_view key) const {
@@ -302,9 +291,8 @@ const GgufValue& GgufFile::get(std::string_view key) const {
 }
 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
-  for (const GgufTensorInfo& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  auto it = tensor_index_.find(std::string(name));
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 const GgufTensorInfo& GgufFile::tensor_info(std::string_view name) const {
@@ -341,15 +329,9 @@ bool same_shape(const Shape& a, const Shape& b) {
   return true;
 }
 
-template <class V>
-void set_from_bytes(Tensor t, const std::vector<uint8_t>& bytes) {
-  std::vector<V> v(bytes.size() / sizeof(V));
-  if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
-  t.set<V>(v);
-}
 }  // namespace
 
-void GgufFile::load(Tensor t, std::string_view name) const {
+void GgufFile::check_load(Tensor t, std::string_view name) const {
   if (!t.defined()) fail("gguf", path_, ": load of '", name, "' into an undefined tensor");
   const GgufTensorInfo& info = tensor_info(name);
   const std::string target = (t.name().empty() ? std::string("the target") : "target '" + t.name() + "'");
@@ -360,13 +342,11 @@ void GgufFile::load(Tensor t, std::string_view name) const {
   if (!t.has_data())
     fail("gguf", path_, ": cannot load '", info.name, "': ", target,
          " has no memory yet (allocate it first)");
-  std::vector<uint8_t> bytes = read_bytes(name);
-  switch (t.dtype()) {
-    case DType::f32: set_from_bytes<float>(t, bytes); break;
-    case DType::i32: set_from_bytes<int32_t>(t, bytes); break;
-    case DType::f16:
-    case DType::bf16: set_from_bytes<uint16_t>(t, bytes); break;
-  }
+}
+
+void GgufFile::load(Tensor t, std::string_view name) const {
+  check_load(t, name);
+  io::set_tensor_bytes(t, read_bytes(name));
 }
 
 }  // namespace kiln

@@ -66,9 +66,9 @@ Wide int_at(GgufType t, const std::vector<uint8_t>& raw, size_t i) {
   }
 }
 
-int64_t to_int64(const Wide& w) {
+int64_t to_int64(const Wide& w, const std::string& subject) {
   if (!w.negative && w.magnitude > uint64_t(std::numeric_limits<int64_t>::max()))
-    fail("gguf", "value ", w.magnitude, " does not fit in int64");
+    fail("gguf", subject, " is ", w.magnitude, ", which does not fit in int64");
   return w.negative ? int64_t(0 - w.magnitude) : int64_t(w.magnitude);
 }
 
@@ -129,55 +129,58 @@ GgufValue GgufValue::array_of(std::vector<GgufValue> arrays) {
 
 size_t GgufValue::size() const { return count_; }
 
+std::string GgufValue::subject() const { return where_.empty() ? "value" : where_; }
+
 bool GgufValue::operator==(const GgufValue& o) const {
+  // where_ is not part of the value: a value read from a file equals the one written.
   return type_ == o.type_ && elem_ == o.elem_ && count_ == o.count_ && raw_ == o.raw_ &&
          strings_ == o.strings_ && arrays_ == o.arrays_;
 }
 
 int64_t GgufValue::as_int() const {
   if (is_array() || !is_int_or_bool(type_))
-    fail("gguf", "value is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
-  return to_int64(int_at(type_, raw_, 0));
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
+  return to_int64(int_at(type_, raw_, 0), subject());
 }
 
 uint64_t GgufValue::as_uint() const {
   if (is_array() || !is_int_or_bool(type_))
-    fail("gguf", "value is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
   Wide w = int_at(type_, raw_, 0);
-  if (w.negative) fail("gguf", "value -", w.magnitude, " is negative, not an unsigned integer");
+  if (w.negative) fail("gguf", subject(), " is -", w.magnitude, ", not an unsigned integer");
   return w.magnitude;
 }
 
 double GgufValue::as_float() const {
   if (is_array() || !is_number(type_))
-    fail("gguf", "value is ", is_array() ? "an array" : gguf_type_name(type_), ", not a number");
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not a number");
   return float_at(type_, raw_, 0);
 }
 
 bool GgufValue::as_bool() const {
   if (type_ != GgufType::boolean)
-    fail("gguf", "value is ", gguf_type_name(type_), ", not a bool");
+    fail("gguf", subject(), " is ", gguf_type_name(type_), ", not a bool");
   return raw_[0] != 0;
 }
 
 const std::string& GgufValue::as_string() const {
   if (type_ != GgufType::string)
-    fail("gguf", "value is ", gguf_type_name(type_), ", not a string");
+    fail("gguf", subject(), " is ", gguf_type_name(type_), ", not a string");
   return strings_[0];
 }
 
 std::vector<int64_t> GgufValue::as_ints() const {
   if (!is_array() || !is_int_or_bool(elem_))
-    fail("gguf", "value is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
+    fail("gguf", subject(), " is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
          ", not an array of integers");
   std::vector<int64_t> out(count_);
-  for (size_t i = 0; i < count_; ++i) out[i] = to_int64(int_at(elem_, raw_, i));
+  for (size_t i = 0; i < count_; ++i) out[i] = to_int64(int_at(elem_, raw_, i), subject());
   return out;
 }
 
 std::vector<double> GgufValue::as_floats() const {
   if (!is_array() || !is_number(elem_))
-    fail("gguf", "value is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
+    fail("gguf", subject(), " is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
          ", not an array of numbers");
   std::vector<double> out(count_);
   for (size_t i = 0; i < count_; ++i) out[i] = float_at(elem_, raw_, i);
@@ -186,14 +189,14 @@ std::vector<double> GgufValue::as_floats() const {
 
 const std::vector<std::string>& GgufValue::as_strings() const {
   if (!is_array() || elem_ != GgufType::string)
-    fail("gguf", "value is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
+    fail("gguf", subject(), " is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
          ", not an array of strings");
   return strings_;
 }
 
 const std::vector<GgufValue>& GgufValue::as_arrays() const {
   if (!is_array() || elem_ != GgufType::array)
-    fail("gguf", "value is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
+    fail("gguf", subject(), " is ", is_array() ? "an array of " : "", gguf_type_name(elem_),
          ", not an array of arrays");
   return arrays_;
 }

@@ -1,14 +1,13 @@
 // GgufWriter: builds a GGUF v3 file and saves it atomically (temp file + rename).
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <unordered_set>
 
+#include "io/atomic_file.h"
 #include "io/gguf_format.h"
+#include "io/io_util.h"
 
 namespace kiln {
 
@@ -57,65 +56,6 @@ int depth_of(const GgufValue& v) {
   return d + 1;
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
-// Removes the temporary file unless the save got to the rename.
-class TempFile {
- public:
-  explicit TempFile(const std::string& target) : path_(target + ".tmp-XXXXXX") {
-    fd_ = ::mkstemp(path_.data());
-    if (fd_ < 0)
-      fail("gguf", target, ": cannot create the temporary file ", path_, ": ", errno_text());
-  }
-  ~TempFile() {
-    if (file_) std::fclose(file_);
-    else if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  const std::string& path() const { return path_; }
-  int fd() const { return fd_; }
-  std::FILE* stream(const std::string& target) {
-    file_ = ::fdopen(fd_, "wb");
-    if (!file_) fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
-    return file_;
-  }
-  // Flushes, syncs and closes; afterwards only rename is left.
-  void finish(const std::string& target) {
-    if (std::fflush(file_) != 0 || ::fsync(fd_) != 0)
-      fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
-    std::FILE* f = file_;
-    file_ = nullptr;
-    fd_ = -1;
-    if (std::fclose(f) != 0) fail("gguf", target, ": cannot write ", path_, ": ", errno_text());
-  }
-  void commit() { committed_ = true; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  std::FILE* file_ = nullptr;
-  bool committed_ = false;
-};
-
-// Mode for the new file: the old file's mode when there is one, else rw-r--r--
-// (mkstemp creates 0600, which would make a saved model unreadable to others).
-mode_t target_mode(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return st.st_mode & 07777;
-  return 0644;
-}
-
-void sync_parent_dir(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: the rename itself already happened
-  ::fsync(fd);
-  ::close(fd);
-}
-
 }  // namespace
 
 void GgufWriter::set(const std::string& key, GgufValue value) {
@@ -125,7 +65,7 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   if (key == gguf::kAlignmentKey) {
     if (value.type() != GgufType::u32 || !gguf::is_power_of_two(value.as_uint()) ||
         value.as_uint() > gguf::kMaxAlignment)
-      fail("gguf", key, " must be a u32 power of 2 (at most ", gguf::kMaxAlignment, "), got ",
+      fail("gguf", key, " must be a u32 power of 2 of at most ", gguf::kMaxAlignment, " (64 KiB), got ",
            gguf_type_name(value.type()), " ", value.str());
   }
   if (depth_of(value) > gguf::kMaxArrayDepth)
@@ -148,55 +88,34 @@ uint32_t GgufWriter::alignment() const {
 }
 
 namespace {
-void check_tensor_name(const std::string& name, const std::vector<std::string>& existing) {
+void check_tensor_name(const std::string& name, const std::unordered_set<std::string>& existing) {
   if (name.empty())
     fail("gguf", "a tensor needs a name to be saved (Tensor::set_name or the name argument)");
   if (name.size() > gguf::kMaxWriteNameLength)
     fail("gguf", "tensor name '", name, "' has ", name.size(), " bytes; GGUF allows at most ",
          gguf::kMaxWriteNameLength);
-  for (const std::string& e : existing)
-    if (e == name) fail("gguf", "tensor '", name, "' was added twice");
+  if (existing.count(name)) fail("gguf", "tensor '", name, "' was added twice");
 }
 }  // namespace
 
 void GgufWriter::add_tensor(Tensor t, const std::string& name) {
   if (!t.defined()) fail("gguf", "add_tensor: the tensor is undefined");
   std::string n = name.empty() ? t.name() : name;
-  std::vector<std::string> names;
-  for (const Entry& e : tensors_) names.push_back(e.name);
-  check_tensor_name(n, names);
+  check_tensor_name(n, names_);
+  names_.insert(n);
   tensors_.push_back(Entry{std::move(n), t.dtype(), t.shape(), t, {}});
 }
 
 void GgufWriter::add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
                                  std::span<const uint8_t> bytes) {
-  std::vector<std::string> names;
-  for (const Entry& e : tensors_) names.push_back(e.name);
-  check_tensor_name(name, names);
+  check_tensor_name(name, names_);
   const uint64_t want = uint64_t(shape.numel()) * dtype_size(dtype);
   if (bytes.size() != want)
     fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(), " (", want,
          " bytes) but ", bytes.size(), " bytes were given");
+  names_.insert(name);
   tensors_.push_back(Entry{name, dtype, shape, Tensor(), {bytes.begin(), bytes.end()}});
 }
-
-namespace {
-// A kiln tensor's values as contiguous little-endian bytes.
-std::vector<uint8_t> tensor_bytes(const Tensor& t) {
-  auto as_bytes = [](const auto& v) {
-    std::vector<uint8_t> out(v.size() * sizeof(v[0]));
-    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-    return out;
-  };
-  switch (t.dtype()) {
-    case DType::f32: return as_bytes(t.get<float>());
-    case DType::i32: return as_bytes(t.get<int32_t>());
-    case DType::f16:
-    case DType::bf16: return as_bytes(t.get<uint16_t>());
-  }
-  return {};
-}
-}  // namespace
 
 void GgufWriter::save(const std::string& path) const {
   // Everything that can be checked is checked before the temporary file exists.
@@ -230,28 +149,16 @@ void GgufWriter::save(const std::string& path) const {
   }
   head.b.resize(gguf::align_up(head.b.size(), align), 0);
 
-  TempFile tmp(path);
-  if (::fchmod(tmp.fd(), target_mode(path)) != 0)
-    fail("gguf", path, ": cannot set the mode of ", tmp.path(), ": ", errno_text());
-  std::FILE* f = tmp.stream(path);
-  auto write = [&](const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f) != n)
-      fail("gguf", path, ": cannot write ", tmp.path(), ": ", errno_text());
-  };
-  write(head.b.data(), head.b.size());
-  const std::vector<uint8_t> zeros(align, 0);
+  io::AtomicFile out(path, "gguf");
+  out.write(head.b.data(), head.b.size());
   for (const Entry& e : tensors_) {
     std::vector<uint8_t> from_tensor;
-    if (e.tensor.defined()) from_tensor = tensor_bytes(e.tensor);
+    if (e.tensor.defined()) from_tensor = io::tensor_bytes(e.tensor);
     const std::vector<uint8_t>& data = e.tensor.defined() ? from_tensor : e.bytes;
-    write(data.data(), data.size());
-    write(zeros.data(), gguf::align_up(data.size(), align) - data.size());
+    out.write(data.data(), data.size());
+    out.write_zeros(gguf::align_up(data.size(), align) - data.size());
   }
-  tmp.finish(path);
-  if (std::rename(tmp.path().c_str(), path.c_str()) != 0)
-    fail("gguf", path, ": cannot rename ", tmp.path(), " to it: ", errno_text());
-  tmp.commit();
-  sync_parent_dir(path);
+  out.commit();
 }
 
 }  // namespace kiln

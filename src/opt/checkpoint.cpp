@@ -21,13 +21,15 @@ void check_names(const std::vector<Tensor>& params) {
   }
 }
 
-// The file's tensor `name` must fit t (GgufFile::load checks the shape exactly;
-// this runs first so that a bad file changes nothing).
+// The file's tensor `name` must be loadable into t: the same name, dtype and
+// shape (GgufFile::load's rule, not just the element count: a [3, 8] tensor
+// saved as [8, 3] is refused here, before anything is written).
 void check_fits(const GgufFile& f, Tensor t, const std::string& name) {
-  const GgufTensorInfo& info = f.tensor_info(name);
-  if (info.dtype != t.dtype() || info.shape.numel() != t.numel())
-    fail("checkpoint", f.path(), ": tensor '", name, "' is ", dtype_name(info.dtype), " ", info.shape.str(),
-         " but the model's is ", dtype_name(t.dtype()), " ", t.shape().str());
+  try {
+    f.check_load(t, name);
+  } catch (const Error& e) {
+    fail("checkpoint", "nothing was loaded: ", e.what());
+  }
 }
 
 }  // namespace
@@ -88,7 +90,10 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
   Impl& s = *impl_;
   check_names(s.params);
   GgufFile f(path);  // validates header, metadata and tensor descriptors
-  // Check everything before changing anything: a bad file leaves the context as it was.
+  // Check every name, dtype and shape (and the metadata) before changing
+  // anything: a bad file leaves params, optimizer state and counters as they
+  // were. After these checks only an I/O error (the file truncated in place
+  // while loading) can stop the loop below part way.
   for (const Tensor& p : s.params) check_fits(f, p, p.name());
   const bool has_state = with_optimizer_state && !s.cfg.forward_only && f.has(kKeyStep);
   int64_t step = 0, epoch = 0;
