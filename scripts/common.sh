@@ -52,6 +52,8 @@ missing_packages() {
   have_header benchmark/benchmark.h || pkgs+=(libbenchmark-dev)
   have_lib libopenblas || pkgs+=(libopenblas-dev)
   have_header CLI/CLI.hpp || pkgs+=(libcli11-dev)
+  # JSON of safetensors headers (src/io only, header-only, build time).
+  have_header nlohmann/json.hpp || pkgs+=(nlohmann-json3-dev)
   # Open MPI: data-parallel training (src/dist) and its multi-process tests.
   have_header openmpi/mpi.h || pkgs+=(libopenmpi-dev)
   have mpirun || pkgs+=(openmpi-bin)

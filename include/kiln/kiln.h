@@ -11,6 +11,8 @@
 #include "kiln/graph.h"
 #include "kiln/io.h"
 #include "kiln/nn.h"
+#include "kiln/safetensors.h"
+#include "kiln/state_dict.h"
 #include "kiln/ops.h"
 #include "kiln/opt.h"
 #include "kiln/registry.h"

@@ -7,7 +7,7 @@
 #   2 allocators    src/alloc, kiln/alloc.h
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
 #   4 scheduler     src/sched, kiln/sched.h
-#   5 io            src/io, kiln/{io,safetensors}.h
+#   5 io            src/io, kiln/{io,safetensors,state_dict}.h
 #   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   7 training      src/opt, kiln/{opt,dataset}.h
 #   8 distributed   src/dist, kiln/dist.h
@@ -48,7 +48,7 @@ public_layer() {
     alloc.h) echo 2 ;;
     cpu.h | blas.h | cuda.h) echo 3 ;;
     sched.h) echo 4 ;;
-    io.h | safetensors.h) echo 5 ;;
+    io.h | safetensors.h | state_dict.h) echo 5 ;;
     nn.h | nn/*) echo 6 ;;
     opt.h | dataset.h | token_dataset.h) echo 7 ;;
     dist.h) echo 8 ;;
