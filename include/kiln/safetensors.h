@@ -2,11 +2,11 @@
 // format PyTorch (safetensors.torch.save_file), JAX, MLX and the Hugging Face
 // hub exchange.
 //
-//   kiln::save_safetensors("model.safetensors", {{"fc1.weight", w1}, {"fc1.bias", b1}},
-//                          {{"format", "pt"}});        // atomic: temp file, fsync, rename
-//   kiln::SafetensorsFile f("model.safetensors");      // parses and validates the header
-//   f.read("fc1.weight", w1);                          // dtype and shape must match
-//   kiln::load_safetensors("model.safetensors", {{"fc1.weight", w1}, {"fc1.bias", b1}});
+//   std::vector<kiln::NamedTensor> sd = {{"fc1.weight", w1}, {"fc1.bias", b1}};
+//   kiln::save_safetensors("model.safetensors", sd, {{"format", "pt"}});  // atomic
+//   kiln::SafetensorsFile f("model.safetensors");  // parses and validates the header
+//   f.read("fc1.weight", w1);                      // dtype and shape must match
+//   kiln::load_safetensors("model.safetensors", sd);  // all or nothing
 //
 // The layout, exactly as the spec has it: an 8-byte little-endian u64 N, then N
 // bytes of UTF-8 JSON (it starts with '{'; writers pad it with spaces), then the
