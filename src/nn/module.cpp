@@ -134,17 +134,17 @@ void Module::tie(std::string_view name, Tensor shared) {
 }
 
 void Module::allocate(Backend& backend) {
-  std::vector<TensorNode*> todo;
+  std::vector<TensorNode*> unplaced;
   for (auto& [n, t] : named_parameters())
-    if (!t.has_data()) todo.push_back(t.node());
-  if (todo.empty()) return;
+    if (!t.has_data()) unplaced.push_back(t.node());
+  if (unplaced.empty()) return;
   BufferType& bt = backend.buffer_type();
   TensorAllocator measure(bt);
-  for (TensorNode* t : todo) measure.alloc(t);
+  for (TensorNode* t : unplaced) measure.alloc(t);
   std::unique_ptr<Buffer> buf = bt.alloc(std::max(measure.high_water(), bt.alignment()));
   buf->clear(0);
   TensorAllocator place(*buf);
-  for (TensorNode* t : todo) place.place(t);
+  for (TensorNode* t : unplaced) place.place(t);
   // A later call (params added since) adds a buffer; earlier ones stay.
   storage_.push_back(std::move(buf));
 }
