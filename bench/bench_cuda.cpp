@@ -38,8 +38,10 @@ struct Mnist {
       init = {{w1, 784}, {w2, 500}};
     } else {
       x = ctx.input(f32, {B, 1, 28, 28}, "images");
-      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"), c1 = ctx.param(f32, {8}, "conv1.bias");
-      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"), c2 = ctx.param(f32, {16}, "conv2.bias");
+      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"),
+             c1 = ctx.param(f32, {8}, "conv1.bias");
+      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"),
+             c2 = ctx.param(f32, {16}, "conv2.bias");
       Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
       Conv2dOptions pad1;
       pad1.padding[0] = pad1.padding[1] = 1;
@@ -104,12 +106,15 @@ int main(int argc, char** argv) {
   std::printf("bench_cuda: %s\n", kiln::cuda_description(0).c_str());
   for (bool cnn : {false, true})
     for (bool graphs : {true, false})
-      benchmark::RegisterBenchmark((std::string("train_batch/") + (cnn ? "cnn" : "fc") + (graphs ? "/graph" : "/plain")).c_str(),
-                                   [=](benchmark::State& st) { train_batch(st, cnn, graphs); })
+      benchmark::RegisterBenchmark(
+          (std::string("train_batch/") + (cnn ? "cnn" : "fc") + (graphs ? "/graph" : "/plain"))
+              .c_str(),
+          [=](benchmark::State& st) { train_batch(st, cnn, graphs); })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
   for (bool graphs : {true, false})
-    benchmark::RegisterBenchmark(graphs ? "chain/graph" : "chain/plain", [=](benchmark::State& st) { chain(st, graphs); })
+    benchmark::RegisterBenchmark(graphs ? "chain/graph" : "chain/plain",
+                                 [=](benchmark::State& st) { chain(st, graphs); })
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   benchmark::Initialize(&argc, argv);
@@ -121,7 +126,8 @@ int main(int argc, char** argv) {
 #else
 
 int main() {
-  std::printf("bench_cuda: skipped: kiln was built without CUDA (KILN_CUDA=OFF or nvcc not found)\n");
+  std::printf(
+      "bench_cuda: skipped: kiln was built without CUDA (KILN_CUDA=OFF or nvcc not found)\n");
   return 0;
 }
 

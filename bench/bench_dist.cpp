@@ -46,7 +46,8 @@ struct Model {
 
 int64_t n_params(const Model& m) {
   int64_t n = 0;
-  for (size_t i = 0; i + 1 < m.widths.size(); ++i) n += m.widths[i] * m.widths[i + 1] + m.widths[i + 1];
+  for (size_t i = 0; i + 1 < m.widths.size(); ++i)
+    n += m.widths[i] * m.widths[i + 1] + m.widths[i + 1];
   return n;
 }
 
@@ -70,8 +71,8 @@ void bench_allreduce(dist::Communicator& comm, const Model& m, int reps) {
   const double bytes = double(n_params(m)) * 4;
   auto report = [&](const char* path, double t) {
     if (comm.rank() == 0)
-      std::printf("allreduce  %-6s %6.2f MB  %-24s %8.3f ms  %6.2f GB/s\n", m.name, bytes / 1e6, path, t * 1e3,
-                  bytes / t / 1e9);
+      std::printf("allreduce  %-6s %6.2f MB  %-24s %8.3f ms  %6.2f GB/s\n", m.name, bytes / 1e6,
+                  path, t * 1e3, bytes / t / 1e9);
   };
   for (size_t bucket : {size_t(256) << 10, size_t(1) << 20, size_t(4) << 20}) {
     dist::DataParallel dp(comm, {.bucket_bytes = bucket});
@@ -108,7 +109,8 @@ void bench_allreduce(dist::Communicator& comm, const Model& m, int reps) {
 // ---------------------------------------------------------------------------
 // 2. Training steps.
 
-void bench_steps(dist::Communicator& comm, const Model& m, int64_t B, int steps, int threads, bool overlap) {
+void bench_steps(dist::Communicator& comm, const Model& m, int64_t B, int steps, int threads,
+                 bool overlap) {
   Context ctx;
   Tensor x = ctx.input(f32, {B, m.widths.front()}, "x");
   Tensor h = x;
@@ -146,14 +148,16 @@ void bench_steps(dist::Communicator& comm, const Model& m, int64_t B, int steps,
   const dist::DataParallelStats& st = dp.stats();
   if (comm.rank() == 0) {
     if (comm.size() == 1) {
-      std::printf("step  %-6s %5.2f M params  N=1 batch %lld: %8.2f ms/step\n", m.name, double(n_params(m)) / 1e6,
-                  (long long)B, median(t) * 1e3);
+      std::printf("step  %-6s %5.2f M params  N=1 batch %lld: %8.2f ms/step\n", m.name,
+                  double(n_params(m)) / 1e6, (long long)B, median(t) * 1e3);
     } else {
-      std::printf("step  %-6s %5.2f M params  N=%d batch %lld/rank %-10s: %8.2f ms/step, reduce %6.2f ms, "
-                  "waited %6.2f ms (%2.0f%% hidden), %zu buckets\n",
-                  m.name, double(n_params(m)) / 1e6, comm.size(), (long long)B, overlap ? "overlap" : "no overlap",
-                  median(t) * 1e3, st.reduce_seconds / double(st.steps) * 1e3,
-                  st.wait_seconds / double(st.steps) * 1e3, 100 * st.overlap(), dp.n_buckets());
+      std::printf(
+          "step  %-6s %5.2f M params  N=%d batch %lld/rank %-10s: %8.2f ms/step, reduce %6.2f ms, "
+          "waited %6.2f ms (%2.0f%% hidden), %zu buckets\n",
+          m.name, double(n_params(m)) / 1e6, comm.size(), (long long)B,
+          overlap ? "overlap" : "no overlap", median(t) * 1e3,
+          st.reduce_seconds / double(st.steps) * 1e3, st.wait_seconds / double(st.steps) * 1e3,
+          100 * st.overlap(), dp.n_buckets());
     }
   }
 }

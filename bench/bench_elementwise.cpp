@@ -37,7 +37,9 @@ constexpr int64_t kN = int64_t(16) << 20;  // 16M floats = 64 MiB
 // Wall time of the timed loop, measured here so the counters are plain numbers
 // (a rate counter would print "GB/s=12/s").
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 enum class Which { add, mul, relu, exp, gelu, sum };
 const char* const kNames[] = {"add", "mul", "relu", "exp", "gelu", "sum"};
@@ -99,7 +101,11 @@ void with_stats(benchmark::internal::Benchmark* b) {
   b->ComputeStatistics("min", stat_min)->ComputeStatistics("max", stat_max)->UseRealTime();
 }
 
-BENCHMARK(BM_op)->Apply(op_args)->Apply(with_stats)->ArgNames({"op", "threads"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_op)
+    ->Apply(op_args)
+    ->Apply(with_stats)
+    ->ArgNames({"op", "threads"})
+    ->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------- triad
 struct TriadArrays {
@@ -109,14 +115,15 @@ struct TriadArrays {
     b = static_cast<float*>(std::aligned_alloc(4096, kN * 4));
     c = static_cast<float*>(std::aligned_alloc(4096, kN * 4));
     pool.run([&](kiln::cpu::ThreadCtx& t) {  // first touch by the using thread
-      for (int64_t i = kN * t.ith / t.nth; i < kN * (t.ith + 1) / t.nth; ++i) a[i] = 0, b[i] = 1, c[i] = 2;
+      for (int64_t i = kN * t.ith / t.nth; i < kN * (t.ith + 1) / t.nth; ++i)
+        a[i] = 0, b[i] = 1, c[i] = 2;
     });
   }
   ~TriadArrays() { std::free(a), std::free(b), std::free(c); }
 };
 
-void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, int64_t i0,
-           int64_t i1) {
+void triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
+           int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
 }
 
@@ -134,7 +141,12 @@ void BM_triad(benchmark::State& state) {
   }
   state.counters["GB/s"] = 3.0 * kN * 4 * double(state.iterations()) * 1e-9 / seconds_since(t0);
 }
-BENCHMARK(BM_triad)->Arg(1)->Arg(2)->ArgName("threads")->Apply(with_stats)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_triad)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->Apply(with_stats)
+    ->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------- overhead
 void BM_graph_overhead(benchmark::State& state) {
@@ -151,7 +163,12 @@ void BM_graph_overhead(benchmark::State& state) {
   for (auto _ : state) backend.compute(g);
   state.counters["ns_per_node"] = seconds_since(t0) * 1e9 / (double(state.iterations()) * kNodes);
 }
-BENCHMARK(BM_graph_overhead)->Arg(1)->Arg(2)->ArgName("threads")->Apply(with_stats)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_graph_overhead)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
+    ->Apply(with_stats)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -40,7 +40,19 @@ struct Shape {
   bool ta, tb;  // A / B given as transposed views
 };
 
-enum ShapeId { kSq1024, kFwd, kDW, kDX, kGemv, kSmall, kConv1, kConv1DW, kConv2, kConv2DW, kConv2DX };
+enum ShapeId {
+  kSq1024,
+  kFwd,
+  kDW,
+  kDX,
+  kGemv,
+  kSmall,
+  kConv1,
+  kConv1DW,
+  kConv2,
+  kConv2DW,
+  kConv2DX
+};
 constexpr Shape kShapes[] = {
     {1024, 1024, 1024, false, false},  // sq1024
     {500, 500, 784, false, false},     // fwd
@@ -52,11 +64,11 @@ constexpr Shape kShapes[] = {
     // OH*OW]): conv 1->8 on 28x28 and conv 8->16 on 14x14. (Whole-batch
     // products, e.g. 16 x 98000 x 72, measured 1.4-3.8x slower: the per-image
     // operands stay in L2.)
-    {8, 784, 9, false, false},         // conv1 forward
-    {8, 9, 784, false, true},          // conv1 d weight
-    {16, 196, 72, false, false},       // conv2 forward
-    {16, 72, 196, false, true},        // conv2 d weight
-    {72, 196, 16, true, false},        // conv2 d columns
+    {8, 784, 9, false, false},    // conv1 forward
+    {8, 9, 784, false, true},     // conv1 d weight
+    {16, 196, 72, false, false},  // conv2 forward
+    {16, 72, 196, false, true},   // conv2 d weight
+    {72, 196, 16, true, false},   // conv2 d columns
 };
 
 ThreadPool& pool(int n) {
@@ -79,7 +91,8 @@ struct Data {
       std::memcpy(&bits, &b[i], 4);
       bf16[i] = uint16_t(bits >> 16);
       const int e = int((bits >> 23) & 0xff) - 127 + 15;  // |b| <= 1: no overflow
-      f16[i] = uint16_t(((bits >> 16) & 0x8000u) | (e > 0 ? uint32_t(e) << 10 | ((bits >> 13) & 0x3ffu) : 0u));
+      f16[i] = uint16_t(((bits >> 16) & 0x8000u) |
+                        (e > 0 ? uint32_t(e) << 10 | ((bits >> 13) & 0x3ffu) : 0u));
     }
   }
 };
@@ -135,7 +148,7 @@ void BM_openblas(benchmark::State& st, ShapeId id) {
 }
 #endif
 
-#define KILN_GEMM_BENCH(name, id)                                                            \
+#define KILN_GEMM_BENCH(name, id) \
   BENCHMARK_CAPTURE(BM_kiln, name, id, GemmType::f32)->Arg(2)->Arg(1)->UseRealTime();
 #define KILN_BLAS_BENCH(name, id) \
   BENCHMARK_CAPTURE(BM_openblas, name, id)->Arg(2)->Arg(1)->UseRealTime();

@@ -57,14 +57,16 @@ Tensor transformer(Context& ctx) {
     return layer_norm(v, ctx.param(f32, {d}, name + ".w"), ctx.param(f32, {d}, name + ".b"));
   };
   Tensor h = norm(x, "ln1");
-  auto heads = [&](Tensor v) { return v.reshape({b, t, nh, hd}).permute({0, 2, 1, 3}); };  // [b, nh, t, hd]
+  auto heads = [&](Tensor v) {
+    return v.reshape({b, t, nh, hd}).permute({0, 2, 1, 3});
+  };  // [b, nh, t, hd]
   Tensor q = heads(linear(ctx, h, d, d, "q")), k = heads(linear(ctx, h, d, d, "k"));
   Tensor v = heads(linear(ctx, h, d, d, "v"));
   SoftmaxOptions causal;
   causal.causal = true;
   causal.scale = 1.0f / std::sqrt(float(hd));
-  Tensor att = softmax(matmul(q, k.transpose(-2, -1)), causal);           // [b, nh, t, t]
-  Tensor o = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, d});     // copy, then view
+  Tensor att = softmax(matmul(q, k.transpose(-2, -1)), causal);        // [b, nh, t, t]
+  Tensor o = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, d});  // copy, then view
   Tensor x1 = x + linear(ctx, o, d, d, "proj");
   Tensor m = linear(ctx, gelu(linear(ctx, norm(x1, "ln2"), d, 4 * d, "up")), 4 * d, d, "down");
   return mse_loss(x1 + m, target);
@@ -87,8 +89,12 @@ void row(const char* model, const char* what, const Graph& g, const MemoryPlan& 
 }  // namespace
 
 int main() {
-  std::printf("| model       | scope       | nodes | no reuse  | planned  | lower bd | ratio  | best-fit only    | placement | in-place |\n");
-  std::printf("|-------------|-------------|------:|----------:|---------:|---------:|-------:|-----------------:|-----------|---------:|\n");
+  std::printf(
+      "| model       | scope       | nodes | no reuse  | planned  | lower bd | ratio  | best-fit "
+      "only    | placement | in-place |\n");
+  std::printf(
+      "|-------------|-------------|------:|----------:|---------:|---------:|-------:|------------"
+      "-----:|-----------|---------:|\n");
   const std::pair<const char*, std::function<Tensor(Context&)>> models[] = {
       {"MLP", mlp}, {"CNN", cnn}, {"transformer", transformer}};
   std::string no_inplace;
@@ -106,13 +112,18 @@ int main() {
     GraphAllocator plain(host_buffer_type(), {.inplace = false});
     const MemoryPlan p = plain.measure(acts);
     char line[200];
-    std::snprintf(line, sizeof line, "| %-11s | %8s | %8s | %6.3f |\n", name, mib(p.buffer_size).c_str(),
-                  mib(p.lower_bound).c_str(), double(p.buffer_size) / double(p.lower_bound));
+    std::snprintf(line, sizeof line, "| %-11s | %8s | %8s | %6.3f |\n", name,
+                  mib(p.buffer_size).c_str(), mib(p.lower_bound).c_str(),
+                  double(p.buffer_size) / double(p.lower_bound));
     no_inplace += line;
   }
-  std::printf("\nSizes in MiB (2^20 bytes), 64-byte aligned blocks (host buffer type). ratio = planned / lower bound.\n");
+  std::printf(
+      "\nSizes in MiB (2^20 bytes), 64-byte aligned blocks (host buffer type). ratio = planned / "
+      "lower bound.\n");
   std::printf("\nActivations without in-place reuse:\n\n");
-  std::printf("| model       | planned  | lower bd | ratio  |\n|-------------|---------:|---------:|-------:|\n%s",
-              no_inplace.c_str());
+  std::printf(
+      "| model       | planned  | lower bd | ratio  "
+      "|\n|-------------|---------:|---------:|-------:|\n%s",
+      no_inplace.c_str());
   return 0;
 }

@@ -91,8 +91,8 @@ void BM_step(benchmark::State& state, Mode mode) {
     sched->alloc(step.graph);
   } else {
 #if KILN_HAVE_BLAS
-    blas = std::make_unique<BlasBackend>(kThreads, false,
-                                         mode == kBlasCpu ? BlasThreads::pool : BlasThreads::openblas);
+    blas = std::make_unique<BlasBackend>(
+        kThreads, false, mode == kBlasCpu ? BlasThreads::pool : BlasThreads::openblas);
     sched = std::make_unique<Scheduler>(std::vector<Backend*>{blas.get(), &cpu});
     sched->alloc(step.graph);
 #else
@@ -102,15 +102,13 @@ void BM_step(benchmark::State& state, Mode mode) {
   }
   step.fill();
   auto run = [&] {
-    if (sched)
-      sched->compute(step.graph);
-    else
-      cpu.compute(step.graph);
+    if (sched) sched->compute(step.graph);
+    else cpu.compute(step.graph);
   };
   run();  // warm-up: pages touched, pools and OpenBLAS threads started
   for (auto _ : state) run();
-  state.counters["GFLOPS"] = benchmark::Counter(kFlops * double(state.iterations()) / 1e9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(kFlops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
   if (sched) state.counters["splits"] = double(sched->n_splits());
 }
 
@@ -118,7 +116,9 @@ BENCHMARK_CAPTURE(BM_step, cpu_direct, kCpuDirect)->Unit(benchmark::kMillisecond
 BENCHMARK_CAPTURE(BM_step, cpu, kCpu)->Unit(benchmark::kMillisecond)->UseRealTime();
 #if KILN_HAVE_BLAS
 BENCHMARK_CAPTURE(BM_step, blas_cpu, kBlasCpu)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_step, blas_openblas_cpu, kBlasOpenblasCpu)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_step, blas_openblas_cpu, kBlasOpenblasCpu)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 #endif
 
 }  // namespace

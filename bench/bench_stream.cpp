@@ -67,8 +67,8 @@ void chunk(const ThreadCtx& t, int64_t& i0, int64_t& i1) {
   i1 = t.ith + 1 == t.nth ? kN : kN / 16 * (t.ith + 1) / t.nth * 16;
 }
 
-void triad_plain(float* __restrict a, const float* __restrict b, const float* __restrict c,
-                 float s, int64_t i0, int64_t i1) {
+void triad_plain(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
+                 int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
 }
 
@@ -126,7 +126,8 @@ void BM_pool_run_after_idle(benchmark::State& st) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const auto t0 = std::chrono::steady_clock::now();
     p.run(fn);
-    st.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    st.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 BENCHMARK(BM_pool_run_after_idle)->UseManualTime()->Iterations(200);
@@ -139,8 +140,9 @@ void BM_pool_barrier(benchmark::State& st) {
     for (int i = 0; i < kBarriers; ++i) t.barrier();
   };
   for (auto _ : st) p.run(fn);
-  st.counters["ns_per_barrier"] = benchmark::Counter(
-      double(kBarriers) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  st.counters["ns_per_barrier"] =
+      benchmark::Counter(double(kBarriers) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                       benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_pool_barrier)->UseRealTime();
 
@@ -161,8 +163,9 @@ void BM_pool_graph10k(benchmark::State& st) {
     p.run(fn);
     benchmark::ClobberMemory();
   }
-  st.counters["ns_per_node"] = benchmark::Counter(
-      double(kNodes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  st.counters["ns_per_node"] =
+      benchmark::Counter(double(kNodes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                    benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_pool_graph10k)->UseRealTime();
 

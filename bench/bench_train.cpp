@@ -34,7 +34,9 @@ using namespace kiln;
 
 // On a shared machine the minimum over repetitions is the figure to quote
 // (--benchmark_repetitions=N adds it next to mean and median).
-double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+double min_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
 
 int bench_threads() {
   const char* e = std::getenv("KILN_BENCH_THREADS");
@@ -54,8 +56,10 @@ struct Mnist {
       init = {{w1, 784}, {w2, 500}};
     } else {
       x = ctx.input(f32, {B, 1, 28, 28}, "images");
-      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"), c1 = ctx.param(f32, {8}, "conv1.bias");
-      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"), c2 = ctx.param(f32, {16}, "conv2.bias");
+      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"),
+             c1 = ctx.param(f32, {8}, "conv1.bias");
+      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"),
+             c2 = ctx.param(f32, {16}, "conv2.bias");
       Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
       Conv2dOptions pad1;
       pad1.padding[0] = pad1.padding[1] = 1;
@@ -88,16 +92,32 @@ void train_batch(benchmark::State& st, bool cnn) {
   for (auto _ : st) m.opt->train_batch();
   st.SetItemsProcessed(st.iterations() * 500);
 }
-BENCHMARK_CAPTURE(train_batch, fc, false)->Name("train_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
-BENCHMARK_CAPTURE(train_batch, cnn, true)->Name("train_batch/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(train_batch, fc, false)
+    ->Name("train_batch/fc")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(train_batch, cnn, true)
+    ->Name("train_batch/cnn")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
 
 void eval_batch(benchmark::State& st, bool cnn) {
   Mnist m(cnn);
   for (auto _ : st) m.opt->eval_batch();
   st.SetItemsProcessed(st.iterations() * 500);
 }
-BENCHMARK_CAPTURE(eval_batch, fc, false)->Name("eval_batch/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
-BENCHMARK_CAPTURE(eval_batch, cnn, true)->Name("eval_batch/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(eval_batch, fc, false)
+    ->Name("eval_batch/fc")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(eval_batch, cnn, true)
+    ->Name("eval_batch/cnn")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
 
 void get_batch_mnist(benchmark::State& st) {
   Dataset ds(60000, {28, 28}, DataType::u8, {}, DataType::i32, 10);
@@ -112,7 +132,11 @@ void get_batch_mnist(benchmark::State& st) {
   for (auto _ : st) ds.get_batch(x, y, b++ % 120);
   st.SetItemsProcessed(st.iterations() * 500);
 }
-BENCHMARK(get_batch_mnist)->Name("get_batch/mnist")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK(get_batch_mnist)
+    ->Name("get_batch/mnist")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
 
 struct Tiny {
   Tiny() {
@@ -139,14 +163,22 @@ void step_overhead_tiny(benchmark::State& st) {
   for (auto _ : st) m.opt->train_batch();
   st.counters["nodes"] = double(m.opt->graph().size());
 }
-BENCHMARK(step_overhead_tiny)->Name("step_overhead/tiny")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK(step_overhead_tiny)
+    ->Name("step_overhead/tiny")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
 
 void graph_compute_tiny(benchmark::State& st) {
   Tiny m;
   for (auto _ : st) m.opt->backend().compute(m.opt->graph());
   st.counters["nodes"] = double(m.opt->graph().size());
 }
-BENCHMARK(graph_compute_tiny)->Name("graph_compute/tiny")->Unit(benchmark::kMicrosecond)->UseRealTime()->ComputeStatistics("min", min_of);
+BENCHMARK(graph_compute_tiny)
+    ->Name("graph_compute/tiny")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
 
 // Node by node (one pool dispatch each, so small nodes read a little high).
 void profile(benchmark::State& st, bool cnn) {
@@ -155,7 +187,8 @@ void profile(benchmark::State& st, bool cnn) {
   const size_t nf = m.opt->n_forward_nodes(), nb = m.opt->n_backward_nodes();
   std::map<std::string, double> ms;
   using Clock = std::chrono::steady_clock;
-  const bool per_shape = std::getenv("KILN_PROFILE_SHAPES") != nullptr;  // one counter per op and shape
+  const bool per_shape =
+      std::getenv("KILN_PROFILE_SHAPES") != nullptr;  // one counter per op and shape
   for (auto _ : st) {
     // Forward and backward only: the optimizer nodes would run without the
     // per-step values the training loop writes, and turn the weights to NaN.
@@ -171,8 +204,18 @@ void profile(benchmark::State& st, bool cnn) {
   m.opt->reset_grads();
   for (auto& [k, v] : ms) st.counters[k] = v / double(st.iterations());
 }
-BENCHMARK_CAPTURE(profile, fc, false)->Name("profile/fc")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
-BENCHMARK_CAPTURE(profile, cnn, true)->Name("profile/cnn")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20)->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(profile, fc, false)
+    ->Name("profile/fc")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(20)
+    ->ComputeStatistics("min", min_of);
+BENCHMARK_CAPTURE(profile, cnn, true)
+    ->Name("profile/cnn")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(20)
+    ->ComputeStatistics("min", min_of);
 
 }  // namespace
 

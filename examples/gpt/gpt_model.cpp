@@ -21,8 +21,8 @@ Gpt::Gpt(kiln::Context& ctx, const GptConfig& cfg)
       lm_head(add<nn::Linear>("lm_head", cfg.n_embd, cfg.vocab, false)),
       cfg_(cfg) {
   if (cfg.n_layer < 1 || cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0 || cfg.block < 1)
-    kiln::fail("gpt", "bad configuration: n_layer ", cfg.n_layer, ", n_head ", cfg.n_head, ", n_embd ", cfg.n_embd,
-               " (a multiple of n_head), block ", cfg.block);
+    kiln::fail("gpt", "bad configuration: n_layer ", cfg.n_layer, ", n_head ", cfg.n_head,
+               ", n_embd ", cfg.n_embd, " (a multiple of n_head), block ", cfg.block);
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     blocks.push_back<nn::TransformerBlock>(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias);
   lm_head.tie("weight", wte.weight());  // one tensor, its gradient summed over both uses
@@ -30,7 +30,8 @@ Gpt::Gpt(kiln::Context& ctx, const GptConfig& cfg)
 
 Tensor Gpt::forward(Tensor idx) {
   if (idx.ndim() != 2 || idx.shape()[1] > cfg_.block)
-    kiln::fail("gpt", "input must be i32 [B, T] with T <= block ", cfg_.block, ", got ", idx.shape().str());
+    kiln::fail("gpt", "input must be i32 [B, T] with T <= block ", cfg_.block, ", got ",
+               idx.shape().str());
   const int64_t t = idx.shape()[1];
   // Positions 0..T-1 are the first T rows of wpe: a view, no index input needed.
   Tensor x = wte(idx) + wpe.weight().narrow(0, 0, t);
@@ -55,7 +56,8 @@ void Gpt::init_gpt(uint64_t seed) {
       if (ends_with(name, ".bias")) t.fill_zero();
       continue;
     }
-    const bool residual = ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight");
+    const bool residual =
+        ends_with(name, "attn.c_proj.weight") || ends_with(name, "mlp.c_proj.weight");
     kiln::init_normal(t, 0.0f, residual ? residual_std : 0.02f, seed * 1000003 + i);
   }
 }

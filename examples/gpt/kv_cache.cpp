@@ -19,21 +19,26 @@ KvDecoder::KvDecoder(Gpt& model, kiln::Backend& backend)
   Tensor x = model.wte(tok_) + kiln::embedding(model.wpe.weight(), pos_in_);  // [1, 1, C]
   for (size_t l = 0; l < model.blocks.size(); ++l) {
     auto& blk = static_cast<kiln::nn::TransformerBlock&>(model.blocks[l]);
-    Tensor kc = ctx_.input(kiln::f32, {1, H, block_, D}), vc = ctx_.input(kiln::f32, {1, H, block_, D});
+    Tensor kc = ctx_.input(kiln::f32, {1, H, block_, D}),
+           vc = ctx_.input(kiln::f32, {1, H, block_, D});
     Tensor qkv = blk.attn.c_attn(blk.ln_1(x));  // [1, 1, 3C]
-    auto head = [&](int i) { return qkv.narrow(2, i * C, C).reshape({1, 1, H, D}).permute({0, 2, 1, 3}); };
+    auto head = [&](int i) {
+      return qkv.narrow(2, i * C, C).reshape({1, 1, H, D}).permute({0, 2, 1, 3});
+    };
     Tensor q = head(0), k = head(1).contiguous(), v = head(2).contiguous();  // [1, H, 1, D]
-    Tensor s_cache = kiln::matmul(q, kc.T()) * scale + mask_;                  // [1, H, 1, block]
-    Tensor s_self = kiln::matmul(q, k.T()) * scale;                           // [1, H, 1, 1]
+    Tensor s_cache = kiln::matmul(q, kc.T()) * scale + mask_;                // [1, H, 1, block]
+    Tensor s_self = kiln::matmul(q, k.T()) * scale;                          // [1, H, 1, 1]
     Tensor p = kiln::softmax(kiln::concat({s_cache, s_self}, 3));
-    Tensor y = kiln::matmul(p.narrow(3, 0, block_), vc) + p.narrow(3, block_, 1) * v;  // [1, H, 1, D]
+    Tensor y =
+        kiln::matmul(p.narrow(3, 0, block_), vc) + p.narrow(3, block_, 1) * v;  // [1, H, 1, D]
     y = blk.attn.c_proj(y.permute({0, 2, 1, 3}).reshape({1, 1, C}));
     x = x + y;
     x = x + blk.mlp(blk.ln_2(x));
     k_cache_.push_back(kc), v_cache_.push_back(vc), k_new_.push_back(k), v_new_.push_back(v);
   }
   logits_ = model.lm_head(model.ln_f(x));  // [1, 1, vocab]
-  buf_ = kiln::allocate_tensors(ctx_, backend_);  // the new tensors only; weights stay where they are
+  buf_ =
+      kiln::allocate_tensors(ctx_, backend_);  // the new tensors only; weights stay where they are
   graph_ = kiln::Graph::forward(logits_);
   reset();
 }
@@ -46,7 +51,9 @@ void KvDecoder::reset() {
 }
 
 const float* KvDecoder::step(int32_t token) {
-  if (pos_ >= block_) kiln::fail("gpt", "KV cache full at ", block_, " positions: reset() and feed a shorter context");
+  if (pos_ >= block_)
+    kiln::fail("gpt", "KV cache full at ", block_,
+               " positions: reset() and feed a shorter context");
   tok_.set<int32_t>({token});
   pos_in_.set<int32_t>({int32_t(pos_)});
   mask_.set<float>(mask_host_);

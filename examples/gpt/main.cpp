@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "gpt_model.h"
-#include "kv_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/token_dataset.h"
+#include "kv_cache.h"
 #include "report.h"
 
 namespace {
@@ -91,7 +91,8 @@ struct Evaluator {
     idx = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_idx");
     targets = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_targets");
     Tensor logits = model(idx);
-    loss = kiln::cross_entropy(logits.reshape({kEvalBatch * c.block, c.vocab}), targets.reshape({kEvalBatch * c.block}));
+    loss = kiln::cross_entropy(logits.reshape({kEvalBatch * c.block, c.vocab}),
+                               targets.reshape({kEvalBatch * c.block}));
     kiln::OptConfig oc;
     oc.inputs = idx;
     oc.outputs = logits;
@@ -108,8 +109,8 @@ struct Evaluator {
   double val_loss(const kiln::TokenDataset& val, int64_t windows) {
     const int64_t n = windows / kEvalBatch;
     if (n < 1 || n > val.n_batches(kEvalBatch, idx.shape()[1]))
-      kiln::fail("gpt", "--eval-windows ", windows, ": need 1..", val.n_batches(kEvalBatch, idx.shape()[1]),
-                 " batches of ", kEvalBatch, " windows");
+      kiln::fail("gpt", "--eval-windows ", windows, ": need 1..",
+                 val.n_batches(kEvalBatch, idx.shape()[1]), " batches of ", kEvalBatch, " windows");
     double sum = 0;
     for (int64_t b = 0; b < n; ++b) {
       val.get_batch(opt->inputs(), opt->labels(), b);
@@ -182,32 +183,35 @@ int train(const Options& o) {
     interval_loss += opt.train_batch();
     ++interval_n;
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double rate = rate_start < 0 ? 0.0
-                                       : double((it + 1 - rate_start) * B * T) /
-                                             std::chrono::duration<double>(Clock::now() - t_rate).count();
+    const double rate = rate_start < 0
+                            ? 0.0
+                            : double((it + 1 - rate_start) * B * T) /
+                                  std::chrono::duration<double>(Clock::now() - t_rate).count();
     if (tty)
-      std::fprintf(stderr, "\rtrain iter %lld/%lld loss %.4f %.1fk tok/s %s   ", (long long)(it + 1),
-                   (long long)o.iters, interval_loss / double(interval_n), rate / 1000,
-                   kiln::format_duration(elapsed).c_str());
+      std::fprintf(stderr, "\rtrain iter %lld/%lld loss %.4f %.1fk tok/s %s   ",
+                   (long long)(it + 1), (long long)o.iters, interval_loss / double(interval_n),
+                   rate / 1000, kiln::format_duration(elapsed).c_str());
     const bool last = it + 1 == end;
     if ((it + 1) % o.eval_interval == 0 || last) {
       last_val = eval.val_loss(val_split, o.eval_windows);
-      rows.push_back({it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(), elapsed});
+      rows.push_back(
+          {it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(), elapsed});
       std::fprintf(stderr, "%siter %lld: train_loss %.4f val_loss %.4f lr %.2e\n", tty ? "\n" : "",
                    (long long)(it + 1), rows.back().train_loss, last_val, rows.back().lr);
       interval_loss = 0, interval_n = 0;
       opt.save(o.out, true, config_metadata(o.model));  // atomic: a crash keeps the last one
       gpt::write_csv(csv, rows);
-      gpt::write_svg(svg, rows, "kiln-gpt: " + std::to_string(o.model.n_layer) + " layers, " +
-                                    std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
+      gpt::write_svg(svg, rows,
+                     "kiln-gpt: " + std::to_string(o.model.n_layer) + " layers, " +
+                         std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
     }
   }
   const double train_time = std::chrono::duration<double>(Clock::now() - t0).count();
   const double rate_time = std::chrono::duration<double>(Clock::now() - t_rate).count();
   const double tokens_per_s = rate_start < 0 ? NAN : double((end - rate_start) * B * T) / rate_time;
   if (std::isnan(last_val)) last_val = eval.val_loss(val_split, o.eval_windows);
-  std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n", last_val, tokens_per_s,
-              train_time, peak_rss_mb());
+  std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n",
+              last_val, tokens_per_s, train_time, peak_rss_mb());
   return 0;
 }
 
@@ -235,9 +239,11 @@ int evaluate(const Options& o) {
 }
 
 // Next token from logits: temperature, then the top k, then a draw.
-int sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k, std::mt19937_64& rng) {
+int sample_token(const float* logits, int64_t vocab, float temperature, int64_t top_k,
+                 std::mt19937_64& rng) {
   std::vector<double> p(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) p[size_t(i)] = double(logits[i]) / std::max(1e-6f, temperature);
+  for (int64_t i = 0; i < vocab; ++i)
+    p[size_t(i)] = double(logits[i]) / std::max(1e-6f, temperature);
   if (top_k > 0 && top_k < vocab) {
     std::vector<double> sorted = p;
     std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
@@ -306,7 +312,8 @@ int sample(const Options& o) {
     const float* lg = o.no_cache ? recompute() : cached;
     if (o.check_cache) {
       const float* ref = recompute();
-      for (int64_t v = 0; v < c.vocab; ++v) worst = std::max(worst, double(std::fabs(ref[v] - cached[v])));
+      for (int64_t v = 0; v < c.vocab; ++v)
+        worst = std::max(worst, double(std::fabs(ref[v] - cached[v])));
     }
     const int next = sample_token(lg, c.vocab, o.temperature, o.top_k, rng);
     tokens.push_back(next);
@@ -320,11 +327,13 @@ int sample(const Options& o) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   std::fputc('\n', stdout);
-  std::fprintf(stderr, "sample: %lld bytes in %.3f s (%.0f tokens/s, %s)\n", (long long)o.tokens, secs,
-               double(o.tokens) / secs, o.no_cache ? "full recompute" : "KV cache");
+  std::fprintf(stderr, "sample: %lld bytes in %.3f s (%.0f tokens/s, %s)\n", (long long)o.tokens,
+               secs, double(o.tokens) / secs, o.no_cache ? "full recompute" : "KV cache");
   if (o.check_cache) {
-    std::fprintf(stderr, "check-cache: max |logit difference| cache vs full recompute = %.3g\n", worst);
-    if (!(worst <= 1e-3)) kiln::fail("gpt", "KV-cache logits differ from full recompute by ", worst);
+    std::fprintf(stderr, "check-cache: max |logit difference| cache vs full recompute = %.3g\n",
+                 worst);
+    if (!(worst <= 1e-3))
+      kiln::fail("gpt", "KV-cache logits differ from full recompute by ", worst);
   }
   return 0;
 }
@@ -336,11 +345,13 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-gpt: a byte-level GPT on the State of the Union corpus (docs/gpt.md)"};
   app.require_subcommand(1);
   auto common = [&o](CLI::App* s) {
-    s->add_option("--data", o.data, "corpus directory (bash scripts/get-sotu.sh)")->capture_default_str();
+    s->add_option("--data", o.data, "corpus directory (bash scripts/get-sotu.sh)")
+        ->capture_default_str();
     s->add_option("--model,--out", o.out, "model file (GGUF)")->capture_default_str();
     s->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
     s->add_option("--seed", o.seed, "seed (init and batches; sampling)")->capture_default_str();
-    s->add_option("--eval-windows", o.eval_windows, "validation windows (a multiple of 8)")->capture_default_str();
+    s->add_option("--eval-windows", o.eval_windows, "validation windows (a multiple of 8)")
+        ->capture_default_str();
   };
   CLI::App* tr = app.add_subcommand("train", "train a model from scratch (or --resume)");
   common(tr);
@@ -357,10 +368,12 @@ int main(int argc, char** argv) {
   tr->add_option("--beta1", o.beta1)->capture_default_str();
   tr->add_option("--beta2", o.beta2)->capture_default_str();
   tr->add_option("--weight-decay", o.weight_decay)->capture_default_str();
-  tr->add_option("--clip", o.clip, "gradient clipping at this global norm (0: off)")->capture_default_str();
+  tr->add_option("--clip", o.clip, "gradient clipping at this global norm (0: off)")
+      ->capture_default_str();
   tr->add_option("--eval-interval", o.eval_interval, "iterations between validation + checkpoint")
       ->capture_default_str();
-  tr->add_option("--stop-after", o.stop_after, "stop (with a checkpoint) after this many iterations; 0: run to --iters")
+  tr->add_option("--stop-after", o.stop_after,
+                 "stop (with a checkpoint) after this many iterations; 0: run to --iters")
       ->capture_default_str();
   tr->add_flag("--resume", o.resume, "continue from --out (weights, optimizer state, step)");
   CLI::App* ev = app.add_subcommand("eval", "validation loss of a saved model");
@@ -371,7 +384,8 @@ int main(int argc, char** argv) {
   sa->add_option("--tokens", o.tokens, "bytes to generate")->capture_default_str();
   sa->add_option("--temperature", o.temperature)->capture_default_str();
   sa->add_option("--top-k", o.top_k, "0: all")->capture_default_str();
-  sa->add_flag("--no-cache", o.no_cache, "recompute the whole context for every byte (no KV cache)");
+  sa->add_flag("--no-cache", o.no_cache,
+               "recompute the whole context for every byte (no KV cache)");
   sa->add_flag("--check-cache", o.check_cache, "also recompute, and fail when the logits differ");
   try {
     app.parse(argc, argv);

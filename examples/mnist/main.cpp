@@ -63,14 +63,19 @@ bool parse(int argc, char** argv, Args& a, int* rc) {
                   "an accelerator alone gets the CPU after it for the ops it lacks");
     c->add_option("--threads", a.threads, "threads per backend (default: all hardware threads)")
         ->check(CLI::NonNegativeNumber);
-    c->add_option("--data", a.data, "directory of the MNIST IDX files (default data/mnist; see scripts/get-mnist.sh)");
-    c->add_flag("--quiet", [&](int64_t) { a.progress = false; }, "no progress bar");
+    c->add_option(
+        "--data", a.data,
+        "directory of the MNIST IDX files (default data/mnist; see scripts/get-mnist.sh)");
+    c->add_flag(
+        "--quiet", [&](int64_t) { a.progress = false; }, "no progress bar");
   };
   CLI::App* train = app.add_subcommand("train", "train a model; writes FILE, FILE's .csv and .svg");
   train->add_option("--model", a.model, "fc or cnn")->check(CLI::IsMember({"fc", "cnn"}));
-  train->add_option("--epochs", a.epochs, "epochs in total (default 30)")->check(CLI::NonNegativeNumber);
+  train->add_option("--epochs", a.epochs, "epochs in total (default 30)")
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--out", a.out, "model file (default mnist-<model>.gguf)");
-  train->add_option("--resume", a.resume, "continue a run from a file saved by train (up to --epochs in total)");
+  train->add_option("--resume", a.resume,
+                    "continue a run from a file saved by train (up to --epochs in total)");
   train->add_option("--seed", a.seed, "init and shuffle seed (default 1)");
   common(train);
   CLI::App* eval = app.add_subcommand("eval", "evaluate a model file on the test set");
@@ -133,7 +138,8 @@ void report_placement(const kiln::OptContext& opt, const Backends& be) {
     kiln::Backend* b = opt.backend_of(n);
     if ((k != kiln::OpKind::COMPUTE && k != kiln::OpKind::ALIAS) || !b || b == be.list[0]) continue;
     const std::string item = std::string(kiln::op_name(n->op)) + " (" + b->name() + ")";
-    if (elsewhere.find(item) == std::string::npos) elsewhere += (elsewhere.empty() ? "" : ", ") + item;
+    if (elsewhere.find(item) == std::string::npos)
+      elsewhere += (elsewhere.empty() ? "" : ", ") + item;
   }
   std::fprintf(stderr, "kiln-mnist: ops not on %s: %s\n", be.list[0]->name(),
                elsewhere.empty() ? "none" : elsewhere.c_str());
@@ -141,8 +147,8 @@ void report_placement(const kiln::OptContext& opt, const Backends& be) {
 
 std::string summary(const kiln::Result& r) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "test_loss=%.4f test_acc=%.2f\u00b1%.2f%%", r.loss(), 100 * r.accuracy(),
-                100 * r.accuracy_unc());
+  std::snprintf(buf, sizeof buf, "test_loss=%.4f test_acc=%.2f\u00b1%.2f%%", r.loss(),
+                100 * r.accuracy(), 100 * r.accuracy_unc());
   return buf;
 }
 
@@ -174,7 +180,8 @@ struct Batches {
 };
 Batches batches_for(int ranks) {
   if (kLogicalBatch % ranks != 0)
-    kiln::fail("mnist", "the logical batch ", kLogicalBatch, " does not split among ", ranks, " ranks");
+    kiln::fail("mnist", "the logical batch ", kLogicalBatch, " does not split among ", ranks,
+               " ranks");
   const int64_t logical = kLogicalBatch / ranks;
   return {std::min(kPhysicalBatch, logical), logical};
 }
@@ -220,14 +227,18 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
   }
   const std::string threads = a.threads > 0 ? std::to_string(a.threads) : "all";
   if (root) {
-    std::fprintf(stderr, "kiln-mnist: model %s, backend %s, threads %s, batch %lld (logical %lld), %lld epochs\n",
-                 kind.c_str(), be.names.c_str(), threads.c_str(), (long long)bs.physical, (long long)bs.logical,
-                 (long long)a.epochs);
+    std::fprintf(
+        stderr,
+        "kiln-mnist: model %s, backend %s, threads %s, batch %lld (logical %lld), %lld epochs\n",
+        kind.c_str(), be.names.c_str(), threads.c_str(), (long long)bs.physical,
+        (long long)bs.logical, (long long)a.epochs);
     if (comm.size() > 1)
       std::fprintf(stderr, "kiln-mnist: %d ranks (MPI), batch per step %lld in all\n", comm.size(),
                    (long long)(bs.logical * comm.size()));
-    std::fprintf(stderr, "kiln-mnist: memory: %.1f MiB params/gradients/optimizer state/inputs, %.1f MiB graph\n",
-                 double(opt.static_bytes()) / (1 << 20), double(opt.memory_plan().buffer_size) / (1 << 20));
+    std::fprintf(
+        stderr,
+        "kiln-mnist: memory: %.1f MiB params/gradients/optimizer state/inputs, %.1f MiB graph\n",
+        double(opt.static_bytes()) / (1 << 20), double(opt.memory_plan().buffer_size) / (1 << 20));
   }
 
   kiln::FitOptions fo;
@@ -237,7 +248,8 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
   fo.progress = a.progress;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<kiln::EpochResult> history = kiln::fit(opt, train_set, fo);
-  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double train_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const kiln::EpochResult& e : history) rows.push_back(row_of(e));
 
   opt.save(out, true, {{"kiln.mnist.model", kiln::GgufValue(kind)}});  // rank 0 writes
@@ -265,7 +277,8 @@ int eval(const Args& a, kiln::dist::Communicator& comm) {
   cfg.forward_only = true;
   kiln::OptContext opt(cfg);
   opt.load(a.model, /*with_optimizer_state=*/false);
-  const kiln::Result test = kiln::evaluate(opt, test_set, test_set.all(), a.progress && comm.rank() == 0);
+  const kiln::Result test =
+      kiln::evaluate(opt, test_set, test_set.all(), a.progress && comm.rank() == 0);
   if (comm.rank() == 0) std::printf("%s\n", summary(test).c_str());
   return 0;
 }

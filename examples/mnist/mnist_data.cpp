@@ -46,14 +46,17 @@ Idx open_idx(const std::string& path, uint32_t magic, int n_dims, const char* ki
     bad(path, "cannot open: ", std::strerror(errno));
   }
   struct stat st;
-  if (::fstat(fileno(idx.file.get()), &st) != 0 || !S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  if (::fstat(fileno(idx.file.get()), &st) != 0 || !S_ISREG(st.st_mode))
+    bad(path, "not a regular file");
   idx.size = uint64_t(st.st_size);
   const uint64_t header = 4 + 4 * uint64_t(n_dims);
-  if (idx.size < header) bad(path, "only ", idx.size, " bytes, too short for an IDX ", kind, " file");
+  if (idx.size < header)
+    bad(path, "only ", idx.size, " bytes, too short for an IDX ", kind, " file");
   uint8_t h[16];
   if (std::fread(h, 1, header, idx.file.get()) != header) bad(path, "cannot read the header");
   auto be32 = [&](int i) {
-    return uint32_t(h[i]) << 24 | uint32_t(h[i + 1]) << 16 | uint32_t(h[i + 2]) << 8 | uint32_t(h[i + 3]);
+    return uint32_t(h[i]) << 24 | uint32_t(h[i + 1]) << 16 | uint32_t(h[i + 2]) << 8 |
+           uint32_t(h[i + 3]);
   };
   const uint32_t m = be32(0);
   if (m != magic)
@@ -73,7 +76,8 @@ kiln::Dataset load_idx(const std::string& images_path, const std::string& labels
   Idx img = open_idx(images_path, kImagesMagic, 3, "images");
   const uint64_t n = img.dims[0];
   if (img.dims[1] != uint32_t(kRows) || img.dims[2] != uint32_t(kCols))
-    bad(images_path, "images are ", img.dims[1], "x", img.dims[2], ", expected ", kRows, "x", kCols);
+    bad(images_path, "images are ", img.dims[1], "x", img.dims[2], ", expected ", kRows, "x",
+        kCols);
   const uint64_t pixels = uint64_t(kRows) * kCols;
   if (img.size != 16 + n * pixels)
     bad(images_path, "file has ", img.size, " bytes but ", n, " images of ", kRows, "x", kCols,
@@ -88,8 +92,10 @@ kiln::Dataset load_idx(const std::string& images_path, const std::string& labels
         " (truncated or damaged)");
 
   if (shard_size < 1 || int64_t(n) % shard_size != 0)
-    kiln::fail("mnist", images_path, ": ", n, " samples are not a multiple of shard_size ", shard_size);
-  kiln::Dataset ds(int64_t(n), {kRows, kCols}, kiln::DataType::u8, {}, kiln::DataType::i32, shard_size);
+    kiln::fail("mnist", images_path, ": ", n, " samples are not a multiple of shard_size ",
+               shard_size);
+  kiln::Dataset ds(int64_t(n), {kRows, kCols}, kiln::DataType::u8, {}, kiln::DataType::i32,
+                   shard_size);
   std::span<uint8_t> data = ds.data<uint8_t>();
   read_exact(images_path, img.file.get(), data.data(), data.size());
 

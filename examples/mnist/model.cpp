@@ -10,7 +10,8 @@ namespace nn = kiln::nn;
 struct Fc : nn::Module {
   nn::Linear& fc1;
   nn::Linear& fc2;
-  explicit Fc(kiln::Context& ctx) : Module(ctx), fc1(add<nn::Linear>("fc1", 784, 500)), fc2(add<nn::Linear>("fc2", 500, 10)) {}
+  explicit Fc(kiln::Context& ctx)
+      : Module(ctx), fc1(add<nn::Linear>("fc1", 784, 500)), fc2(add<nn::Linear>("fc2", 500, 10)) {}
   Tensor forward(Tensor x) override { return fc2(kiln::relu(fc1(x))); }
 };
 

@@ -19,6 +19,7 @@ std::string sibling(const std::string& model_path, const std::string& ext);
 std::vector<EpochRow> read_csv(const std::string& path);
 // Both throw kiln::Error when the file cannot be written.
 void write_csv(const std::string& path, const std::vector<EpochRow>& rows);
-void write_svg(const std::string& path, const std::vector<EpochRow>& rows, const std::string& title);
+void write_svg(const std::string& path, const std::vector<EpochRow>& rows,
+               const std::string& title);
 
 }  // namespace mnist

@@ -10,8 +10,8 @@
 //
 // Exits 0 when the final training accuracy reaches the target, 1 when it does not,
 // 2 on bad arguments or a kiln::Error: `--quick` is the ctest check.
-#include <CLI/CLI.hpp>
 #include <kiln/kiln.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -48,7 +48,9 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{"kiln-train-demo: a 2-layer MLP learns three spiral arms (kiln's graph API)"};
   bool quick = false;
   app.add_flag("--quick", quick, "fewer steps (the ctest check); still must reach the target");
-  app.add_option("--steps", o.steps, "SGD steps")->check(CLI::Range(1, 100000000))->capture_default_str();
+  app.add_option("--steps", o.steps, "SGD steps")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU backend threads (0: one per hardware thread)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
@@ -153,9 +155,10 @@ int main(int argc, char** argv) {
     b2.velocity = b2.value;
     for (Param* p : params) p->t.set(p->value);
 
-    std::printf("kiln-train-demo: %d-point 3-arm spiral, MLP 2-%d-3 (tanh), batch %d, "
-                "%d steps, %d threads\n",
-                data.n, H, B, opt.steps, backend.n_threads());
+    std::printf(
+        "kiln-train-demo: %d-point 3-arm spiral, MLP 2-%d-3 (tanh), batch %d, "
+        "%d steps, %d threads\n",
+        data.n, H, B, opt.steps, backend.n_threads());
     std::printf("train graph: %zu nodes (forward %zu), eval graph: %zu nodes\n", train.size(),
                 train.n_forward(), eval.size());
 
@@ -205,8 +208,8 @@ int main(int argc, char** argv) {
 
       if (step % opt.log_every == 0 || step == opt.steps) {
         backend.compute(eval);
-        std::printf("step %5d  loss %.4f  train accuracy %5.1f%%\n", step,
-                    loss_sum / loss_count, 100.0 * correct.item() / data.n);
+        std::printf("step %5d  loss %.4f  train accuracy %5.1f%%\n", step, loss_sum / loss_count,
+                    100.0 * correct.item() / data.n);
         loss_sum = 0;
         loss_count = 0;
       }
@@ -215,8 +218,8 @@ int main(int argc, char** argv) {
 
     backend.compute(eval);
     double acc = correct.item() / data.n;
-    std::printf("final train accuracy %.1f%% (target %.0f%%) in %.2f s, %.0f us/step\n",
-                100 * acc, 100 * opt.target, secs, 1e6 * secs / opt.steps);
+    std::printf("final train accuracy %.1f%% (target %.0f%%) in %.2f s, %.0f us/step\n", 100 * acc,
+                100 * opt.target, secs, 1e6 * secs / opt.steps);
     if (acc < opt.target) {
       std::fprintf(stderr, "kiln-train-demo: FAILED to reach the target accuracy\n");
       return 1;

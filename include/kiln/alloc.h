@@ -92,7 +92,8 @@ struct NodeList {
 
   NodeList() = default;
   NodeList(const Graph& g) : nodes(g.nodes()), leafs(g.leafs()) {}  // NOLINT: implicit on purpose
-  NodeList(std::span<TensorNode* const> n, std::span<TensorNode* const> l = {}) : nodes(n), leafs(l) {}
+  NodeList(std::span<TensorNode* const> n, std::span<TensorNode* const> l = {})
+      : nodes(n), leafs(l) {}
 };
 
 // How blocks get their offsets (see src/alloc/placement.cpp). `best` tries all and
@@ -115,9 +116,9 @@ struct MemoryPlan {
   // Largest sum of blocks live at one execution step, with the same liveness and
   // in-place decisions: no placement of these blocks can need less.
   size_t lower_bound = 0;
-  size_t n_tensors = 0;  // tensors given a block (views and external ones excluded)
-  size_t n_inplace = 0;  // nodes that took over their src0's block
-  size_t n_steps = 0;    // nodes walked
+  size_t n_tensors = 0;       // tensors given a block (views and external ones excluded)
+  size_t n_inplace = 0;       // nodes that took over their src0's block
+  size_t n_steps = 0;         // nodes walked
   const char* strategy = "";  // placement used: "best-fit", "by-size", "by-end", "by-start"
   size_t best_fit_size = 0;   // what the online best-fit placement alone needed
 };

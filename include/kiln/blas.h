@@ -41,7 +41,8 @@ enum class BlasThreads {
 class BlasBackend : public Backend {
  public:
   // n_threads <= 0: one per hardware thread.
-  explicit BlasBackend(int n_threads = 0, bool cpu_kernels = false, BlasThreads threads = BlasThreads::pool);
+  explicit BlasBackend(int n_threads = 0, bool cpu_kernels = false,
+                       BlasThreads threads = BlasThreads::pool);
   ~BlasBackend() override;
   const char* name() const override { return "BLAS"; }
   BufferType& buffer_type() override { return host_buffer_type(); }

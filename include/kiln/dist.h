@@ -103,10 +103,10 @@ struct DataParallelOptions {
 // Where the time went, summed over optimizer steps since the last reset.
 struct DataParallelStats {
   int64_t steps = 0;
-  int64_t buckets = 0;          // allreduces started
-  double bytes = 0;             // reduced by this rank (gradients, padding included)
-  double reduce_seconds = 0;    // first bucket started .. last bucket done, per step
-  double wait_seconds = 0;      // finish_grads() blocked (communication not hidden)
+  int64_t buckets = 0;        // allreduces started
+  double bytes = 0;           // reduced by this rank (gradients, padding included)
+  double reduce_seconds = 0;  // first bucket started .. last bucket done, per step
+  double wait_seconds = 0;    // finish_grads() blocked (communication not hidden)
   // Share of the reduction hidden behind the backward pass.
   double overlap() const { return reduce_seconds > 0 ? 1.0 - wait_seconds / reduce_seconds : 0.0; }
 };
@@ -131,7 +131,8 @@ class DataParallel : public ParallelHook {
 
   Communicator& comm();
   size_t n_buckets() const;
-  size_t n_packed_buckets() const;  // buckets copied through a fusion buffer (not contiguous host memory)
+  size_t n_packed_buckets()
+      const;  // buckets copied through a fusion buffer (not contiguous host memory)
   const DataParallelStats& stats() const;
   void reset_stats();
 

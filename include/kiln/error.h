@@ -32,5 +32,4 @@ template <class... Parts>
 }  // namespace kiln
 
 // Library invariants (not user errors): abort with a message.
-#define KILN_ASSERT(x) \
-  ((x) ? (void)0 : ::kiln::detail::assert_fail(#x, __FILE__, __LINE__))
+#define KILN_ASSERT(x) ((x) ? (void)0 : ::kiln::detail::assert_fail(#x, __FILE__, __LINE__))

@@ -56,7 +56,7 @@ class Graph {
   std::vector<TensorNode*> nodes_;
   std::vector<TensorNode*> leafs_;
   std::unordered_set<const TensorNode*> seen_;
-  std::unordered_map<const TensorNode*, TensorNode*> grads_;  // tensor -> gradient
+  std::unordered_map<const TensorNode*, TensorNode*> grads_;       // tensor -> gradient
   std::vector<std::pair<TensorNode*, TensorNode*>> accumulators_;  // param -> accumulator
   size_t n_forward_ = 0;
   // The nodes' Context token (a graph never mixes contexts: op builders refuse that).

@@ -32,8 +32,19 @@ namespace kiln {
 
 // GGUF metadata value types (the numbers are the file format's).
 enum class GgufType : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
-  string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 const char* gguf_type_name(GgufType t);
 
@@ -88,7 +99,7 @@ class GgufValue {
   double as_float() const;   // f32, f64 or any integer type
   bool as_bool() const;
   const std::string& as_string() const;
-  std::vector<int64_t> as_ints() const;  // arrays of integers
+  std::vector<int64_t> as_ints() const;   // arrays of integers
   std::vector<double> as_floats() const;  // arrays of numbers
   const std::vector<std::string>& as_strings() const;
   const std::vector<GgufValue>& as_arrays() const;
@@ -104,9 +115,9 @@ class GgufValue {
   GgufType type_ = GgufType::u8;
   GgufType elem_ = GgufType::u8;
   size_t count_ = 1;
-  std::vector<uint8_t> raw_;             // numeric and bool payloads
-  std::vector<std::string> strings_;     // string, or array of strings
-  std::vector<GgufValue> arrays_;        // array of arrays
+  std::vector<uint8_t> raw_;          // numeric and bool payloads
+  std::vector<std::string> strings_;  // string, or array of strings
+  std::vector<GgufValue> arrays_;     // array of arrays
 };
 
 // Writes a GGUF v3 file. Tensors added as kiln Tensors are read (Tensor::get)
@@ -138,8 +149,8 @@ class GgufWriter {
     std::string name;
     DType dtype;
     Shape shape;
-    Tensor tensor;                // when set, data comes from here at save()
-    std::vector<uint8_t> bytes;   // otherwise from here
+    Tensor tensor;               // when set, data comes from here at save()
+    std::vector<uint8_t> bytes;  // otherwise from here
   };
   uint32_t alignment() const;
   std::vector<std::pair<std::string, GgufValue>> kv_;

@@ -133,7 +133,8 @@ class Module {
   // Creates a sub-module M(ctx(), args...) under `name`.
   template <class M, class... Args>
   M& add(std::string name, Args&&... args) {
-    return register_module(std::move(name), std::make_unique<M>(*ctx_, std::forward<Args>(args)...));
+    return register_module(std::move(name),
+                           std::make_unique<M>(*ctx_, std::forward<Args>(args)...));
   }
   // The i-th own param (registration order), as tie() left it.
   Tensor own(size_t i) const { return params_[i].second; }
@@ -146,7 +147,8 @@ class Module {
   void adopt(std::string name, std::unique_ptr<Module> m);
   void check_new_name(const std::string& name) const;
   void set_prefix(const std::string& prefix);
-  void collect(std::vector<std::pair<std::string, Tensor>>& out, std::vector<const TensorNode*>& seen) const;
+  void collect(std::vector<std::pair<std::string, Tensor>>& out,
+               std::vector<const TensorNode*>& seen) const;
   void init_tree(uint64_t seed);
 
   Context* ctx_;
@@ -163,11 +165,11 @@ class Module {
 // replaces the body of one of these functions and every layer follows.
 struct AttentionOptions {
   bool causal = true;
-  float scale = 0.0f;         // 0: 1/sqrt(head dim)
-  float dropout = 0.0f;       // on the attention weights, when training
+  float scale = 0.0f;    // 0: 1/sqrt(head dim)
+  float dropout = 0.0f;  // on the attention weights, when training
   bool training = false;
-  uint64_t seed = 0;          // dropout's static seed
-  Tensor seed_tensor;         // dropout's per-step seed (i32, optional)
+  uint64_t seed = 0;   // dropout's static seed
+  Tensor seed_tensor;  // dropout's per-step seed (i32, optional)
 };
 // q, k, v [B, H, T, D] -> softmax(q k^T * scale (+ causal mask)) v, [B, H, T, D].
 Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
@@ -273,7 +275,8 @@ class ReLU : public Module {
 };
 class GELU : public Module {
  public:
-  explicit GELU(Context& ctx, GeluApprox approx = GeluApprox::none) : Module(ctx), approx_(approx) {}
+  explicit GELU(Context& ctx, GeluApprox approx = GeluApprox::none)
+      : Module(ctx), approx_(approx) {}
   const char* type_name() const override { return "GELU"; }
   Tensor forward(Tensor x) override { return gelu(x, approx_); }
 
@@ -317,7 +320,8 @@ class Sequential : public Module {
 // softmax, attention-weight dropout, c_proj (dim -> dim), residual dropout.
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f, bool bias = true);
+  CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f,
+                      bool bias = true);
   const char* type_name() const override { return "CausalSelfAttention"; }
   Tensor forward(Tensor x) override;  // [B, T, dim] -> [B, T, dim]
   Linear& c_attn;
@@ -344,7 +348,8 @@ class Mlp : public Module {
 // names ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj).
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f, bool bias = true);
+  TransformerBlock(Context& ctx, int64_t dim, int64_t n_head, float dropout = 0.0f,
+                   bool bias = true);
   const char* type_name() const override { return "TransformerBlock"; }
   Tensor forward(Tensor x) override;  // [B, T, dim] -> [B, T, dim]
   LayerNorm& ln_1;

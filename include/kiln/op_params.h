@@ -130,7 +130,7 @@ template <class P>
 constexpr bool op_uses_params(Op op) {
   switch (op) {
 #define KILN_OP(e, name, kind, inplace, grad) \
-  case Op::e:                                  \
+  case Op::e:                                 \
     return std::is_same_v<op_params_t<Op::e>, P>;
 #include "kiln/ops.def"
 #undef KILN_OP

@@ -96,12 +96,13 @@ struct SoftmaxOptions {
 [[nodiscard]] Tensor log_softmax(Tensor x, const SoftmaxOptions& opt = {});
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
 [[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);
-[[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);  // mean((a-b)^2)
+[[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);             // mean((a-b)^2)
 [[nodiscard]] Tensor one_hot(Tensor labels, int64_t classes);  // f32, no gradient
 // Over the last axis; weight and bias (shape [D]) are optional.
 [[nodiscard]] Tensor layer_norm(Tensor x, Tensor weight = {}, Tensor bias = {}, float eps = 1e-5f);
 [[nodiscard]] Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
-[[nodiscard]] Tensor embedding(Tensor weight, Tensor indices);  // rows of weight [V, D] at i32 indices
+[[nodiscard]] Tensor embedding(Tensor weight,
+                               Tensor indices);  // rows of weight [V, D] at i32 indices
 [[nodiscard]] Tensor concat(std::initializer_list<Tensor> xs, int dim);
 [[nodiscard]] Tensor concat(const std::vector<Tensor>& xs, int dim);
 // PyTorch F.pad order: pairs (before, after) starting from the LAST dim.
@@ -113,7 +114,8 @@ struct Conv2dOptions {
   int64_t dilation[2] = {1, 1};
 };
 // x [N, C, H, W], weight [O, C, KH, KW], bias [O] optional -> [N, O, OH, OW].
-[[nodiscard]] Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {}, const Conv2dOptions& opt = {});
+[[nodiscard]] Tensor conv2d(Tensor x, Tensor weight, Tensor bias = {},
+                            const Conv2dOptions& opt = {});
 // Sliding windows as columns (torch.nn.functional.unfold / fold, NCHW only).
 // unfold: x [N, C, H, W] -> [N, C*KH*KW, L], L = OH*OW windows, each column one
 // window (channel-major, then kernel row, kernel column). fold is its adjoint:
@@ -136,7 +138,7 @@ struct Pool2dOptions {
 // Zeroes each element with probability p and scales the rest by 1/(1-p); the same
 // seed gives the same mask. `seed` tensor (i32, optional) is mixed in at run time so
 // a training loop can vary the mask per step without rebuilding the graph.
-[[nodiscard]] Tensor dropout(Tensor x, float p, uint64_t seed, bool training, Tensor seed_tensor = {});
-
+[[nodiscard]] Tensor dropout(Tensor x, float p, uint64_t seed, bool training,
+                             Tensor seed_tensor = {});
 
 }  // namespace kiln

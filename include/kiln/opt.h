@@ -74,7 +74,7 @@ struct SgdParams {
 struct OptimizerParams {
   AdamWParams adamw;
   SgdParams sgd;
-  float lr() const;                // adamw.lr (the one shown by progress output)
+  float lr() const;                   // adamw.lr (the one shown by progress output)
   OptimizerParams& set_lr(float lr);  // both optimizers' lr
 };
 
@@ -103,7 +103,8 @@ ScheduleFn step_decay(OptimizerParams p, int64_t every_epochs, float gamma);
 // Linear warm-up (step s < warmup_steps gets lr (s+1)/warmup_steps), then a
 // cosine decay from lr to min_lr at total_steps (0: StepInfo::total_steps(),
 // known inside fit). Steps past the end stay at min_lr.
-ScheduleFn cosine(OptimizerParams p, int64_t warmup_steps, float min_lr = 0.0f, int64_t total_steps = 0);
+ScheduleFn cosine(OptimizerParams p, int64_t warmup_steps, float min_lr = 0.0f,
+                  int64_t total_steps = 0);
 }  // namespace schedule
 
 // Param initialisers (init_uniform, init_normal, kaiming_uniform,
@@ -186,8 +187,9 @@ struct OptConfig {
   // A leaf; undefined: created (i32 [B] for cross-entropy, f32 like outputs for mse).
   Tensor labels;
   LossKind loss = LossKind::cross_entropy;
-  Tensor user_loss;            // LossKind::user
-  std::vector<Tensor> params;  // trained params; empty: see groups, model, else every param the loss depends on
+  Tensor user_loss;  // LossKind::user
+  std::vector<Tensor>
+      params;  // trained params; empty: see groups, model, else every param the loss depends on
   // Params in groups with their own weight decay (instead of `params`).
   std::vector<ParamGroup> groups;
   // The model the outputs come from (nn::Module). With neither params nor
@@ -289,7 +291,7 @@ class OptContext {
   int rank() const;
   int world_size() const;
 
-  Backend& backend();        // the (first) backend
+  Backend& backend();  // the (first) backend
   // The backend that runs node t of graph() (the scheduler's choice with several
   // backends), or null when t is not part of it.
   Backend* backend_of(const TensorNode* t) const;
@@ -314,8 +316,8 @@ class OptContext {
   // any byte is written, so a mismatched or corrupt file throws kiln::Error and
   // leaves params, optimizer state and counters exactly as they were. Shapes
   // must be equal (leading dims of size 1 aside, GgufFile::load's rule); an
-  // equal element count is not enough. Gradients are reset. Returns the opened file for extra metadata.
-  // Any number of ranks may load one file (it holds nothing per rank).
+  // equal element count is not enough. Gradients are reset. Returns the opened file for extra
+  // metadata. Any number of ranks may load one file (it holds nothing per rank).
   GgufFile load(const std::string& path, bool with_optimizer_state = true);
 
  private:
@@ -327,12 +329,12 @@ class OptContext {
 // Epochs and fit.
 struct BatchInfo {
   int64_t epoch = 0;
-  int64_t batch = 0;      // physical batch index within the phase (0-based)
-  int64_t n_batches = 0;  // physical batches of the phase
-  bool train = true;      // false: validation
-  double loss = 0;        // this batch's loss
+  int64_t batch = 0;               // physical batch index within the phase (0-based)
+  int64_t n_batches = 0;           // physical batches of the phase
+  bool train = true;               // false: validation
+  double loss = 0;                 // this batch's loss
   const Result* result = nullptr;  // running result of the phase
-  double elapsed_s = 0;   // since the phase began
+  double elapsed_s = 0;            // since the phase began
 };
 
 struct EpochResult {
@@ -342,9 +344,9 @@ struct EpochResult {
 };
 
 struct FitOptions {
-  int64_t epochs = 1;     // train until OptContext::epoch() reaches this
-  double val_split = 0;   // fraction of the data (its end) held out for validation
-  bool shuffle = true;    // training part, per epoch, with seed + epoch
+  int64_t epochs = 1;    // train until OptContext::epoch() reaches this
+  double val_split = 0;  // fraction of the data (its end) held out for validation
+  bool shuffle = true;   // training part, per epoch, with seed + epoch
   uint64_t seed = 42;
   // Progress bar on stderr (<= 80 columns; plain lines when stderr is not a terminal).
   bool progress = true;

@@ -85,6 +85,7 @@ void save_safetensors(const std::string& path, std::span<const NamedTensor> tens
 // Loads the named tensors from `path`, all or nothing: every one is checked
 // (present, dtype, shape, memory) before any is written. Tensors of the file
 // that are not asked for are ignored; their names are returned.
-std::vector<std::string> load_safetensors(const std::string& path, std::span<const NamedTensor> tensors);
+std::vector<std::string> load_safetensors(const std::string& path,
+                                          std::span<const NamedTensor> tensors);
 
 }  // namespace kiln

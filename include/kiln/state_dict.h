@@ -42,12 +42,13 @@ struct NamedTensor {
 // A tensor described in a model file.
 struct TensorInfo {
   std::string name;
-  DType dtype = DType::f32;    // kiln's dtype (meaningful when loadable())
-  Shape shape;                 // kiln's shape, outermost first (meaningful when loadable())
-  std::string file_dtype;      // the dtype as the file names it: "F32", "F64", "bf16", ...
-  std::vector<int64_t> dims;   // the file's shape, outermost first, any rank
-  uint64_t nbytes = 0;         // bytes of data in the file
-  std::string unsupported;     // why kiln cannot load it ("dtype F64 is not supported by kiln"); empty if it can
+  DType dtype = DType::f32;   // kiln's dtype (meaningful when loadable())
+  Shape shape;                // kiln's shape, outermost first (meaningful when loadable())
+  std::string file_dtype;     // the dtype as the file names it: "F32", "F64", "bf16", ...
+  std::vector<int64_t> dims;  // the file's shape, outermost first, any rank
+  uint64_t nbytes = 0;        // bytes of data in the file
+  std::string unsupported;  // why kiln cannot load it ("dtype F64 is not supported by kiln"); empty
+                            // if it can
   bool loadable() const { return unsupported.empty(); }
 };
 
@@ -57,7 +58,7 @@ class StateDictReader {
  public:
   virtual ~StateDictReader() = default;
   virtual const std::string& path() const = 0;
-  virtual const std::vector<TensorInfo>& tensors() const = 0;  // in file order
+  virtual const std::vector<TensorInfo>& tensors() const = 0;         // in file order
   virtual const TensorInfo* find(const std::string& name) const = 0;  // nullptr when absent
   virtual const std::map<std::string, std::string>& metadata() const = 0;
   // Throws the kiln::Error read(name, dst) would throw before reading anything:
@@ -85,6 +86,7 @@ void save_state_dict(const std::string& path, std::span<const NamedTensor> tenso
 // Loads the named tensors from `path` (either format), all or nothing: every one
 // is checked (present, dtype, shape, memory) before any is written. Tensors of
 // the file that were not asked for are left alone; their names are returned.
-std::vector<std::string> load_state_dict(const std::string& path, std::span<const NamedTensor> tensors);
+std::vector<std::string> load_state_dict(const std::string& path,
+                                         std::span<const NamedTensor> tensors);
 
 }  // namespace kiln

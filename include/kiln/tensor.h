@@ -162,9 +162,13 @@ class Tensor {
   template <class V>
   void set(std::span<const V> values);
   template <class V>
-  void set(const std::vector<V>& values) { set(std::span<const V>(values)); }
+  void set(const std::vector<V>& values) {
+    set(std::span<const V>(values));
+  }
   template <class V>
-  void set(std::initializer_list<V> values) { set(std::span<const V>(values.begin(), values.size())); }
+  void set(std::initializer_list<V> values) {
+    set(std::span<const V>(values.begin(), values.size()));
+  }
   template <class V>
   [[nodiscard]] std::vector<V> get() const;
   [[nodiscard]] float item() const;  // a one-element f32/i32 tensor's value as float

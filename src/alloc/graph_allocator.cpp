@@ -19,7 +19,8 @@ Plan make_plan(const NodeList& list, const BufferType& type, const Buffer* own,
 
 }  // namespace
 
-GraphAllocator::GraphAllocator(BufferType& type, GraphAllocatorOptions opt) : type_(type), opt_(opt) {}
+GraphAllocator::GraphAllocator(BufferType& type, GraphAllocatorOptions opt)
+    : type_(type), opt_(opt) {}
 
 GraphAllocator::~GraphAllocator() = default;
 

@@ -23,8 +23,13 @@ struct Info {
 
 class Planner {
  public:
-  Planner(const NodeList& list, const BufferType& type, const Buffer* own, const GraphAllocatorOptions& opt)
-      : list_(list), type_(type), own_(own), opt_(opt), align_(std::max<size_t>(type.alignment(), 1)) {}
+  Planner(const NodeList& list, const BufferType& type, const Buffer* own,
+          const GraphAllocatorOptions& opt)
+      : list_(list),
+        type_(type),
+        own_(own),
+        opt_(opt),
+        align_(std::max<size_t>(type.alignment(), 1)) {}
 
   Plan run() {
     collect();
@@ -98,7 +103,8 @@ class Planner {
   // May node n (at its step, before its sources are released) take over the block
   // of src0's memory owner?
   bool can_take_over(TensorNode* n) {
-    if (!opt_.reuse || !opt_.inplace || !op_can_inplace(n->op) || n->n_src < 1 || !n->src[0]) return false;
+    if (!opt_.reuse || !opt_.inplace || !op_can_inplace(n->op) || n->n_src < 1 || !n->src[0])
+      return false;
     TensorNode* s0 = n->src[0];
     TensorNode* o = owner_of(s0);
     const Info& oi = info(o);

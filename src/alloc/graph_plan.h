@@ -16,7 +16,8 @@
 namespace kiln::alloc_detail {
 
 // Tensors that live to the end of the graph.
-inline constexpr uint32_t kKeepFlags = kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc;
+inline constexpr uint32_t kKeepFlags =
+    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc;
 
 struct Block {
   size_t size = 0;

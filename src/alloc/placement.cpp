@@ -92,7 +92,8 @@ void place_blocks(Plan& plan, size_t alignment, Placement how) {
   st.strategy = "best-fit";
   st.best_fit_size = st.buffer_size;
   if (how == Placement::best_fit) return;
-  if (how == Placement::best && (st.buffer_size == st.lower_bound || blocks.size() > kMaxBlocksOffline))
+  if (how == Placement::best &&
+      (st.buffer_size == st.lower_bound || blocks.size() > kMaxBlocksOffline))
     return;
   // Offline orders: largest first (big blocks fixed early, small ones fill the
   // gaps); latest end first (blocks that outlive others sit below them, so the

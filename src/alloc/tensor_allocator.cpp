@@ -23,7 +23,9 @@ TensorAllocator::TensorAllocator(BufferType& type)
 }
 
 TensorAllocator::TensorAllocator(Buffer& buffer)
-    : type_(&buffer.type()), buffer_(&buffer), align_(buffer.type().alignment()),
+    : type_(&buffer.type()),
+      buffer_(&buffer),
+      align_(buffer.type().alignment()),
       capacity_(buffer.size()) {
   reset();
 }
@@ -56,13 +58,16 @@ size_t TensorAllocator::largest_free() const {
 
 size_t TensorAllocator::alloc(const TensorNode* t) { return alloc_impl(block_size(t), t); }
 
-size_t TensorAllocator::alloc(size_t bytes) { return alloc_impl(round_up(std::max<size_t>(bytes, 1)), nullptr); }
+size_t TensorAllocator::alloc(size_t bytes) {
+  return alloc_impl(round_up(std::max<size_t>(bytes, 1)), nullptr);
+}
 
 size_t TensorAllocator::alloc_impl(size_t bytes, const TensorNode* t) {
   // Best fit: the smallest block that holds `bytes`; the lowest offset on ties.
   size_t best = free_.size();
   for (size_t i = 0; i < free_.size(); ++i)
-    if (free_[i].size >= bytes && (best == free_.size() || free_[i].size < free_[best].size)) best = i;
+    if (free_[i].size >= bytes && (best == free_.size() || free_[i].size < free_[best].size))
+      best = i;
   if (best == free_.size())
     fail("alloc", describe(t), " needs ", bytes, " bytes but the largest free block is ",
          largest_free(), " bytes");

@@ -42,8 +42,9 @@ void detail::check_memory(const TensorNode* n) {
   auto check = [n](const TensorNode* t, const char* role) {
     if (t->data || t->numel() == 0) return;
     fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(), ")", role,
-         t == n ? "" : " #", t == n ? "" : std::to_string(t->id), t->name.empty() ? "" : " '", t->name,
-         t->name.empty() ? "" : "'", " has no memory: allocate the graph first (or its buffer was "
+         t == n ? "" : " #", t == n ? "" : std::to_string(t->id), t->name.empty() ? "" : " '",
+         t->name, t->name.empty() ? "" : "'",
+         " has no memory: allocate the graph first (or its buffer was "
          "destroyed)");
   };
   check(n, "");

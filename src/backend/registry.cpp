@@ -65,7 +65,8 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOption
     if (lower(b.name) == want) return b.make(opt);
   const std::string why = detail::builtin_unavailable_reason(want);
   if (!why.empty())
-    fail("make_backend", "backend '", name, "' is not available: ", why, " (available: ", joined_names(list), ")");
+    fail("make_backend", "backend '", name, "' is not available: ", why,
+         " (available: ", joined_names(list), ")");
   fail("make_backend", "unknown backend '", name, "' (available: ", joined_names(list), ")");
 }
 
@@ -77,7 +78,8 @@ std::vector<std::unique_ptr<Backend>> make_backends(const std::vector<std::strin
   return out;
 }
 
-std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names, const BackendOptions& opt) {
+std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names,
+                                                    const BackendOptions& opt) {
   std::vector<std::string> list;
   std::string cur;
   for (char c : names) {
@@ -93,16 +95,15 @@ std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names, cons
 }
 
 void register_backend(BackendInfo info, bool preferred) {
-  if (info.name.empty() || !info.make) fail("register_backend", "a backend needs a name and a factory");
+  if (info.name.empty() || !info.make)
+    fail("register_backend", "a backend needs a name and a factory");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   const std::string key = lower(info.name);
   std::erase_if(r.list, [&](const BackendInfo& b) { return lower(b.name) == key; });
   // Preferred: tried first (an accelerator); otherwise a fallback after the rest.
-  if (preferred)
-    r.list.insert(r.list.begin(), std::move(info));
-  else
-    r.list.push_back(std::move(info));
+  if (preferred) r.list.insert(r.list.begin(), std::move(info));
+  else r.list.push_back(std::move(info));
 }
 
 }  // namespace kiln

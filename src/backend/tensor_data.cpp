@@ -59,7 +59,8 @@ void Tensor::set(std::span<const V> values) {
     node()->buffer->set(node(), values.data(), 0, values.size() * sizeof(V));
   } else if (owner->buffer && owner->buffer->is_host()) {
     char* base = static_cast<char*>(node()->data);
-    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
+    for_each_offset(
+        node(), [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
   } else {
     fail("set", label(node()), " is a non-contiguous view on a device buffer: set its source");
   }
@@ -74,21 +75,27 @@ std::vector<V> Tensor::get() const {
     node()->buffer->get(node(), out.data(), 0, out.size() * sizeof(V));
   } else if (node()->buffer && node()->buffer->is_host()) {
     const char* base = static_cast<const char*>(node()->data);
-    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
+    for_each_offset(node(),
+                    [&](int64_t off, int64_t i) { std::memcpy(&out[i], base + off, sizeof(V)); });
   } else {
     // A strided view in device memory: fetch the bytes it spans (strides are
     // never negative), then gather on the host.
     int64_t span = 0;
-    for_each_offset(node(), [&](int64_t off, int64_t) { span = std::max<int64_t>(span, off + int64_t(sizeof(V))); });
+    for_each_offset(node(), [&](int64_t off, int64_t) {
+      span = std::max<int64_t>(span, off + int64_t(sizeof(V)));
+    });
     std::vector<char> bytes(static_cast<size_t>(span));
     node()->buffer->get(node(), bytes.data(), 0, bytes.size());
-    for_each_offset(node(), [&](int64_t off, int64_t i) { std::memcpy(&out[i], bytes.data() + off, sizeof(V)); });
+    for_each_offset(node(), [&](int64_t off, int64_t i) {
+      std::memcpy(&out[i], bytes.data() + off, sizeof(V));
+    });
   }
   return out;
 }
 
 float Tensor::item() const {
-  if (numel() != 1) fail("item", label(node()), " ", shape().str(), " has ", numel(), " elements, not 1");
+  if (numel() != 1)
+    fail("item", label(node()), " ", shape().str(), " has ", numel(), " elements, not 1");
   switch (dtype()) {
     case DType::f32: return get<float>()[0];
     case DType::i32: return float(get<int32_t>()[0]);

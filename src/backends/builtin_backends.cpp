@@ -46,18 +46,21 @@ std::vector<BackendInfo> builtin_backends() {
   // Listed only with a device: without one (or without a driver) "cuda" is not
   // available, and make_backend("cuda") says why (builtin_unavailable_reason).
   if (cuda_device_count() > 0)
-    list.push_back({"cuda", cuda_description(0), [](const BackendOptions&) -> std::unique_ptr<Backend> {
-                      return std::make_unique<CudaBackend>();
-                    }});
+    list.push_back(
+        {"cuda", cuda_description(0), [](const BackendOptions&) -> std::unique_ptr<Backend> {
+           return std::make_unique<CudaBackend>();
+         }});
 #endif
 #if KILN_HAVE_BLAS
-  list.push_back({"blas", blas_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
-                    return std::make_unique<BlasBackend>(o.n_threads, /*cpu_kernels=*/true);
-                  }});
+  list.push_back(
+      {"blas", blas_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
+         return std::make_unique<BlasBackend>(o.n_threads, /*cpu_kernels=*/true);
+       }});
 #endif
-  list.push_back({"cpu", cpu_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
-                    return std::make_unique<CpuBackend>(o.n_threads);
-                  }});
+  list.push_back(
+      {"cpu", cpu_description(), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
+         return std::make_unique<CpuBackend>(o.n_threads);
+       }});
   return list;
 }
 

@@ -19,7 +19,9 @@ void detail::GradCtx::add(int i, Tensor g) {
 }
 
 namespace {
-const char* label(const TensorNode* n) { return n->name.empty() ? op_name(n->op) : n->name.c_str(); }
+const char* label(const TensorNode* n) {
+  return n->name.empty() ? op_name(n->op) : n->name.c_str();
+}
 }  // namespace
 
 void Graph::backward(Tensor loss) {
@@ -48,8 +50,7 @@ void Graph::backward(Tensor loss) {
            ") is on a gradient path; use an out-of-place op");
     if (op_has_grad(n->op)) requires_grad.insert(n);
   }
-  if (!requires_grad.count(loss.node()))
-    fail("backward", "the loss does not depend on any param");
+  if (!requires_grad.count(loss.node())) fail("backward", "the loss does not depend on any param");
 
   // 2. reverse pass from the loss.
   Context& ctx = loss.ctx();
@@ -86,7 +87,8 @@ void Graph::backward(Tensor loss) {
   // out layer by layer from the loss back (the last layer's gradients are final
   // first, as in PyTorch): data-parallel training reduces early gradients while
   // the rest of the backward pass still runs (docs/distributed.md).
-  const std::vector<TensorNode*> leafs(leafs_.rbegin(), leafs_.rend());  // visit() appends to leafs_
+  const std::vector<TensorNode*> leafs(leafs_.rbegin(),
+                                       leafs_.rend());  // visit() appends to leafs_
   for (TensorNode* p : leafs) {
     if (!(p->flags & kFlagParam)) continue;
     auto it = grads_.find(p);

@@ -11,15 +11,15 @@ class GradCtx {
  public:
   GradCtx(TensorNode* node, Tensor grad, const bool* needs)
       : node_(node), grad_(grad), needs_(needs) {}
-  Tensor out() const { return Tensor(node_); }     // the forward node
+  Tensor out() const { return Tensor(node_); }  // the forward node
   Tensor src(int i) const { return Tensor(node_->src[i]); }
   // The forward node's parameters (kiln/op_params.h): g.params<Op::SCALE>().mul.
   template <Op op>
   op_params_t<op> params() const {
     return op_params<op>(*node_);
   }
-  Tensor grad() const { return grad_; }            // dLoss/dOut, shape of out()
-  bool needs(int i) const { return needs_[i]; }    // does src i want a gradient?
+  Tensor grad() const { return grad_; }          // dLoss/dOut, shape of out()
+  bool needs(int i) const { return needs_[i]; }  // does src i want a gradient?
   // Contributes dLoss/dSrc_i. g must have src i's shape (use sum_to after
   // broadcasting). A rule may contribute to the same source more than once (an op
   // that reads one tensor twice); the contributions are summed, as are those of

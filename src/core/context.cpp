@@ -16,7 +16,8 @@ size_t detail::checked_nbytes(const char* op, const std::string& name, DType t, 
       fail(op, who, s.str(), ": the element count overflows int64");
   int64_t bytes = 0;
   if (__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes))
-    fail(op, who, s.str(), " ", dtype_name(t), ": ", n, " elements need more bytes than fit in int64");
+    fail(op, who, s.str(), " ", dtype_name(t), ": ", n,
+         " elements need more bytes than fit in int64");
   return size_t(bytes);
 }
 

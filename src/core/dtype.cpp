@@ -32,10 +32,10 @@ uint16_t f32_to_f16(float x) {
   std::memcpy(&u, &x, 4);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);        // NaN
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);       // overflow -> inf
-  if (abs < 0x38800000u) {                                      // subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);               // rounds to zero
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {                                  // subnormal or zero
+    if (abs < 0x33000000u) return uint16_t(sign);           // rounds to zero
     const uint32_t e = abs >> 23;
     const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14 + (113 - e) - 1 ... gives the subnormal mantissa

@@ -23,8 +23,7 @@ void Graph::expand(Tensor output) {
   if (!output.defined()) fail("graph", "output is an undefined tensor");
   check_alive();
   TensorNode* n = output.node();
-  if (nodes_.empty() && leafs_.empty())
-    life_ = n->ctx ? n->ctx->life() : detail::immortal_life();
+  if (nodes_.empty() && leafs_.empty()) life_ = n->ctx ? n->ctx->life() : detail::immortal_life();
   output.node()->flags |= kFlagOutput;
   visit(output.node());
   if (grads_.empty()) n_forward_ = nodes_.size();

@@ -1,8 +1,8 @@
 // TensorNode layout queries and the Tensor handle's metadata. Data access
 // (Tensor::set/get) needs buffers and lives in the backend layer
 // (src/backend/tensor_data.cpp).
-#include "kiln/context.h"
 #include "kiln/tensor.h"
+#include "kiln/context.h"
 
 namespace kiln {
 
@@ -12,8 +12,9 @@ const detail::LifeToken& detail::immortal_life() {
 }
 
 void detail::fail_dead_context(const char* what) {
-  fail(what, "used after its kiln::Context was destroyed: a Tensor or Graph must not outlive "
-             "the Context that built it");
+  fail(what,
+       "used after its kiln::Context was destroyed: a Tensor or Graph must not outlive "
+       "the Context that built it");
 }
 
 Tensor::Tensor(TensorNode* n) : n_(n) {

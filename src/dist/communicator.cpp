@@ -49,14 +49,17 @@ size_t elem_size(Elem e) { return e == Elem::f64 ? 8 : e == Elem::byte ? 1 : 4; 
 // MPI counts are int: longer arrays go in pieces.
 constexpr size_t kMaxCount = size_t(1) << 30;
 
-std::string label(Tensor t) { return t.name().empty() ? "#" + std::to_string(t.node()->id) : "'" + t.name() + "'"; }
+std::string label(Tensor t) {
+  return t.name().empty() ? "#" + std::to_string(t.node()->id) : "'" + t.name() + "'";
+}
 
 }  // namespace
 
 bool mpi_built() { return KILN_HAVE_MPI != 0; }
 
 bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE"})
+  for (const char* v :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MV2_COMM_WORLD_SIZE"})
     if (std::getenv(v)) return true;
   return false;
 }
@@ -152,7 +155,8 @@ Communicator::Communicator() : impl_(std::make_unique<Impl>()) {
   // A plain start (no launcher) stays one process: MPI's singleton start would
   // spawn a daemon for nothing, and as root Open MPI refuses it.
   if (!inited && !launched_by_mpi()) return;
-  if (finalized) fail("dist", "MPI is already finalized: create communicators before the last one is destroyed");
+  if (finalized)
+    fail("dist", "MPI is already finalized: create communicators before the last one is destroyed");
   int provided = MPI_THREAD_SINGLE;
   if (!inited) {
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
@@ -195,7 +199,8 @@ void Communicator::barrier() {
 
 void Communicator::broadcast(std::span<std::byte> bytes, int root) {
   Impl& s = *impl_;
-  if (root < 0 || root >= s.size) fail("dist", "broadcast root ", root, " is not a rank of ", s.size);
+  if (root < 0 || root >= s.size)
+    fail("dist", "broadcast root ", root, " is not a rank of ", s.size);
   for (size_t off = 0; off < bytes.size(); off += kMaxCount) {
     Request r = s.ibcast(bytes.data() + off, std::min(kMaxCount, bytes.size() - off), root);
     s.wait(r, "broadcast");
@@ -205,8 +210,10 @@ void Communicator::broadcast(std::span<std::byte> bytes, int root) {
 void Communicator::broadcast(Tensor t, int root) {
   if (!t.defined()) fail("dist", "broadcast of an undefined tensor");
   TensorNode* n = t.node();
-  if (!n->data || !n->buffer) fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " has no memory");
-  if (!n->is_contiguous()) fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
+  if (!n->data || !n->buffer)
+    fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " has no memory");
+  if (!n->is_contiguous())
+    fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
   if (size() == 1) return;
   if (n->buffer->is_host()) {
     broadcast(std::span<std::byte>(static_cast<std::byte*>(n->data), n->nbytes()), root);
@@ -244,10 +251,13 @@ void Communicator::allreduce(Tensor t, ReduceOp op) {
   if (!t.defined()) fail("dist", "allreduce of an undefined tensor");
   TensorNode* n = t.node();
   if (t.dtype() != f32 && !(t.dtype() == i32 && op == ReduceOp::sum))
-    fail("dist", "allreduce ", op == ReduceOp::sum ? "sum" : "mean", " takes f32", op == ReduceOp::sum ? " or i32" : "",
-         " tensors, but ", label(t), " ", t.shape().str(), " is ", dtype_name(t.dtype()));
-  if (!n->data || !n->buffer) fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " has no memory");
-  if (!n->is_contiguous()) fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
+    fail("dist", "allreduce ", op == ReduceOp::sum ? "sum" : "mean", " takes f32",
+         op == ReduceOp::sum ? " or i32" : "", " tensors, but ", label(t), " ", t.shape().str(),
+         " is ", dtype_name(t.dtype()));
+  if (!n->data || !n->buffer)
+    fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " has no memory");
+  if (!n->is_contiguous())
+    fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
   if (size() == 1) return;
   const Elem e = t.dtype() == f32 ? Elem::f32 : Elem::i32;
   if (n->buffer->is_host()) {

@@ -81,12 +81,14 @@ void DataParallel::Impl::make_buckets() {
     size_t count = 0;
     for (size_t i = b.first; i < b.last && inplace; ++i) {
       const TensorNode* n = grads[i].node();
-      inplace = n->dtype == f32 && n->data && n->buffer && n->buffer->is_host() && n->is_contiguous();
+      inplace =
+          n->dtype == f32 && n->data && n->buffer && n->buffer->is_host() && n->is_contiguous();
       if (inplace && i > b.first) {
         const TensorNode* p = grads[i - 1].node();
         const char* end = static_cast<const char*>(p->data) + p->nbytes();
         const char* at = static_cast<const char*>(n->data);
-        inplace = p->buffer == n->buffer && at >= end && size_t(at - end) < n->buffer->type().alignment() &&
+        inplace = p->buffer == n->buffer && at >= end &&
+                  size_t(at - end) < n->buffer->type().alignment() &&
                   size_t(at - end) % sizeof(float) == 0;
       }
       count += size_t(n->numel());
@@ -113,11 +115,13 @@ void DataParallel::Impl::check_same_layout() {
   comm.broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(&n0), sizeof n0));
   std::vector<uint64_t> root = sig;
   root.resize(n0);
-  comm.broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(root.data()), root.size() * sizeof(uint64_t)));
+  comm.broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(root.data()),
+                                      root.size() * sizeof(uint64_t)));
   if (root != sig)
-    comm.abort("DataParallel: this rank's gradients (" + std::to_string(grads.size()) + " tensors in " +
-               std::to_string(buckets.size()) + " buckets) differ from rank 0's (" + std::to_string(root[0]) +
-               " tensors in " + std::to_string(root.size() > 1 ? root[1] : 0) +
+    comm.abort("DataParallel: this rank's gradients (" + std::to_string(grads.size()) +
+               " tensors in " + std::to_string(buckets.size()) +
+               " buckets) differ from rank 0's (" + std::to_string(root[0]) + " tensors in " +
+               std::to_string(root.size() > 1 ? root[1] : 0) +
                " buckets): every rank must build the same model");
 }
 
@@ -221,7 +225,8 @@ void DataParallel::reset_stats() { impl_->stats = {}; }
 
 std::vector<size_t> DataParallel::attach(std::span<const Tensor> grads) {
   Impl& s = *impl_;
-  if (s.attached) fail("dist", "this DataParallel already serves an OptContext: create one per context");
+  if (s.attached)
+    fail("dist", "this DataParallel already serves an OptContext: create one per context");
   s.attached = true;
   s.grads.assign(grads.begin(), grads.end());
   if (grads.empty()) return {};
@@ -278,7 +283,8 @@ void DataParallel::finish_grads() {
     for (;;) {
       s.progress();
       if (s.finished == n) break;
-      if (s.ci.timeout > 0 && seconds_since(t0) > s.ci.timeout) s.ci.timed_out("the gradient allreduce");
+      if (s.ci.timeout > 0 && seconds_since(t0) > s.ci.timeout)
+        s.ci.timed_out("the gradient allreduce");
       std::this_thread::yield();
     }
   }

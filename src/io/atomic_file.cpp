@@ -23,7 +23,7 @@ namespace {
 std::string errno_text() { return std::strerror(errno); }
 
 struct SplitPath {
-  std::string dir;   // "." when the path has no slash
+  std::string dir;  // "." when the path has no slash
   std::string base;
 };
 
@@ -63,8 +63,8 @@ bool all_digits(std::string_view s) {
 
 // What a temporary file name (the part after "<target>.tmp-") says about its writer.
 struct TempName {
-  bool ours = false;        // an AtomicFile name at all
-  bool has_pid = false;     // current format: host and pid known
+  bool ours = false;     // an AtomicFile name at all
+  bool has_pid = false;  // current format: host and pid known
   std::string host;
   long pid = 0;
 };

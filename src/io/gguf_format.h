@@ -22,10 +22,10 @@ inline constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
 inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kDefaultAlignment = 32;
 inline constexpr const char* kAlignmentKey = "general.alignment";
-inline constexpr uint64_t kMaxKeyLength = 65535;    // spec: keys are < 2^16 bytes
-inline constexpr uint64_t kMaxNameLength = 64;      // spec: tensor names <= 64 bytes
-inline constexpr uint64_t kMaxWriteNameLength = 63; // ggml needs room for a NUL
-inline constexpr int kMaxArrayDepth = 4;            // nested arrays (a corrupt file could nest deeply)
+inline constexpr uint64_t kMaxKeyLength = 65535;     // spec: keys are < 2^16 bytes
+inline constexpr uint64_t kMaxNameLength = 64;       // spec: tensor names <= 64 bytes
+inline constexpr uint64_t kMaxWriteNameLength = 63;  // ggml needs room for a NUL
+inline constexpr int kMaxArrayDepth = 4;  // nested arrays (a corrupt file could nest deeply)
 // Alignments above 64 KiB serve no purpose and let a tiny file demand huge
 // padding when it is re-saved (2^30 would write 1 GiB).
 inline constexpr uint32_t kMaxAlignment = 1u << 16;
@@ -61,10 +61,17 @@ inline bool valid_type(uint32_t t) { return t <= uint32_t(GgufType::f64); }
 // Bytes of one element of a fixed-size type; 0 for string and array.
 inline uint64_t fixed_size(GgufType t) {
   switch (t) {
-    case GgufType::u8: case GgufType::i8: case GgufType::boolean: return 1;
-    case GgufType::u16: case GgufType::i16: return 2;
-    case GgufType::u32: case GgufType::i32: case GgufType::f32: return 4;
-    case GgufType::u64: case GgufType::i64: case GgufType::f64: return 8;
+    case GgufType::u8:
+    case GgufType::i8:
+    case GgufType::boolean: return 1;
+    case GgufType::u16:
+    case GgufType::i16: return 2;
+    case GgufType::u32:
+    case GgufType::i32:
+    case GgufType::f32: return 4;
+    case GgufType::u64:
+    case GgufType::i64:
+    case GgufType::f64: return 8;
     default: return 0;
   }
 }
@@ -79,9 +86,14 @@ inline uint64_t min_size(GgufType t) {
 
 inline bool is_integer(GgufType t) {
   switch (t) {
-    case GgufType::u8: case GgufType::i8: case GgufType::u16: case GgufType::i16:
-    case GgufType::u32: case GgufType::i32: case GgufType::u64: case GgufType::i64:
-      return true;
+    case GgufType::u8:
+    case GgufType::i8:
+    case GgufType::u16:
+    case GgufType::i16:
+    case GgufType::u32:
+    case GgufType::i32:
+    case GgufType::u64:
+    case GgufType::i64: return true;
     default: return false;
   }
 }

@@ -98,8 +98,7 @@ GgufValue read_array(Cursor& c, const std::string& what, int depth);
 
 GgufValue read_value(Cursor& c, GgufType t, const std::string& what, int depth) {
   if (t == GgufType::array) return read_array(c, what, depth + 1);
-  if (t == GgufType::string)
-    return GgufValue(c.str(what, std::numeric_limits<uint64_t>::max()));
+  if (t == GgufType::string) return GgufValue(c.str(what, std::numeric_limits<uint64_t>::max()));
   std::vector<uint8_t> raw(gguf::fixed_size(t));
   c.read(raw.data(), raw.size(), what);
   if (t == GgufType::boolean) check_bools(c, raw, what);
@@ -261,8 +260,8 @@ void GgufFile::parse() {
   std::vector<const GgufTensorInfo*> by_offset;
   for (GgufTensorInfo& t : tensors_) {
     if (t.offset % alignment_ != 0)
-      c.corrupt("tensor ", describe(t), " has offset ", t.offset, ", not a multiple of the alignment ",
-                alignment_);
+      c.corrupt("tensor ", describe(t), " has offset ", t.offset,
+                ", not a multiple of the alignment ", alignment_);
     const uint64_t avail = file_size_ > data_offset_ ? file_size_ - data_offset_ : 0;
     if (t.offset > avail || t.nbytes > avail - t.offset)
       c.corrupt("truncated: tensor ", describe(t), " needs bytes [", data_offset_ + t.offset, ", ",
@@ -334,7 +333,8 @@ bool same_shape(const Shape& a, const Shape& b) {
 void GgufFile::check_load(Tensor t, std::string_view name) const {
   if (!t.defined()) fail("gguf", path_, ": load of '", name, "' into an undefined tensor");
   const GgufTensorInfo& info = tensor_info(name);
-  const std::string target = (t.name().empty() ? std::string("the target") : "target '" + t.name() + "'");
+  const std::string target =
+      (t.name().empty() ? std::string("the target") : "target '" + t.name() + "'");
   if (info.dtype != t.dtype() || !same_shape(info.shape, t.shape()))
     fail("gguf", path_, ": tensor '", info.name, "' is ", dtype_name(info.dtype), " ",
          info.shape.str(), " in the file but ", target, " is ", dtype_name(t.dtype()), " ",

@@ -84,7 +84,7 @@ bool is_number(GgufType t) { return is_int_or_bool(t) || t == GgufType::f32 || t
 
 }  // namespace
 
-#define KILN_GGUF_SCALAR(T, G)                                                      \
+#define KILN_GGUF_SCALAR(T, G)                                                    \
   GgufValue::GgufValue(T v) : type_(GgufType::G), elem_(GgufType::G), count_(1) { \
     raw_ = bytes_of(std::span<const T>(&v, 1));                                   \
   }                                                                               \
@@ -139,13 +139,15 @@ bool GgufValue::operator==(const GgufValue& o) const {
 
 int64_t GgufValue::as_int() const {
   if (is_array() || !is_int_or_bool(type_))
-    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_),
+         ", not an integer");
   return to_int64(int_at(type_, raw_, 0), subject());
 }
 
 uint64_t GgufValue::as_uint() const {
   if (is_array() || !is_int_or_bool(type_))
-    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not an integer");
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_),
+         ", not an integer");
   Wide w = int_at(type_, raw_, 0);
   if (w.negative) fail("gguf", subject(), " is -", w.magnitude, ", not an unsigned integer");
   return w.magnitude;
@@ -153,7 +155,8 @@ uint64_t GgufValue::as_uint() const {
 
 double GgufValue::as_float() const {
   if (is_array() || !is_number(type_))
-    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_), ", not a number");
+    fail("gguf", subject(), " is ", is_array() ? "an array" : gguf_type_name(type_),
+         ", not a number");
   return float_at(type_, raw_, 0);
 }
 

@@ -65,8 +65,8 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   if (key == gguf::kAlignmentKey) {
     if (value.type() != GgufType::u32 || !gguf::is_power_of_two(value.as_uint()) ||
         value.as_uint() > gguf::kMaxAlignment)
-      fail("gguf", key, " must be a u32 power of 2 of at most ", gguf::kMaxAlignment, " (64 KiB), got ",
-           gguf_type_name(value.type()), " ", value.str());
+      fail("gguf", key, " must be a u32 power of 2 of at most ", gguf::kMaxAlignment,
+           " (64 KiB), got ", gguf_type_name(value.type()), " ", value.str());
   }
   if (depth_of(value) > gguf::kMaxArrayDepth)
     fail("gguf", "metadata '", key, "' nests arrays more than ", gguf::kMaxArrayDepth, " deep");
@@ -79,7 +79,9 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
-void GgufWriter::set_alignment(uint32_t alignment) { set(gguf::kAlignmentKey, GgufValue(alignment)); }
+void GgufWriter::set_alignment(uint32_t alignment) {
+  set(gguf::kAlignmentKey, GgufValue(alignment));
+}
 
 uint32_t GgufWriter::alignment() const {
   for (const auto& kv : kv_)

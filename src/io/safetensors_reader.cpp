@@ -74,7 +74,8 @@ class Parser {
     if (!v.is_object()) corrupt(what, " must be an object, got ", v.dump());
     for (const auto& [key, value] : v.items())
       if (key != "dtype" && key != "shape" && key != "data_offsets")
-        corrupt(what, " has an unknown field '", key, "' (the format has dtype, shape, data_offsets)");
+        corrupt(what, " has an unknown field '", key,
+                "' (the format has dtype, shape, data_offsets)");
     for (const char* field : {"dtype", "shape", "data_offsets"})
       if (!v.contains(field)) corrupt(what, " has no ", field);
 
@@ -112,21 +113,23 @@ class Parser {
       corrupt(what, " has data_offsets ", offsets.dump(), "; it must be [begin, end]");
     e.begin = uint_field(offsets[0], what + " data_offsets[0]");
     e.end = uint_field(offsets[1], what + " data_offsets[1]");
-    if (e.end < e.begin) corrupt(what, " has data_offsets [", e.begin, ", ", e.end, "] that end before they begin");
+    if (e.end < e.begin)
+      corrupt(what, " has data_offsets [", e.begin, ", ", e.end, "] that end before they begin");
     if (e.end > data_size_)
-      corrupt(what, " has data_offsets [", e.begin, ", ", e.end, "] past the end of the data section (",
-              data_size_, " bytes)");
+      corrupt(what, " has data_offsets [", e.begin, ", ", e.end,
+              "] past the end of the data section (", data_size_, " bytes)");
     if (e.end - e.begin != e.info.nbytes)
-      corrupt(what, " is ", dtype->name, " ", shape.dump(), " (", e.info.nbytes, " bytes) but data_offsets [",
-              e.begin, ", ", e.end, "] hold ", e.end - e.begin, " bytes");
+      corrupt(what, " is ", dtype->name, " ", shape.dump(), " (", e.info.nbytes,
+              " bytes) but data_offsets [", e.begin, ", ", e.end, "] hold ", e.end - e.begin,
+              " bytes");
 
     if (!dtype->kiln) {
       e.info.unsupported = "dtype " + std::string(dtype->name) +
                            " is not supported by kiln (kiln tensors load F32, F16, BF16 and I32; "
                            "read_bytes() gives the raw data)";
     } else if (e.info.dims.size() > size_t(kMaxDims)) {
-      e.info.unsupported = "it has " + std::to_string(e.info.dims.size()) + " dims; kiln tensors have at most " +
-                           std::to_string(kMaxDims);
+      e.info.unsupported = "it has " + std::to_string(e.info.dims.size()) +
+                           " dims; kiln tensors have at most " + std::to_string(kMaxDims);
     } else {
       e.info.dtype = *dtype->kiln;
       for (int64_t d : e.info.dims) e.info.shape.push_back(d);
@@ -138,7 +141,8 @@ class Parser {
     if (!v.is_object()) corrupt(st::kMetadataKey, " must be an object of strings, got ", v.dump());
     std::map<std::string, std::string> out;
     for (const auto& [key, value] : v.items()) {
-      if (!value.is_string()) corrupt(st::kMetadataKey, " '", key, "' must be a string, got ", value.dump());
+      if (!value.is_string())
+        corrupt(st::kMetadataKey, " '", key, "' must be a string, got ", value.dump());
       out.emplace(key, value.get<std::string>());
     }
     return out;
@@ -155,17 +159,17 @@ class Parser {
     const Entry* prev = nullptr;
     for (const Entry* e : order) {
       if (e->begin < at)
-        corrupt("tensors '", prev->info.name, "' [", prev->begin, ", ", prev->end, ") and '", e->info.name,
-                "' [", e->begin, ", ", e->end, ") overlap");
+        corrupt("tensors '", prev->info.name, "' [", prev->begin, ", ", prev->end, ") and '",
+                e->info.name, "' [", e->begin, ", ", e->end, ") overlap");
       if (e->begin > at)
-        corrupt("the data section has a gap: bytes [", at, ", ", e->begin, ") before tensor '", e->info.name,
-                "' belong to no tensor");
+        corrupt("the data section has a gap: bytes [", at, ", ", e->begin, ") before tensor '",
+                e->info.name, "' belong to no tensor");
       at = e->end;
       prev = e;
     }
     if (at != data_size_)
-      corrupt("the data section has ", data_size_, " bytes but the tensors cover only the first ", at,
-              " (trailing bytes belong to no tensor)");
+      corrupt("the data section has ", data_size_, " bytes but the tensors cover only the first ",
+              at, " (trailing bytes belong to no tensor)");
   }
 
  private:
@@ -181,17 +185,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   try {
     auto corrupt = [&](const auto&... parts) { fail("safetensors", path_, ": ", parts...); };
     if (file_size < 8)
-      corrupt("not a safetensors file: ", file_size, " bytes, fewer than the 8 of the header length");
+      corrupt("not a safetensors file: ", file_size,
+              " bytes, fewer than the 8 of the header length");
     uint8_t len_bytes[8];
     if (!io::pread_all(fd_, len_bytes, 8, 0)) corrupt("cannot read the header length");
     header_size_ = 0;
     for (int i = 7; i >= 0; --i) header_size_ = header_size_ << 8 | len_bytes[i];  // little-endian
     if (header_size_ > kSafetensorsMaxHeader)
-      corrupt("header length ", header_size_, " is over kiln's limit of ", kSafetensorsMaxHeader, " bytes");
+      corrupt("header length ", header_size_, " is over kiln's limit of ", kSafetensorsMaxHeader,
+              " bytes");
     if (header_size_ > file_size - 8)
       corrupt("truncated: the header length is ", header_size_, " but only ", file_size - 8,
               " bytes follow it");
-    if (header_size_ < 2) corrupt("the header (", header_size_, " bytes) is too short for a JSON object");
+    if (header_size_ < 2)
+      corrupt("the header (", header_size_, " bytes) is too short for a JSON object");
     std::string header(header_size_, '\0');
     if (!io::pread_all(fd_, header.data(), header.size(), 8)) corrupt("cannot read the header");
     if (header[0] != '{') corrupt("the header does not start with '{' (not a safetensors file?)");
@@ -227,7 +234,8 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   if (const TensorInfo* t = find(name)) return *t;
-  fail("safetensors", path_, ": no tensor named '", name, "' (the file has ", tensors_.size(), " tensors)");
+  fail("safetensors", path_, ": no tensor named '", name, "' (the file has ", tensors_.size(),
+       " tensors)");
 }
 
 std::pair<uint64_t, uint64_t> SafetensorsFile::data_offsets(const std::string& name) const {
@@ -241,8 +249,8 @@ std::vector<uint8_t> SafetensorsFile::read_bytes(const std::string& name) const 
   const uint64_t at = data_offset() + data_offsets(name).first;
   std::vector<uint8_t> out(t.nbytes);
   if (!io::pread_all(fd_, out.data(), out.size(), at))
-    fail("safetensors", path_, ": cannot read the ", t.nbytes, " bytes of tensor '", name, "' at offset ", at,
-         " (did the file change while reading?)");
+    fail("safetensors", path_, ": cannot read the ", t.nbytes, " bytes of tensor '", name,
+         "' at offset ", at, " (did the file change while reading?)");
   return out;
 }
 
@@ -255,13 +263,16 @@ std::string describe_file(const TensorInfo& t) {
 }  // namespace
 
 void SafetensorsFile::check(const std::string& name, Tensor dst) const {
-  if (!dst.defined()) fail("safetensors", path_, ": tensor '", name, "': the target tensor is undefined");
+  if (!dst.defined())
+    fail("safetensors", path_, ": tensor '", name, "': the target tensor is undefined");
   const TensorInfo& t = info(name);
-  if (!t.loadable()) fail("safetensors", path_, ": cannot load tensor '", name, "': ", t.unsupported);
-  const std::string target = dst.name().empty() ? std::string("the target") : "target '" + dst.name() + "'";
+  if (!t.loadable())
+    fail("safetensors", path_, ": cannot load tensor '", name, "': ", t.unsupported);
+  const std::string target =
+      dst.name().empty() ? std::string("the target") : "target '" + dst.name() + "'";
   if (t.dtype != dst.dtype() || t.shape != dst.shape())
-    fail("safetensors", path_, ": tensor '", name, "' is ", describe_file(t), " in the file but ", target,
-         " is ", dtype_name(dst.dtype()), " ", dst.shape().str());
+    fail("safetensors", path_, ": tensor '", name, "' is ", describe_file(t), " in the file but ",
+         target, " is ", dtype_name(dst.dtype()), " ", dst.shape().str());
   if (!dst.has_data())
     fail("safetensors", path_, ": cannot load tensor '", name, "': ", target,
          " has no memory yet (allocate it first)");

@@ -27,7 +27,8 @@ void save_safetensors(const std::string& path, std::span<const NamedTensor> tens
     if (t.name.empty()) fail("safetensors", path, ": a tensor has an empty name");
     if (t.name == safetensors::kMetadataKey)
       fail("safetensors", path, ": a tensor cannot be named ", safetensors::kMetadataKey);
-    if (!names.insert(t.name).second) fail("safetensors", path, ": tensor '", t.name, "' is given twice");
+    if (!names.insert(t.name).second)
+      fail("safetensors", path, ": tensor '", t.name, "' is given twice");
     if (!t.tensor.defined()) fail("safetensors", path, ": tensor '", t.name, "' is undefined");
     if (!t.tensor.has_data())
       fail("safetensors", path, ": tensor '", t.name, "' ", t.tensor.shape().str(),
@@ -46,7 +47,8 @@ void save_safetensors(const std::string& path, std::span<const NamedTensor> tens
   try {
     text = header.dump();
   } catch (const Json::exception& e) {  // names and metadata must be valid UTF-8
-    fail("safetensors", path, ": cannot write the header (is every name and metadata string UTF-8?): ", e.what());
+    fail("safetensors", path,
+         ": cannot write the header (is every name and metadata string UTF-8?): ", e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kSafetensorsMaxHeader)

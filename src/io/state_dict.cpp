@@ -17,15 +17,18 @@ enum class Format { safetensors, gguf };
 
 bool ends_with_nocase(const std::string& s, std::string_view suffix) {
   if (s.size() < suffix.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), s.end() - long(suffix.size()), [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-  });
+  return std::equal(suffix.begin(), suffix.end(), s.end() - long(suffix.size()),
+                    [](char a, char b) {
+                      return std::tolower(static_cast<unsigned char>(a)) ==
+                             std::tolower(static_cast<unsigned char>(b));
+                    });
 }
 
 Format format_of(const std::string& path) {
   if (ends_with_nocase(path, ".safetensors")) return Format::safetensors;
   if (ends_with_nocase(path, ".gguf")) return Format::gguf;
-  fail("state_dict", path, ": unknown model file extension; kiln reads and writes .safetensors and .gguf");
+  fail("state_dict", path,
+       ": unknown model file extension; kiln reads and writes .safetensors and .gguf");
 }
 
 class GgufStateDict final : public StateDictReader {
@@ -53,7 +56,9 @@ class GgufStateDict final : public StateDictReader {
   const std::map<std::string, std::string>& metadata() const override { return metadata_; }
   void check(const std::string& name, Tensor dst) const override { file_.check_load(dst, name); }
   void read(const std::string& name, Tensor dst) const override { file_.load(dst, name); }
-  std::vector<uint8_t> read_bytes(const std::string& name) const override { return file_.read_bytes(name); }
+  std::vector<uint8_t> read_bytes(const std::string& name) const override {
+    return file_.read_bytes(name);
+  }
 
  private:
   GgufFile file_;
@@ -107,11 +112,13 @@ std::vector<std::string> load_all(const StateDictReader& f, std::span<const Name
 }
 }  // namespace
 
-std::vector<std::string> load_state_dict(const std::string& path, std::span<const NamedTensor> tensors) {
+std::vector<std::string> load_state_dict(const std::string& path,
+                                         std::span<const NamedTensor> tensors) {
   return load_all(*open_state_dict(path), tensors);
 }
 
-std::vector<std::string> load_safetensors(const std::string& path, std::span<const NamedTensor> tensors) {
+std::vector<std::string> load_safetensors(const std::string& path,
+                                          std::span<const NamedTensor> tensors) {
   return load_all(SafetensorsFile(path), tensors);
 }
 

@@ -17,7 +17,8 @@ double unit(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 90071992
 
 void fill_with(Tensor t, const char* op, const std::function<float()>& f) {
   if (!t.defined()) fail(op, "tensor is undefined");
-  if (!t.has_data()) fail(op, "'", t.name(), "' ", t.shape().str(), " has no memory yet (allocate first)");
+  if (!t.has_data())
+    fail(op, "'", t.name(), "' ", t.shape().str(), " has no memory yet (allocate first)");
   std::vector<float> v(size_t(t.numel()));
   for (float& x : v) x = f();
   if (t.dtype() == f32) {
@@ -29,8 +30,7 @@ void fill_with(Tensor t, const char* op, const std::function<float()>& f) {
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
   else if (t.dtype() == bf16)
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
-  else
-    fail(op, "'", t.name(), "' must be a floating-point tensor, is ", dtype_name(t.dtype()));
+  else fail(op, "'", t.name(), "' must be a floating-point tensor, is ", dtype_name(t.dtype()));
   t.set(h);
 }
 

@@ -83,7 +83,9 @@ Embedding::Embedding(Context& ctx, int64_t num, int64_t dim) : Module(ctx) {
 
 Tensor Embedding::forward(Tensor indices) { return embedding(weight(), indices); }
 
-void Embedding::reset_parameters(uint64_t seed) { init_normal(weight(), 0.0f, 1.0f, sub_seed(seed, 0)); }
+void Embedding::reset_parameters(uint64_t seed) {
+  init_normal(weight(), 0.0f, 1.0f, sub_seed(seed, 0));
+}
 
 // ---- norms ----
 LayerNorm::LayerNorm(Context& ctx, int64_t dim, float eps, bool affine, bool bias)
@@ -100,7 +102,8 @@ void LayerNorm::reset_parameters(uint64_t) {
   if (has_bias_) bias().fill_zero();
 }
 
-RMSNorm::RMSNorm(Context& ctx, int64_t dim, float eps, bool affine) : Module(ctx), eps_(eps), affine_(affine) {
+RMSNorm::RMSNorm(Context& ctx, int64_t dim, float eps, bool affine)
+    : Module(ctx), eps_(eps), affine_(affine) {
   check_positive("RMSNorm", "dim", dim);
   if (affine_) register_parameter("weight", {dim});
 }
@@ -136,7 +139,8 @@ size_t Sequential::size() const { return named_children().size(); }
 
 Module& Sequential::operator[](size_t i) const {
   const auto kids = named_children();
-  if (i >= kids.size()) fail("nn", "Sequential '", path(), "' has ", kids.size(), " modules, no index ", i);
+  if (i >= kids.size())
+    fail("nn", "Sequential '", path(), "' has ", kids.size(), " modules, no index ", i);
   return *kids[i].second;
 }
 

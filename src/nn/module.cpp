@@ -39,11 +39,14 @@ std::string Module::path() const {
 
 void Module::check_new_name(const std::string& name) const {
   if (name.empty() || name.find('.') != std::string::npos)
-    fail("nn", type_name(), " '", path(), "': name '", name, "' must be non-empty and contain no '.'");
+    fail("nn", type_name(), " '", path(), "': name '", name,
+         "' must be non-empty and contain no '.'");
   for (const auto& [n, t] : params_)
-    if (n == name) fail("nn", type_name(), " '", path(), "' already has a param called '", name, "'");
+    if (n == name)
+      fail("nn", type_name(), " '", path(), "' already has a param called '", name, "'");
   for (const auto& [n, m] : children_)
-    if (n == name) fail("nn", type_name(), " '", path(), "' already has a sub-module called '", name, "'");
+    if (n == name)
+      fail("nn", type_name(), " '", path(), "' already has a sub-module called '", name, "'");
 }
 
 Tensor Module::register_parameter(std::string name, const Shape& shape) {
@@ -56,7 +59,8 @@ Tensor Module::register_parameter(std::string name, const Shape& shape) {
 void Module::adopt(std::string name, std::unique_ptr<Module> m) {
   check_new_name(name);
   if (!m) fail("nn", type_name(), " '", path(), "': sub-module '", name, "' is null");
-  if (m->ctx_ != ctx_) fail("nn", "sub-module '", name, "' was built in another Context than its parent");
+  if (m->ctx_ != ctx_)
+    fail("nn", "sub-module '", name, "' was built in another Context than its parent");
   m->set_prefix(prefix_ + name + ".");
   m->train(training_);
   children_.emplace_back(std::move(name), std::move(m));
@@ -120,16 +124,20 @@ Tensor Module::parameter(std::string_view name) const {
 }
 
 void Module::tie(std::string_view name, Tensor shared) {
-  auto it = std::find_if(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; });
-  if (it == params_.end()) fail("nn", type_name(), " '", path(), "' has no param '", name, "' to tie");
+  auto it =
+      std::find_if(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; });
+  if (it == params_.end())
+    fail("nn", type_name(), " '", path(), "' has no param '", name, "' to tie");
   if (!shared.defined()) fail("nn", "tie '", prefix_, name, "': the shared tensor is undefined");
   if (!shared.has_flag(kFlagParam))
     fail("nn", "tie '", prefix_, name, "': '", shared.name(), "' is not a param (Context::param)");
-  if (&shared.ctx() != ctx_) fail("nn", "tie '", prefix_, name, "': the shared tensor is from another Context");
+  if (&shared.ctx() != ctx_)
+    fail("nn", "tie '", prefix_, name, "': the shared tensor is from another Context");
   const Tensor old = it->second;
   if (shared.dtype() != old.dtype() || !(shared.shape() == old.shape()))
-    fail("nn", "tie '", prefix_, name, "': '", shared.name(), "' is ", dtype_name(shared.dtype()), " ",
-         shared.shape().str(), " but the param is ", dtype_name(old.dtype()), " ", old.shape().str());
+    fail("nn", "tie '", prefix_, name, "': '", shared.name(), "' is ", dtype_name(shared.dtype()),
+         " ", shared.shape().str(), " but the param is ", dtype_name(old.dtype()), " ",
+         old.shape().str());
   it->second = shared;
 }
 
@@ -157,7 +165,8 @@ void Module::init_tree(uint64_t seed) {
 void Module::init(uint64_t seed) {
   for (auto& [n, t] : named_parameters())
     if (!t.has_data())
-      fail("nn", "param '", t.name(), "' ", t.shape().str(), " has no memory: call allocate(backend) first");
+      fail("nn", "param '", t.name(), "' ", t.shape().str(),
+           " has no memory: call allocate(backend) first");
   init_tree(seed);
 }
 

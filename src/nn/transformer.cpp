@@ -8,16 +8,18 @@ namespace kiln::nn {
 Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
   if (!q.defined() || !k.defined() || !v.defined()) fail("attention", "q, k and v must be defined");
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4)
-    fail("attention", "q, k, v must be [B, H, T, D], got ", q.shape().str(), ", ", k.shape().str(), ", ",
-         v.shape().str());
+    fail("attention", "q, k, v must be [B, H, T, D], got ", q.shape().str(), ", ", k.shape().str(),
+         ", ", v.shape().str());
   const float scale = opt.scale != 0.0f ? opt.scale : float(1.0 / std::sqrt(double(q.size(-1))));
   // Composite today (a fused kernel replaces this body): weights [B, H, T, T].
   Tensor att = softmax(matmul(q, k.T()), {.scale = scale, .causal = opt.causal});
-  if (opt.training && opt.dropout > 0.0f) att = dropout(att, opt.dropout, opt.seed, true, opt.seed_tensor);
+  if (opt.training && opt.dropout > 0.0f)
+    att = dropout(att, opt.dropout, opt.seed, true, opt.seed_tensor);
   return matmul(att, v);
 }
 
-CausalSelfAttention::CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_head, float dropout, bool bias)
+CausalSelfAttention::CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_head, float dropout,
+                                         bool bias)
     : Module(ctx),
       c_attn(add<Linear>("c_attn", dim, 3 * dim, bias)),
       c_proj(add<Linear>("c_proj", dim, dim, bias)),
@@ -31,10 +33,13 @@ CausalSelfAttention::CausalSelfAttention(Context& ctx, int64_t dim, int64_t n_he
 
 Tensor CausalSelfAttention::forward(Tensor x) {
   if (x.ndim() != 3 || x.size(2) != dim_)
-    fail("nn", "CausalSelfAttention '", path(), "' expects [B, T, ", dim_, "] but got ", x.shape().str());
+    fail("nn", "CausalSelfAttention '", path(), "' expects [B, T, ", dim_, "] but got ",
+         x.shape().str());
   const int64_t B = x.size(0), T = x.size(1), H = n_head_, D = dim_ / n_head_;
   Tensor qkv = c_attn(x);  // [B, T, 3 dim]
-  auto head = [&](int i) { return qkv.narrow(2, i * dim_, dim_).reshape({B, T, H, D}).permute({0, 2, 1, 3}); };
+  auto head = [&](int i) {
+    return qkv.narrow(2, i * dim_, dim_).reshape({B, T, H, D}).permute({0, 2, 1, 3});
+  };
   AttentionOptions o;
   o.causal = true;
   o.dropout = dropout_;
@@ -56,7 +61,8 @@ Mlp::Mlp(Context& ctx, int64_t dim, float p, bool bias)
 
 Tensor Mlp::forward(Tensor x) { return dropout(c_proj(gelu(c_fc(x)))); }
 
-TransformerBlock::TransformerBlock(Context& ctx, int64_t dim, int64_t n_head, float dropout, bool bias)
+TransformerBlock::TransformerBlock(Context& ctx, int64_t dim, int64_t n_head, float dropout,
+                                   bool bias)
     : Module(ctx),
       ln_1(add<LayerNorm>("ln_1", dim, 1e-5f, true, bias)),
       attn(add<CausalSelfAttention>("attn", dim, n_head, dropout, bias)),

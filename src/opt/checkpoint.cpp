@@ -16,7 +16,8 @@ void check_names(const std::vector<Tensor>& params) {
   std::unordered_set<std::string> seen;
   for (const Tensor& p : params) {
     if (p.name().empty())
-      fail("checkpoint", "param ", p.shape().str(), " has no name: name every param (Tensor::set_name) to save it");
+      fail("checkpoint", "param ", p.shape().str(),
+           " has no name: name every param (Tensor::set_name) to save it");
     if (!seen.insert(p.name()).second) fail("checkpoint", "two params are named '", p.name(), "'");
   }
 }
@@ -40,7 +41,8 @@ void OptContext::save(const std::string& path, bool with_optimizer_state,
   check_names(s.params);
   with_optimizer_state = with_optimizer_state && !s.cfg.forward_only;
   if (with_optimizer_state && s.pending != 0)
-    fail("checkpoint", s.pending, " physical batches are accumulated but not stepped yet; save after an ",
+    fail("checkpoint", s.pending,
+         " physical batches are accumulated but not stepped yet; save after an ",
          "optimizer step (a whole logical batch)");
   if (s.par && s.par->size() > 1) {
     // Rank 0 writes; the sum of its success flag doubles as the barrier after
@@ -63,8 +65,9 @@ void OptContext::save(const std::string& path, bool with_optimizer_state,
   s.write_checkpoint(path, with_optimizer_state, extra);
 }
 
-void OptContext::Impl::write_checkpoint(const std::string& path, bool with_optimizer_state,
-                                        const std::vector<std::pair<std::string, GgufValue>>& extra) const {
+void OptContext::Impl::write_checkpoint(
+    const std::string& path, bool with_optimizer_state,
+    const std::vector<std::pair<std::string, GgufValue>>& extra) const {
   const Impl& s = *this;
   GgufWriter w;
   for (const auto& [k, v] : extra) w.set(k, v);
@@ -104,11 +107,13 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
            optimizer_name(s.cfg.optimizer));
     step = f.get(kKeyStep).as_int();
     epoch = f.get(kKeyEpoch).as_int();
-    if (step < 0 || epoch < 0) fail("checkpoint", path, ": negative step ", step, " or epoch ", epoch);
+    if (step < 0 || epoch < 0)
+      fail("checkpoint", path, ": negative step ", step, " or epoch ", epoch);
     for (size_t i = 0; i < s.params.size(); ++i) {
       const std::string& n = s.params[i].name();
       if (s.state_a[i].defined())
-        check_fits(f, s.state_a[i], n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
+        check_fits(f, s.state_a[i],
+                   n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
       if (s.state_b[i].defined()) check_fits(f, s.state_b[i], n + ".opt.v");
     }
   }

@@ -62,9 +62,13 @@ uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
 
 Dataset::Dataset(int64_t n_samples, const Shape& sample_shape, DataType data_type,
                  const Shape& label_shape, DataType label_type, int64_t shard_size)
-    : n_(n_samples), sample_shape_(sample_shape), label_shape_(label_shape),
-      data_type_(data_type), label_type_(label_type),
-      sample_numel_(sample_shape.numel()), label_numel_(label_shape.numel()),
+    : n_(n_samples),
+      sample_shape_(sample_shape),
+      label_shape_(label_shape),
+      data_type_(data_type),
+      label_type_(label_type),
+      sample_numel_(sample_shape.numel()),
+      label_numel_(label_shape.numel()),
       shard_size_(shard_size) {
   if (n_samples < 0) fail("dataset", "the number of samples must be >= 0, got ", n_samples);
   if (sample_numel_ <= 0)
@@ -105,10 +109,10 @@ std::span<const T> Dataset::labels() const {
   return const_cast<Dataset*>(this)->labels<T>();
 }
 
-#define KILN_DATASET_STORAGE(T)                              \
-  template std::span<T> Dataset::data<T>();                  \
-  template std::span<const T> Dataset::data<T>() const;      \
-  template std::span<T> Dataset::labels<T>();                \
+#define KILN_DATASET_STORAGE(T)                         \
+  template std::span<T> Dataset::data<T>();             \
+  template std::span<const T> Dataset::data<T>() const; \
+  template std::span<T> Dataset::labels<T>();           \
   template std::span<const T> Dataset::labels<T>() const;
 KILN_DATASET_STORAGE(uint8_t)
 KILN_DATASET_STORAGE(int32_t)
@@ -128,7 +132,8 @@ void Dataset::reset_order() {
 
 void Dataset::shuffle(std::mt19937_64& rng, SampleRange range) {
   if (range.begin < 0 || range.end > n_ || range.begin > range.end)
-    fail("dataset", "shuffle range [", range.begin, ", ", range.end, ") is not inside [0, ", n_, ")");
+    fail("dataset", "shuffle range [", range.begin, ", ", range.end, ") is not inside [0, ", n_,
+         ")");
   if (range.begin % shard_size_ != 0 || range.end % shard_size_ != 0)
     fail("dataset", "shuffle range [", range.begin, ", ", range.end,
          ") must start and end on shard boundaries (shard_size ", shard_size_, ")");
@@ -188,7 +193,7 @@ double value_at(const uint8_t* base, DataType t, int64_t i) {
 struct Gather {
   const uint8_t* storage;
   DataType type;
-  int64_t numel;                   // elements per sample
+  int64_t numel;  // elements per sample
   const std::vector<int64_t>& rows;
   float scale;
 
@@ -215,9 +220,7 @@ struct Gather {
   void into(Tensor t, const char* what) const {
     const float sc = scale;
     switch (t.dtype()) {
-      case DType::f32:
-        t.set<float>(convert<float>([sc](float v) { return v * sc; }));
-        break;
+      case DType::f32: t.set<float>(convert<float>([sc](float v) { return v * sc; })); break;
       case DType::f16:
         t.set<uint16_t>(convert<uint16_t>([sc](float v) { return f32_to_f16(v * sc); }));
         break;
@@ -231,7 +234,8 @@ struct Gather {
         std::vector<int32_t> out(size_t(rows.size() * numel));
         size_t o = 0;
         for (int64_t r : rows)
-          for (int64_t k = 0; k < numel; ++k) out[o++] = int32_t(value_at(storage, type, r * numel + k));
+          for (int64_t k = 0; k < numel; ++k)
+            out[o++] = int32_t(value_at(storage, type, r * numel + k));
         t.set<int32_t>(out);
         break;
       }
@@ -246,10 +250,12 @@ std::string label_of(const Tensor& t, const char* role) {
 
 }  // namespace
 
-int64_t Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, SampleRange range) const {
+int64_t Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index,
+                           SampleRange range) const {
   if (!data.defined()) fail("dataset", "get_batch: the data tensor is undefined");
   if (range.begin < 0 || range.end > n_ || range.begin > range.end)
-    fail("dataset", "get_batch: range [", range.begin, ", ", range.end, ") is not inside [0, ", n_, ")");
+    fail("dataset", "get_batch: range [", range.begin, ", ", range.end, ") is not inside [0, ", n_,
+         ")");
   if (data.ndim() < 1) fail("dataset", "get_batch: ", label_of(data, "data"), " has no batch dim");
   const int64_t batch = data.size(0);
   if (batch < 1) fail("dataset", "get_batch: ", label_of(data, "data"), " has an empty batch dim");
@@ -270,7 +276,8 @@ int64_t Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, Samp
   // Check the labels before writing anything, so an error leaves both tensors as they were.
   bool one_hot = false;
   if (labels.defined()) {
-    if (!has_labels()) fail("dataset", "get_batch: the dataset has no labels but a labels tensor was given");
+    if (!has_labels())
+      fail("dataset", "get_batch: the dataset has no labels but a labels tensor was given");
     if (labels.ndim() < 1 || labels.size(0) != batch)
       fail("dataset", "get_batch: ", label_of(labels, "labels"), " must have batch size ", batch,
            " as its first dim (like ", label_of(data, "data"), ")");
@@ -283,7 +290,8 @@ int64_t Dataset::get_batch(Tensor data, Tensor labels, int64_t batch_index, Samp
            batch * label_numel_);
   }
 
-  if (!data.has_data()) fail("dataset", "get_batch: ", label_of(data, "data"), " has no memory yet");
+  if (!data.has_data())
+    fail("dataset", "get_batch: ", label_of(data, "data"), " has no memory yet");
   if (labels.defined() && !labels.has_data())
     fail("dataset", "get_batch: ", label_of(labels, "labels"), " has no memory yet");
   std::vector<float> hot;

@@ -11,7 +11,9 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Seed of epoch e's order: depends on (seed, e) only, so a resumed run shuffles
 // like an uninterrupted one.
@@ -30,7 +32,8 @@ void check_dataset(const OptContext& opt, const Dataset& data) {
 // Data parallelism: the sums in a Result over every rank.
 void reduce(const OptContext& opt, Result& r) {
   if (opt.world_size() == 1) return;
-  double v[5] = {double(r.n_samples), double(r.n_batches), r.loss_sum, r.loss_sq_sum, double(r.n_correct)};
+  double v[5] = {double(r.n_samples), double(r.n_batches), r.loss_sum, r.loss_sq_sum,
+                 double(r.n_correct)};
   opt.parallel()->sum(v);
   r.n_samples = int64_t(v[0]);
   r.n_batches = int64_t(v[1]);
@@ -54,7 +57,8 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
   const int64_t rem = train || opt.loss_kind() == LossKind::user ? 0 : range.remainder(B * N);
   const int64_t n_all = n + (rem > 0 ? 1 : 0);
   const int64_t total = n * B * N + rem;
-  ProgressBar bar(train ? "train" : "val  ", total, o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
+  ProgressBar bar(train ? "train" : "val  ", total,
+                  o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
   const Clock::time_point t0 = Clock::now();
   for (int64_t b = 0; b < n_all; ++b) {
     const int64_t mine = b < n ? B : std::clamp<int64_t>(rem - opt.rank() * B, 0, B);
@@ -71,14 +75,16 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
 
 }  // namespace
 
-EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange val, const FitOptions& o) {
+EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange val,
+                  const FitOptions& o) {
   check_dataset(opt, data);
   const int64_t B = opt.physical_batch(), N = opt.world_size();
   // Whole logical batches only: a partial one would leave gradients pending.
   const int64_t n_train = train.n_batches(opt.logical_batch() * N) * opt.accumulation_steps();
   if (n_train == 0 && train.size() > 0)
-    fail("fit", "the training range has ", train.size(), " samples, fewer than one logical batch of ",
-         opt.logical_batch(), N > 1 ? " on each of " + std::to_string(N) + " ranks" : "");
+    fail("fit", "the training range has ", train.size(),
+         " samples, fewer than one logical batch of ", opt.logical_batch(),
+         N > 1 ? " on each of " + std::to_string(N) + " ranks" : "");
   EpochResult e;
   e.epoch = opt.epoch();
   const Clock::time_point t0 = Clock::now();
@@ -91,7 +97,8 @@ EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange
 
 std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o) {
   check_dataset(opt, data);
-  if (!(o.val_split >= 0 && o.val_split < 1)) fail("fit", "val_split must be in [0, 1), got ", o.val_split);
+  if (!(o.val_split >= 0 && o.val_split < 1))
+    fail("fit", "val_split must be in [0, 1), got ", o.val_split);
   const int64_t global_batch = opt.logical_batch() * opt.world_size();
   auto [train, val] = data.split(o.val_split, global_batch);
   const int64_t steps_per_epoch = train.n_batches(global_batch);
@@ -125,11 +132,12 @@ Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool pr
   if (range.size() == 0) fail("evaluate", "the range to evaluate is empty");
   FitOptions o;
   o.progress = progress;
-  Result r = run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()), false,
-                       opt.epoch(), o);
+  Result r = run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()),
+                       false, opt.epoch(), o);
   if (r.n_samples == 0)
-    fail("evaluate", "no sample was evaluated: the range has ", range.size(), " samples, fewer than one batch of ",
-         opt.physical_batch() * opt.world_size(), ", and a user loss cannot be evaluated on a partial batch");
+    fail("evaluate", "no sample was evaluated: the range has ", range.size(),
+         " samples, fewer than one batch of ", opt.physical_batch() * opt.world_size(),
+         ", and a user loss cannot be evaluated on a partial batch");
   return r;
 }
 

@@ -30,7 +30,8 @@ void OptContext::Impl::build() {
   const char* op = "opt";
   if (!cfg.inputs.defined()) fail(op, "inputs is an undefined tensor");
   if (!cfg.outputs.defined()) fail(op, "outputs is an undefined tensor");
-  if (!is_leaf(cfg.inputs)) fail(op, "inputs ", label(cfg.inputs), " must be a leaf (Context::input)");
+  if (!is_leaf(cfg.inputs))
+    fail(op, "inputs ", label(cfg.inputs), " must be a leaf (Context::input)");
   if (cfg.inputs.ndim() < 1) fail(op, "inputs ", label(cfg.inputs), " needs a batch dim");
   inputs = cfg.inputs;
   outputs = cfg.outputs;
@@ -40,11 +41,13 @@ void OptContext::Impl::build() {
 
   // Loss and labels.
   labels = cfg.labels;
-  if (labels.defined() && !is_leaf(labels)) fail(op, "labels ", label(labels), " must be a leaf (Context::input)");
+  if (labels.defined() && !is_leaf(labels))
+    fail(op, "labels ", label(labels), " must be a leaf (Context::input)");
   switch (cfg.loss) {
     case LossKind::cross_entropy:
       if (outputs.ndim() != 2 || outputs.size(0) != B)
-        fail(op, "cross-entropy needs logits [", B, ", classes] but outputs is ", outputs.shape().str());
+        fail(op, "cross-entropy needs logits [", B, ", classes] but outputs is ",
+             outputs.shape().str());
       if (!labels.defined()) labels = ctx.input(i32, {B}, "labels");
       loss = cross_entropy(outputs, labels);
       break;
@@ -58,7 +61,8 @@ void OptContext::Impl::build() {
       break;
   }
   if (loss.numel() != 1 || loss.dtype() != f32)
-    fail(op, "the loss must be a one-element f32 tensor, got ", dtype_name(loss.dtype()), " ", loss.shape().str());
+    fail(op, "the loss must be a one-element f32 tensor, got ", dtype_name(loss.dtype()), " ",
+         loss.shape().str());
   if (labels.defined() && (labels.ndim() < 1 || labels.size(0) != B))
     fail(op, "labels ", label(labels), " ", labels.shape().str(), " must have the batch size ", B,
          " of inputs ", inputs.shape().str(), " as first dim");
@@ -67,8 +71,7 @@ void OptContext::Impl::build() {
   // Accuracy: argmax of [B, C] outputs against class ids (or one-hot rows).
   if (cfg.loss != LossKind::mse && labels.defined() && outputs.ndim() == 2 && outputs.size(1) > 1) {
     pred = argmax(outputs, -1).set_name("pred");
-    if (labels.dtype() == i32 && labels.ndim() == 1)
-      correct = count_equal(pred, labels);
+    if (labels.dtype() == i32 && labels.ndim() == 1) correct = count_equal(pred, labels);
     else if (labels.ndim() == 2 && labels.shape() == outputs.shape())
       correct = count_equal(pred, argmax(labels, -1));
     if (correct.defined()) correct.set_name("n_correct");
@@ -142,9 +145,11 @@ void OptContext::Impl::collect_params() {
     std::unordered_set<const TensorNode*> seen;
     for (const Tensor& p : given) {
       if (!p.defined()) fail(op, "a param is an undefined tensor");
-      if (!p.has_flag(kFlagParam)) fail(op, "", label(p), " is not a param: create it with Context::param");
+      if (!p.has_flag(kFlagParam))
+        fail(op, "", label(p), " is not a param: create it with Context::param");
       if (!seen.insert(p.node()).second) fail(op, "param ", label(p), " is listed twice");
-      if (!graph.grad(p).defined()) fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
+      if (!graph.grad(p).defined())
+        fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
       params.push_back(p);
     }
   }
@@ -165,7 +170,8 @@ void OptContext::Impl::build_steps(Context& ctx) {
   if (cfg.clip_grad_norm < 0 || !std::isfinite(cfg.clip_grad_norm))
     fail("opt", "clip_grad_norm must be >= 0 and finite, got ", cfg.clip_grad_norm);
   for (size_t g = 0; g < group_decay.size(); ++g) {
-    hp.push_back(ctx.tensor(f32, {8}, group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
+    hp.push_back(
+        ctx.tensor(f32, {8}, group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
     hp_eff.push_back(hp.back());
   }
   for (const Tensor& p : params) grads.push_back(graph.grad(p));
@@ -193,7 +199,8 @@ void OptContext::Impl::build_steps(Context& ctx) {
       s = adamw_step(p, grads[i], a, b, h);
     } else {
       // A momentum buffer only when the schedule's first step uses momentum.
-      if (schedule(StepInfo{}).sgd.momentum != 0.0f) a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
+      if (schedule(StepInfo{}).sgd.momentum != 0.0f)
+        a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
       s = sgd_step(p, grads[i], a, h);
     }
     state_a.push_back(a);
@@ -274,9 +281,11 @@ void OptContext::Impl::attach_parallel() {
   cuts = par->attach(in_order);
   for (size_t j = 0; j < cuts.size(); ++j)
     if (cuts[j] == 0 || cuts[j] > ready.size() || (j > 0 && cuts[j] <= cuts[j - 1]))
-      fail("opt", "the parallel hook's cut points are not ascending counts in [1, ", ready.size(), "]");
+      fail("opt", "the parallel hook's cut points are not ascending counts in [1, ", ready.size(),
+           "]");
   if (!ready.empty() && (cuts.empty() || cuts.back() != ready.size()))
-    fail("opt", "the parallel hook's last cut point must be the number of gradients, ", ready.size());
+    fail("opt", "the parallel hook's last cut point must be the number of gradients, ",
+         ready.size());
 }
 
 void OptContext::Impl::run_forward() {
@@ -330,12 +339,14 @@ void OptContext::Impl::run_step() {
   for (size_t g = 0; g < hp.size(); ++g) {
     OptimizerParams q = last;
     if (group_decay[g]) q.adamw.weight_decay = q.sgd.weight_decay = *group_decay[g];
-    const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw ? adamw_hyper(q.adamw, step + 1, gscale)
-                                                                         : sgd_hyper(q.sgd, step == 0, gscale);
+    const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw
+                                       ? adamw_hyper(q.adamw, step + 1, gscale)
+                                       : sgd_hyper(q.sgd, step == 0, gscale);
     hp[g].set(std::span<const float>(h));
   }
   if (galloc) {
-    backends[0]->compute(std::span<TensorNode* const>(graph.nodes().data() + n_bwd, graph.size() - n_bwd));
+    backends[0]->compute(
+        std::span<TensorNode* const>(graph.nodes().data() + n_bwd, graph.size() - n_bwd));
   } else {
     sched_opt->compute(g_opt);
   }
@@ -422,7 +433,9 @@ void OptContext::set_run_length(int64_t steps_per_epoch, int64_t epochs) {
   impl_->steps_per_epoch = steps_per_epoch;
   impl_->epochs = epochs;
 }
-void OptContext::set_schedule(ScheduleFn fn) { impl_->schedule = fn ? std::move(fn) : schedule::constant(); }
+void OptContext::set_schedule(ScheduleFn fn) {
+  impl_->schedule = fn ? std::move(fn) : schedule::constant();
+}
 const OptimizerParams& OptContext::last_params() const { return impl_->last; }
 int64_t OptContext::pending_batches() const { return impl_->pending; }
 ParallelHook* OptContext::parallel() const { return impl_->par; }
@@ -448,7 +461,8 @@ size_t OptContext::n_backward_nodes() const { return impl_->n_bwd; }
 void OptContext::forward() { impl_->run_forward(); }
 
 void OptContext::Impl::check_trainable() const {
-  if (cfg.forward_only) fail("opt", "this context is forward-only (OptConfig::forward_only): it cannot train");
+  if (cfg.forward_only)
+    fail("opt", "this context is forward-only (OptConfig::forward_only): it cannot train");
 }
 
 void OptContext::forward_backward() {
@@ -500,8 +514,8 @@ double OptContext::eval_batch(Result* r, int64_t samples) {
     l = s.partial_loss(samples, &correct);
   }
   if (!std::isfinite(l))
-    fail("evaluate", "loss is ", std::isnan(l) ? "NaN" : "Inf", " on an evaluation batch of ", samples,
-         " samples (after ", s.step, " optimizer steps, epoch ", s.epoch, ")");
+    fail("evaluate", "loss is ", std::isnan(l) ? "NaN" : "Inf", " on an evaluation batch of ",
+         samples, " samples (after ", s.step, " optimizer steps, epoch ", s.epoch, ")");
   if (r) r->add(l, samples, correct);
   return l;
 }
@@ -518,7 +532,9 @@ double OptContext::Impl::partial_loss(int64_t P, int64_t* n_correct) const {
   double total = 0;
   if (cfg.loss == LossKind::mse) {
     const std::vector<float> want = labels.get<float>();
-    for (int64_t k = 0; k < P * per; ++k) total += (double(out[size_t(k)]) - want[size_t(k)]) * (double(out[size_t(k)]) - want[size_t(k)]);
+    for (int64_t k = 0; k < P * per; ++k)
+      total +=
+          (double(out[size_t(k)]) - want[size_t(k)]) * (double(out[size_t(k)]) - want[size_t(k)]);
     return total / double(P * per);
   }
   const int64_t C = per;
@@ -539,7 +555,8 @@ double OptContext::Impl::partial_loss(int64_t P, int64_t* n_correct) const {
     if (!lab.empty()) {
       target = lab[size_t(i)];
       if (target < 0 || target >= C)
-        fail("cross_entropy", "label ", target, " at position ", i, " is out of range [0, ", C, ")");
+        fail("cross_entropy", "label ", target, " at position ", i, " is out of range [0, ", C,
+             ")");
       total += lse - row[target];
     } else {
       const float* p = prob.data() + i * C;

@@ -13,7 +13,8 @@ void check_state(const char* op, const char* what, Tensor param, Tensor t) {
   if (!t.defined()) fail(op, what, " is an undefined tensor");
   detail::check_float32(op, what, t);
   if (!(t.shape() == param.shape()))
-    fail(op, what, " is ", t.shape().str(), " but param '", param.name(), "' is ", param.shape().str());
+    fail(op, what, " is ", t.shape().str(), " but param '", param.name(), "' is ",
+         param.shape().str());
 }
 
 void check_common(const char* op, Tensor param, Tensor grad, Tensor hp) {
@@ -52,10 +53,10 @@ Tensor sgd_step(Tensor param, Tensor grad, Tensor buf, Tensor hp) {
   check_common(op, param, grad, hp);
   if (buf.defined()) check_state(op, "momentum buffer", param, buf);
   detail::check_same_ctx(op, {param, grad, buf, hp});
-  TensorNode* n = buf.defined()
-                      ? detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(),
-                                       {param.node(), grad.node(), buf.node(), hp.node()})
-                      : detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(), {param.node(), grad.node(), hp.node()});
+  TensorNode* n = buf.defined() ? detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(),
+                                                 {param.node(), grad.node(), buf.node(), hp.node()})
+                                : detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(),
+                                                 {param.node(), grad.node(), hp.node()});
   return alias_of_param(n, param);
 }
 
@@ -78,8 +79,10 @@ std::array<float, 8> adamw_hyper(const AdamWParams& p, int64_t t, float gscale) 
 }
 
 std::array<float, 8> sgd_hyper(const SgdParams& p, bool first_step, float gscale) {
-  return {p.lr, p.momentum, p.dampening, p.nesterov ? 1.0f : 0.0f, p.weight_decay,
-          first_step ? 1.0f : 0.0f, 0.0f, gscale};
+  return {p.lr,           p.momentum,
+          p.dampening,    p.nesterov ? 1.0f : 0.0f,
+          p.weight_decay, first_step ? 1.0f : 0.0f,
+          0.0f,           gscale};
 }
 
 }  // namespace kiln

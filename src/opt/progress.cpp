@@ -110,7 +110,8 @@ std::string ProgressBar::line(int64_t done, const Result& r, double elapsed_s, i
   const int digits = int(std::to_string(total_).size());
   const std::string count = printf_str("%*lld/%lld", digits, (long long)done, (long long)total_);
   const double eta = done > 0 ? elapsed_s * double(total_ - done) / double(done) : NAN;
-  const std::string times = format_duration(elapsed_s) + " eta " + (done > 0 ? format_duration(eta) : "--:--");
+  const std::string times =
+      format_duration(elapsed_s) + " eta " + (done > 0 ? format_duration(eta) : "--:--");
   const std::string rest = count + " " + format_result(r) + " " + times;
   // label [bar] rest: the bar takes what is left (omitted below 5 columns).
   const int bar = width - int(label_.size()) - int(rest.size()) - 4;
@@ -142,7 +143,8 @@ void ProgressBar::update(int64_t done, const Result& r) {
 
 void ProgressBar::finish(int64_t done, const Result& r) {
   if (!tty_) return;
-  const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double el =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::fprintf(stderr, "\r%s\x1b[K\n", line(done, r, el).c_str());
   std::fflush(stderr);
 }

@@ -11,7 +11,8 @@ ScheduleFn constant(OptimizerParams p) {
 }
 
 ScheduleFn step_decay(OptimizerParams p, int64_t every_epochs, float gamma) {
-  if (every_epochs <= 0) fail("schedule", "step_decay: every_epochs must be positive, got ", every_epochs);
+  if (every_epochs <= 0)
+    fail("schedule", "step_decay: every_epochs must be positive, got ", every_epochs);
   return [p, every_epochs, gamma](const StepInfo& s) {
     OptimizerParams q = p;
     const double f = std::pow(double(gamma), double(s.epoch / every_epochs));

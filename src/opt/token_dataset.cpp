@@ -17,7 +17,8 @@ namespace {
 constexpr const char* kOp = "token_dataset";
 
 std::string describe(const Tensor& t, const char* role) {
-  return std::string(role) + (t.name().empty() ? "" : " '" + t.name() + "'") + " " + t.shape().str();
+  return std::string(role) + (t.name().empty() ? "" : " '" + t.name() + "'") + " " +
+         t.shape().str();
 }
 
 // Uniform in [0, n) from raw 64-bit engine output (rejection, no modulo bias).
@@ -87,22 +88,25 @@ void TokenDataset::get_batch(Tensor inputs, Tensor labels, int64_t batch_index) 
   const int64_t nb = n_batches(batch, block);
   if (batch_index < 0 || batch_index >= nb)
     fail(kOp, "get_batch: batch ", batch_index, " is outside [0, ", nb, "): ", size(),
-         " tokens hold ", n_windows(block), " windows of ", block + 1, " tokens, batches of ", batch);
+         " tokens hold ", n_windows(block), " windows of ", block + 1, " tokens, batches of ",
+         batch);
   std::vector<int64_t> offsets(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) offsets[size_t(b)] = (batch_index * batch + b) * (block + 1);
   write_windows(inputs, labels, offsets);
 }
 
-void TokenDataset::write_windows(Tensor inputs, Tensor labels, std::span<const int64_t> offsets) const {
+void TokenDataset::write_windows(Tensor inputs, Tensor labels,
+                                 std::span<const int64_t> offsets) const {
   const auto [batch, block] = batch_and_block(inputs);
   if (inputs.dtype() != DType::i32) fail(kOp, describe(inputs, "inputs"), " must be i32");
   if (int64_t(offsets.size()) != batch)
-    fail(kOp, offsets.size(), " window offsets for ", describe(inputs, "inputs"), " (batch ", batch, ")");
+    fail(kOp, offsets.size(), " window offsets for ", describe(inputs, "inputs"), " (batch ", batch,
+         ")");
   if (labels.defined()) {
     if (labels.dtype() != DType::i32) fail(kOp, describe(labels, "labels"), " must be i32");
     if (labels.numel() != inputs.numel())
-      fail(kOp, describe(labels, "labels"), " must hold B*T = ", inputs.numel(),
-           " elements like ", describe(inputs, "inputs"));
+      fail(kOp, describe(labels, "labels"), " must hold B*T = ", inputs.numel(), " elements like ",
+           describe(inputs, "inputs"));
     if (!labels.has_data()) fail(kOp, describe(labels, "labels"), " has no memory yet");
   }
   if (!inputs.has_data()) fail(kOp, describe(inputs, "inputs"), " has no memory yet");
@@ -155,7 +159,8 @@ TokenDataset load_text_corpus(const std::string& dir, const std::string& fetch_h
     const size_t at = bytes.size();
     bytes.resize(at + size_t(n) + 1);
     f.seekg(0);
-    if (!f.read(reinterpret_cast<char*>(bytes.data() + at), n)) fail("corpus", path, ": read failed");
+    if (!f.read(reinterpret_cast<char*>(bytes.data() + at), n))
+      fail("corpus", path, ": read failed");
     bytes[at + size_t(n)] = '\n';
   }
   return TokenDataset(std::move(bytes));

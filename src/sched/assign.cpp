@@ -37,7 +37,8 @@ class Assigner {
     for (size_t b = 0; b < be_.size(); ++b)
       if (&be_[b]->buffer_type() == &buf->type()) h.push_back(int(b));
     for (size_t b = 0; b < be_.size(); ++b)
-      if (&be_[b]->buffer_type() != &buf->type() && same_memory(&be_[b]->buffer_type(), &buf->type()))
+      if (&be_[b]->buffer_type() != &buf->type() &&
+          same_memory(&be_[b]->buffer_type(), &buf->type()))
         h.push_back(int(b));
     return h;
   }
@@ -47,7 +48,8 @@ class Assigner {
     auto check = [&](const TensorNode* t) {
       const TensorNode* o = owner_of(t);
       if (!o->data || c_.scheduler_buffer(o->buffer)) return;
-      if (!o->buffer) fail("sched", label(o), " has data but no buffer: allocate it in a backend's buffer");
+      if (!o->buffer)
+        fail("sched", label(o), " has data but no buffer: allocate it in a backend's buffer");
       const std::vector<int> h = homes(o->buffer);
       if (h.empty())
         fail("sched", label(o), " lives in a '", o->buffer->type().name(),
@@ -93,18 +95,21 @@ class Assigner {
     TensorNode* self = owner_of(n);  // an alias's memory is its target's
     if (preallocated(self)) {
       b = first_supporting(n, homes(self->buffer));
-      if (b < 0) unsupported(n, "its memory is pre-allocated but no backend using that memory supports it");
+      if (b < 0)
+        unsupported(n, "its memory is pre-allocated but no backend using that memory supports it");
       pinned_.insert(n);
     } else if (kind == OpKind::ALIAS && s_.where.count(self)) {
       // In place: must run where the tensor it updates lives.
       b = s_.where.at(self);
-      if (!supports(b, n)) unsupported(n, "updates a tensor in place on a backend that does not support it");
+      if (!supports(b, n))
+        unsupported(n, "updates a tensor in place on a backend that does not support it");
       pinned_.insert(n);
     }
     if (b < 0) {
       // Where a pre-allocated input lives (weights stay put; the op goes to them).
       for (int i = 0; i < n->n_src && b < 0; ++i)
-        if (n->src[i] && preallocated(n->src[i])) b = first_supporting(n, homes(owner_of(n->src[i])->buffer));
+        if (n->src[i] && preallocated(n->src[i]))
+          b = first_supporting(n, homes(owner_of(n->src[i])->buffer));
       if (b >= 0) pinned_.insert(n);
     }
     if (b < 0) {
@@ -163,13 +168,15 @@ class Assigner {
     auto place = [&](TensorNode* l) {
       if (l->view_src || s_.where.count(l)) return;
       auto it = consumers_.find(l);
-      s_.where[l] = it == consumers_.end() || it->second.empty() ? 0 : s_.where.at(it->second.front());
+      s_.where[l] =
+          it == consumers_.end() || it->second.empty() ? 0 : s_.where.at(it->second.front());
     };
     for (TensorNode* l : s_.leafs) place(l);
     for (TensorNode* n : s_.nodes) {
       if (op_kind(n->op) == OpKind::LEAF) place(n);
       for (int i = 0; i < n->n_src; ++i)
-        if (n->src[i] && op_kind(owner_of(n->src[i])->op) == OpKind::LEAF) place(owner_of(n->src[i]));
+        if (n->src[i] && op_kind(owner_of(n->src[i])->op) == OpKind::LEAF)
+          place(owner_of(n->src[i]));
     }
   }
 

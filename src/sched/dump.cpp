@@ -43,9 +43,11 @@ std::string dump_schedule(const Schedule& s, const Env& c) {
   std::ostringstream os;
   os << "scheduler: " << be.size() << " backend" << (be.size() == 1 ? "" : "s") << " [";
   for (size_t b = 0; b < be.size(); ++b)
-    os << (b ? ", " : "") << b << " " << be[b]->name() << " (" << be[b]->buffer_type().name() << " memory)";
-  os << "], " << s.nodes.size() << " nodes, " << s.splits.size() << " split" << (s.splits.size() == 1 ? "" : "s")
-     << ", " << s.n_copies << " cop" << (s.n_copies == 1 ? "y" : "ies") << " per run\n";
+    os << (b ? ", " : "") << b << " " << be[b]->name() << " (" << be[b]->buffer_type().name()
+       << " memory)";
+  os << "], " << s.nodes.size() << " nodes, " << s.splits.size() << " split"
+     << (s.splits.size() == 1 ? "" : "s") << ", " << s.n_copies << " cop"
+     << (s.n_copies == 1 ? "y" : "ies") << " per run\n";
   for (size_t i = 0; i < s.splits.size(); ++i) {
     const Split& sp = s.splits[i];
     os << "## SPLIT #" << i << ": " << be[size_t(sp.backend)]->name() << " (backend " << sp.backend
@@ -53,8 +55,8 @@ std::string dump_schedule(const Schedule& s, const Env& c) {
        << (sp.user_nodes.size() == 1 ? "" : "s") << "), " << sp.copies.size() << " input"
        << (sp.copies.size() == 1 ? "" : "s") << (sp.copies.empty() ? "" : ":");
     for (const Copy& cp : sp.copies)
-      os << " [" << label(cp.from) << " " << dtype_name(cp.from->dtype) << cp.from->shape.str() << " "
-         << bytes(cp.from->nbytes()) << " from " << where_name(cp.from) << "]";
+      os << " [" << label(cp.from) << " " << dtype_name(cp.from->dtype) << cp.from->shape.str()
+         << " " << bytes(cp.from->nbytes()) << " from " << where_name(cp.from) << "]";
     os << "\n";
     for (size_t j = 0; j < sp.user_nodes.size(); ++j) {
       const TensorNode* n = sp.user_nodes[j];
@@ -69,10 +71,8 @@ std::string dump_schedule(const Schedule& s, const Env& c) {
         os << (q ? ", " : " ") << label(x);
         if (x->view_src && op_kind(x->op) == OpKind::VIEW)
           os << " (" << op_name(x->op) << " of " << label(x->view_src) << ")";
-        if (r->src[q] != x)
-          os << " [copy from " << where_name(x) << "]";
-        else
-          os << " [" << where_name(x) << "]";
+        if (r->src[q] != x) os << " [copy from " << where_name(x) << "]";
+        else os << " [" << where_name(x) << "]";
       }
       os << "\n";
     }

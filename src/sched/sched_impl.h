@@ -40,15 +40,16 @@ struct Split {
   std::vector<TensorNode*> user_nodes;  // the graph's compute/alias nodes, in order
   std::vector<TensorNode*> run;         // what the backend computes: user nodes or shadows
   std::vector<Copy> copies;
-  std::vector<TensorNode*> copy_views;  // views of copies (non-contiguous sources), after the copies
+  std::vector<TensorNode*>
+      copy_views;  // views of copies (non-contiguous sources), after the copies
 };
 
 struct Schedule {
   std::vector<TensorNode*> nodes, leafs;  // the graph's, to recognise it again
 
   // --- assignment (assign.cpp) ---
-  std::unordered_map<const TensorNode*, int> where;     // tensor -> backend index
-  std::unordered_set<const TensorNode*> preallocated;   // memory owners in user buffers
+  std::unordered_map<const TensorNode*, int> where;    // tensor -> backend index
+  std::unordered_set<const TensorNode*> preallocated;  // memory owners in user buffers
 
   // --- splits (split.cpp) ---
   std::vector<Split> splits;
@@ -63,7 +64,7 @@ struct Schedule {
 
 struct Env {
   const std::vector<Backend*>& backends;
-  const std::vector<int>& slot_of_backend;             // backend index -> allocator slot
+  const std::vector<int>& slot_of_backend;              // backend index -> allocator slot
   std::function<bool(const Buffer*)> scheduler_buffer;  // memory the scheduler placed
   bool expand = true;
 };

@@ -22,8 +22,8 @@ struct Scheduler::Impl {
   bool allocated = false;  // s is the schedule of the last alloc()
 
   sched_detail::Env env() const {
-    return {backends, slot_of_backend, [this](const Buffer* b) { return b && own_buffers.count(b) != 0; },
-            opt.expand};
+    return {backends, slot_of_backend,
+            [this](const Buffer* b) { return b && own_buffers.count(b) != 0; }, opt.expand};
   }
 
   void remember_buffers() {
@@ -50,7 +50,8 @@ struct Scheduler::Impl {
   }
 
   bool slot_used(int slot) const {
-    return std::any_of(s.slot_of.begin(), s.slot_of.end(), [&](const auto& p) { return p.second == slot; });
+    return std::any_of(s.slot_of.begin(), s.slot_of.end(),
+                       [&](const auto& p) { return p.second == slot; });
   }
 
   bool same_graph(const Graph& g) const {
@@ -58,12 +59,14 @@ struct Scheduler::Impl {
   }
 };
 
-Scheduler::Scheduler(std::vector<Backend*> backends, SchedulerOptions opt) : impl_(std::make_unique<Impl>()) {
+Scheduler::Scheduler(std::vector<Backend*> backends, SchedulerOptions opt)
+    : impl_(std::make_unique<Impl>()) {
   if (backends.empty()) fail("sched", "a scheduler needs at least one backend");
   for (size_t i = 0; i < backends.size(); ++i) {
     if (!backends[i]) fail("sched", "backend ", i, " is null");
     for (size_t j = 0; j < i; ++j)
-      if (backends[j] == backends[i]) fail("sched", "backend ", i, " (", backends[i]->name(), ") is listed twice");
+      if (backends[j] == backends[i])
+        fail("sched", "backend ", i, " (", backends[i]->name(), ") is listed twice");
   }
   impl_->backends = std::move(backends);
   impl_->opt = opt;
@@ -99,7 +102,8 @@ bool Scheduler::alloc(const Graph& g) {
   // another allocator (or sits in a replaced buffer) starts over without memory.
   for (const auto& [t, slot] : s.slot_of) {
     TensorNode* tn = const_cast<TensorNode*>(t);
-    if (tn->buffer && m.own_buffers.count(tn->buffer) && tn->buffer != m.slots[size_t(slot)]->buffer()) {
+    if (tn->buffer && m.own_buffers.count(tn->buffer) &&
+        tn->buffer != m.slots[size_t(slot)]->buffer()) {
       tn->data = nullptr;
       tn->buffer = nullptr;
     }
@@ -130,8 +134,8 @@ void Scheduler::compute(const Graph& g) {
   if (!m.same_graph(g)) alloc(g);
   for (const TensorNode* l : m.s.leafs)
     if (!l->data && l->numel() > 0)
-      fail("sched", "leaf #", l->id, l->name.empty() ? "" : " '", l->name, l->name.empty() ? "" : "'", " ",
-           l->shape.str(), " has no memory");
+      fail("sched", "leaf #", l->id, l->name.empty() ? "" : " '", l->name,
+           l->name.empty() ? "" : "'", " ", l->shape.str(), " has no memory");
   for (const sched_detail::Split& sp : m.s.splits) {
     for (const sched_detail::Copy& c : sp.copies)
       if (c.from->numel() > 0) copy_tensor(c.from, c.to);
@@ -172,7 +176,8 @@ Backend* Scheduler::backend_of(const TensorNode* t) const {
 
 size_t Scheduler::buffer_size(const Backend& b) const {
   for (size_t i = 0; i < impl_->backends.size(); ++i)
-    if (impl_->backends[i] == &b) return impl_->slots[size_t(impl_->slot_of_backend[i])]->buffer_size();
+    if (impl_->backends[i] == &b)
+      return impl_->slots[size_t(impl_->slot_of_backend[i])]->buffer_size();
   return 0;
 }
 

@@ -83,7 +83,8 @@ std::string check_overlaps(const Graph& g, const Buffer& buf) {
     for (size_t b = a + 1; b < items.size(); ++b) {
       const Item &x = items[a], &y = items[b];
       if (x.birth > y.death || y.birth > x.death) continue;  // never live at the same step
-      const char *xs = static_cast<const char*>(x.t->data), *ys = static_cast<const char*>(y.t->data);
+      const char *xs = static_cast<const char*>(x.t->data),
+                 *ys = static_cast<const char*>(y.t->data);
       if (xs + x.t->nbytes() <= ys || ys + y.t->nbytes() <= xs) continue;
       if (inplace_pair(x, y) || inplace_pair(y, x)) continue;
       std::ostringstream os;

@@ -170,8 +170,11 @@ class Gen {
     Tensor x = pick();
     if (x.ndim() == 0) return coin() ? unary(x) : x.reshape({1});  // scalars (full reductions)
     switch (uni(0, 11)) {
-      case 0: case 1: case 2: return unary(x);
-      case 3: case 4: {
+      case 0:
+      case 1:
+      case 2: return unary(x);
+      case 3:
+      case 4: {
         Tensor y = coin(0.15) ? x : partner_for(x);
         switch (uni(0, 2)) {
           case 0: return add(x, y);
@@ -179,7 +182,8 @@ class Gen {
           default: return mul(x, y);
         }
       }
-      case 5: case 6: return view(x);
+      case 5:
+      case 6: return view(x);
       case 7: return matmul_with(x);
       case 8: return reduce(x);
       case 9: {
@@ -226,7 +230,8 @@ RandomGraph make_random_graph(uint64_t seed, bool backward) {
   for (const Tensor& t : gen.pool)
     for (int i = 0; i < t.node()->n_src; ++i) consumed.insert(t.node()->src[i]);
   for (const Tensor& t : gen.pool)
-    if (!consumed.count(t.node()) && !(t == outs[0]) && outs.size() < 4 && gen.coin(0.6)) outs.push_back(t);
+    if (!consumed.count(t.node()) && !(t == outs[0]) && outs.size() < 4 && gen.coin(0.6))
+      outs.push_back(t);
   if (gen.coin(0.5)) outs.push_back(gen.pick());
   if (backward) {
     Tensor loss = sum(outs[0]);
@@ -240,7 +245,8 @@ RandomGraph make_random_graph(uint64_t seed, bool backward) {
     try {
       rg.graph.backward(rg.loss);
       for (const Tensor& l : gen.leaves)
-        if (l.has_flag(kFlagParam) && rg.graph.grad(l).defined()) rg.grads.push_back(rg.graph.grad(l));
+        if (l.has_flag(kFlagParam) && rg.graph.grad(l).defined())
+          rg.grads.push_back(rg.graph.grad(l));
     } catch (const Error&) {
       rg.loss = Tensor();  // no param reaches the loss: a forward-only graph
     }

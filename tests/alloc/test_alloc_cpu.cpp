@@ -108,7 +108,8 @@ TEST(GraphAllocatorCpu, AnMlpTrainingGraphMatchesTheSimpleAllocator) {
     uint32_t state = 7;
     for (Tensor t : ts) {
       std::vector<float> v(size_t(t.numel()));
-      for (float& f : v) f = float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f;
+      for (float& f : v)
+        f = float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f;
       t.set(v);
     }
     std::vector<int32_t> labels(32);
@@ -135,6 +136,7 @@ TEST(GraphAllocatorCpu, AnMlpTrainingGraphMatchesTheSimpleAllocator) {
     cpu.compute(g1);
     cpu.compute(g2);
     EXPECT_EQ(bytes_of(loss1), bytes_of(loss2));
-    for (size_t i = 0; i < p1.size(); ++i) EXPECT_EQ(bytes_of(g1.grad(p1[i])), bytes_of(g2.grad(p2[i])));
+    for (size_t i = 0; i < p1.size(); ++i)
+      EXPECT_EQ(bytes_of(g1.grad(p1[i])), bytes_of(g2.grad(p2[i])));
   }
 }

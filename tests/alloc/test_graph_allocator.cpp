@@ -44,8 +44,8 @@ TEST(GraphAllocator, NoInPlaceWhenTheSourceIsReadLater) {
   Context ctx;
   Tensor x = ctx.input(f32, {16, 16}, "x");
   Tensor a = scale(x, 0.5f);
-  Tensor b = relu(a);  // a is read again below: relu needs its own block
-  Tensor c = add(b, a);  // b's last reader: c may take over b
+  Tensor b = relu(a);        // a is read again below: relu needs its own block
+  Tensor c = add(b, a);      // b's last reader: c may take over b
   Tensor d = add(c, c.T());  // c read twice (transposed): no in-place
   Graph g = Graph::forward(sum(d));
   GraphAllocator galloc(host_buffer_type());
@@ -95,7 +95,7 @@ TEST(GraphAllocator, InPlaceThroughAWholeReshape) {
   Context ctx;
   Tensor x = ctx.input(f32, {4, 8}, "x");
   Tensor a = scale(x, 2.0f);
-  Tensor r = relu(a.reshape({32}));  // the view covers all of a: relu may take a's block
+  Tensor r = relu(a.reshape({32}));     // the view covers all of a: relu may take a's block
   Tensor n = relu(r.narrow(0, 0, 16));  // a narrow view covers half: no
   Graph g = Graph::forward(sum(n));
   GraphAllocator galloc(host_buffer_type());
@@ -271,7 +271,7 @@ TEST(GraphAllocator, RandomGraphsNeverOverlap) {
     galloc.alloc(rg.graph);
     const MemoryPlan p = galloc.plan();
     ASSERT_EQ(check_overlaps(rg.graph, *galloc.buffer()), "") << "seed " << seed << "\n"
-                                                            << rg.graph.dump();
+                                                              << rg.graph.dump();
     ASSERT_LE(p.lower_bound, p.buffer_size) << "seed " << seed;
     ASSERT_LE(p.buffer_size, p.total_size) << "seed " << seed;
     ASSERT_LE(p.buffer_size, p.best_fit_size) << "seed " << seed;
@@ -282,10 +282,10 @@ TEST(GraphAllocator, RandomGraphsNeverOverlap) {
     alloc_test::RandomGraph again = alloc_test::make_random_graph(seed, backward);
     GraphAllocator one(host_buffer_type(), {.placement = forced[seed % 4]});
     one.alloc(again.graph);
-    ASSERT_EQ(check_overlaps(again.graph, *one.buffer()), "") << "seed " << seed << " strategy "
-                                                            << one.plan().strategy;
+    ASSERT_EQ(check_overlaps(again.graph, *one.buffer()), "")
+        << "seed " << seed << " strategy " << one.plan().strategy;
     ASSERT_GE(one.plan().buffer_size, p.buffer_size) << "seed " << seed;
   }
-  EXPECT_GT(inplace, graphs);         // the generator exercises in-place reuse a lot
+  EXPECT_GT(inplace, graphs);           // the generator exercises in-place reuse a lot
   EXPECT_GT(at_bound, graphs * 3 / 4);  // and the planner mostly reaches the bound
 }

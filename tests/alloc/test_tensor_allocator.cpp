@@ -48,9 +48,9 @@ TEST(TensorAllocator, BestFitPicksTheSmallestBlockThatFits) {
   ta.free(a, 160);  // holes: 160 at 0, 64 at c, 32 at e, then the tail
   ta.free(c, 64);
   ta.free(e, 32);
-  EXPECT_EQ(ta.alloc(32), e);   // exact fit
-  EXPECT_EQ(ta.alloc(48), c);   // 64 is the smallest that holds 48
-  EXPECT_EQ(ta.alloc(100), a);  // only the 160 block (not the tail) is left that fits
+  EXPECT_EQ(ta.alloc(32), e);         // exact fit
+  EXPECT_EQ(ta.alloc(48), c);         // 64 is the smallest that holds 48
+  EXPECT_EQ(ta.alloc(100), a);        // only the 160 block (not the tail) is left that fits
   EXPECT_EQ(ta.n_free_blocks(), 3u);  // 48 after a, 16 after c, the tail
 }
 
@@ -106,15 +106,16 @@ TEST(TensorAllocator, ATensorThatDoesNotFitNamesSizes) {
   auto buf = host_buffer_type().alloc(1024);
   TensorAllocator ta(*buf);
   Context ctx;
-  Tensor a = ctx.tensor(f32, {128}, "a");  // 512 bytes
+  Tensor a = ctx.tensor(f32, {128}, "a");         // 512 bytes
   Tensor big = ctx.tensor(f32, {20, 10}, "big");  // 800 bytes
   ta.place(a.node());
   try {
     ta.place(big.node());
     FAIL() << "expected kiln::Error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "[alloc] tensor 'big' [20, 10] needs 832 bytes but the largest free block is 512 bytes");
+    EXPECT_STREQ(
+        e.what(),
+        "[alloc] tensor 'big' [20, 10] needs 832 bytes but the largest free block is 512 bytes");
   }
   EXPECT_FALSE(big.has_data());
 }

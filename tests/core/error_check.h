@@ -30,8 +30,8 @@ inline ::testing::AssertionResult is_error(const std::string& msg, const std::st
                                            std::initializer_list<const char*> parts) {
   const std::string prefix = "[" + op + "] ";
   if (msg.rfind(prefix, 0) != 0)
-    return ::testing::AssertionFailure() << "message does not start with \"" << prefix
-                                         << "\": " << msg;
+    return ::testing::AssertionFailure()
+           << "message does not start with \"" << prefix << "\": " << msg;
   for (const char* p : parts)
     if (msg.find(p) == std::string::npos)
       return ::testing::AssertionFailure() << "message does not mention \"" << p << "\": " << msg;
@@ -40,6 +40,6 @@ inline ::testing::AssertionResult is_error(const std::string& msg, const std::st
 
 }  // namespace kiln_test
 
-#define EXPECT_KILN_ERROR(stmt, op, ...)                                                  \
-  EXPECT_TRUE(::kiln_test::is_error(::kiln_test::error_message([&] { (void)(stmt); }), op, \
-                                    {__VA_ARGS__}))
+#define EXPECT_KILN_ERROR(stmt, op, ...) \
+  EXPECT_TRUE(                           \
+      ::kiln_test::is_error(::kiln_test::error_message([&] { (void)(stmt); }), op, {__VA_ARGS__}))

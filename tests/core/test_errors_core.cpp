@@ -29,7 +29,9 @@ TEST(ErrorsCore, NegativeDimension) {
   // allows -1 (reshape's inferred dim); either way it is a kiln::Error naming -3.
   kiln::Context ctx;
   const std::string msg = kiln_test::error_message([&] { ctx.input(f32, {2, -3}); });
-  EXPECT_TRUE(kiln_test::is_error(msg, "shape", {"-3"}) || kiln_test::is_error(msg, "input", {"-3"})) << msg;
+  EXPECT_TRUE(kiln_test::is_error(msg, "shape", {"-3"}) ||
+              kiln_test::is_error(msg, "input", {"-3"}))
+      << msg;
 }
 
 TEST(ErrorsCore, IntegerParam) {

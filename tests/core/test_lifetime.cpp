@@ -74,7 +74,8 @@ TEST(Lifetime, ComputeAfterTheBufferIsDestroyedThrows) {
   }
   EXPECT_KILN_ERROR(cpu.compute(g), "compute", "'x'", "no memory");
   // Running the node list directly (as the scheduler does) checks every node.
-  EXPECT_KILN_ERROR(cpu.compute(std::span<kiln::TensorNode* const>(g.nodes())), "compute", "no memory");
+  EXPECT_KILN_ERROR(cpu.compute(std::span<kiln::TensorNode* const>(g.nodes())), "compute",
+                    "no memory");
   EXPECT_KILN_ERROR((void)y.get<float>(), "get", "no memory");
   EXPECT_KILN_ERROR(x.set(std::vector<float>(64 * 64, 1.0f)), "set", "no memory");
 

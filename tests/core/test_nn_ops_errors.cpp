@@ -57,12 +57,12 @@ TEST(NnOpsErrors, CrossEntropy) {
                     "cross_entropy", "logits", "[4, 10, 2]");
   EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(i32, {5})), "cross_entropy", "[5]",
                     "[4, 10]");
-  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(i32, {4, 1})), "cross_entropy",
-                    "[4, 1]", "[4, 10]");
-  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(f32, {4, 9})), "cross_entropy",
-                    "[4, 9]", "[4, 10]");
-  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(f16, {4, 10})), "cross_entropy",
-                    "f16", "[4, 10]");
+  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(i32, {4, 1})), "cross_entropy", "[4, 1]",
+                    "[4, 10]");
+  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(f32, {4, 9})), "cross_entropy", "[4, 9]",
+                    "[4, 10]");
+  EXPECT_KILN_ERROR(kiln::cross_entropy(logits, ctx.input(f16, {4, 10})), "cross_entropy", "f16",
+                    "[4, 10]");
   EXPECT_KILN_ERROR(kiln::cross_entropy(ctx.input(i32, {4, 10}), ctx.input(i32, {4})),
                     "cross_entropy", "logits", "i32");
 }
@@ -82,8 +82,8 @@ TEST(NnOpsErrors, Norms) {
   Tensor x = ctx.input(f32, {2, 4});
   EXPECT_KILN_ERROR(kiln::layer_norm(x, ctx.param(f32, {5})), "layer_norm", "weight is [5]",
                     "x is [2, 4]", "[4]");
-  EXPECT_KILN_ERROR(kiln::layer_norm(x, ctx.param(f32, {4}), ctx.param(f32, {2, 4})),
-                    "layer_norm", "bias is [2, 4]", "[2, 4]");
+  EXPECT_KILN_ERROR(kiln::layer_norm(x, ctx.param(f32, {4}), ctx.param(f32, {2, 4})), "layer_norm",
+                    "bias is [2, 4]", "[2, 4]");
   EXPECT_KILN_ERROR(kiln::layer_norm(ctx.input(i32, {2, 4})), "layer_norm", "i32");
   EXPECT_KILN_ERROR(kiln::layer_norm(x, {}, {}, -1.0f), "layer_norm", "eps");
   EXPECT_KILN_ERROR(kiln::rms_norm(x, ctx.param(f32, {2})), "rms_norm", "weight is [2]",
@@ -96,8 +96,8 @@ TEST(NnOpsErrors, Dropout) {
   Tensor x = ctx.input(f32, {16});
   EXPECT_KILN_ERROR(kiln::dropout(x, 1.0f, 1, true), "dropout", "p", "[0, 1)", "1");
   EXPECT_KILN_ERROR(kiln::dropout(x, -0.1f, 1, true), "dropout", "-0.1");
-  EXPECT_KILN_ERROR(kiln::dropout(x, 0.5f, 1, true, ctx.input(f32, {1})), "dropout",
-                    "seed_tensor", "f32");
+  EXPECT_KILN_ERROR(kiln::dropout(x, 0.5f, 1, true, ctx.input(f32, {1})), "dropout", "seed_tensor",
+                    "f32");
   EXPECT_KILN_ERROR(kiln::dropout(ctx.input(i32, {4}), 0.5f, 1, true), "dropout", "i32");
   // Identity (no node at all) outside training or with p = 0.
   EXPECT_EQ(kiln::dropout(x, 0.5f, 1, false), x);
@@ -108,10 +108,9 @@ TEST(NnOpsErrors, Embedding) {
   kiln::Context ctx;
   Tensor w = ctx.param(f32, {50, 8});
   EXPECT_KILN_ERROR(kiln::embedding(w, ctx.input(f32, {3})), "embedding", "indices", "f32");
-  EXPECT_KILN_ERROR(kiln::embedding(ctx.param(f32, {50, 8, 2}), ctx.input(i32, {3})),
-                    "embedding", "weight", "[50, 8, 2]");
-  EXPECT_KILN_ERROR(kiln::embedding(w, ctx.input(i32, {2, 2, 2, 2})), "embedding",
-                    "[2, 2, 2, 2]");
+  EXPECT_KILN_ERROR(kiln::embedding(ctx.param(f32, {50, 8, 2}), ctx.input(i32, {3})), "embedding",
+                    "weight", "[50, 8, 2]");
+  EXPECT_KILN_ERROR(kiln::embedding(w, ctx.input(i32, {2, 2, 2, 2})), "embedding", "[2, 2, 2, 2]");
   EXPECT_KILN_ERROR(kiln::embedding(ctx.input(i32, {50, 8}), ctx.input(i32, {3})), "embedding",
                     "weight", "i32");
   EXPECT_EQ(kiln::embedding(w, ctx.input(i32, {2, 3})).shape(), (kiln::Shape{2, 3, 8}));
@@ -189,8 +188,8 @@ TEST(NnOpsErrors, UnfoldAndFold) {
 
   Tensor cols = ctx.input(f32, {2, 27, 36});
   EXPECT_EQ(kiln::fold(cols, 8, 8, k3).shape(), (kiln::Shape{2, 3, 8, 8}));
-  EXPECT_KILN_ERROR(kiln::fold(ctx.input(f32, {2, 26, 36}), 8, 8, k3), "fold", "[2, 26, 36]", "multiple",
-                    "3x3");
+  EXPECT_KILN_ERROR(kiln::fold(ctx.input(f32, {2, 26, 36}), 8, 8, k3), "fold", "[2, 26, 36]",
+                    "multiple", "3x3");
   EXPECT_KILN_ERROR(kiln::fold(cols, 9, 8, k3), "fold", "36 windows", "42");
   EXPECT_KILN_ERROR(kiln::fold(ctx.input(f32, {27, 36}), 8, 8, k3), "fold", "[27, 36]");
   EXPECT_KILN_ERROR(kiln::fold(cols, 0, 8, k3), "fold", "output size");
@@ -206,8 +205,7 @@ TEST(NnOpsErrors, CrossEntropyLabelOutOfRangeAtCompute) {
   r.alloc(ctx);
   logits.set(std::vector<float>(50, 0.0f));
   labels.set<int32_t>({1, 2, 3, 12, 4});
-  EXPECT_KILN_ERROR(r.run(loss), "cross_entropy",
-                    "label 12 at position 3 is out of range [0, 10)");
+  EXPECT_KILN_ERROR(r.run(loss), "cross_entropy", "label 12 at position 3 is out of range [0, 10)");
   labels.set<int32_t>({1, -1, 3, 2, 4});
   EXPECT_KILN_ERROR(r.run(loss), "cross_entropy", "label -1 at position 1");
   labels.set<int32_t>({1, 2, 3, 9, 0});
@@ -292,7 +290,8 @@ TEST(NnOps, SoftmaxOfKnownRows) {
   const float inf = std::numeric_limits<float>::infinity();
   masked.mask.set<float>({0, 0, 0, -inf, -inf, -inf});  // row 1 fully masked
   for (Tensor t : {s, ls, sc, sm, lsm}) r.run(t);
-  const std::vector<float> want = {0.09003057f, 0.24472847f, 0.66524096f, 1 / 3.f, 1 / 3.f, 1 / 3.f};
+  const std::vector<float> want = {0.09003057f, 0.24472847f, 0.66524096f,
+                                   1 / 3.f,     1 / 3.f,     1 / 3.f};
   const auto vs = s.get<float>(), vls = ls.get<float>(), vsc = sc.get<float>();
   for (int i = 0; i < 6; ++i) {
     EXPECT_NEAR(vs[i], want[i], 1e-6) << i;
@@ -363,7 +362,7 @@ TEST(NnOps, Conv2dEqualsMatmulWithUnfoldAndFoldIsItsAdjoint) {
   co.stride[0] = 2, co.padding[1] = 1;
   kiln::UnfoldOptions uo;
   uo.kernel[0] = 2, uo.kernel[1] = 3, uo.stride[0] = 2, uo.padding[1] = 1;
-  Tensor y = kiln::conv2d(x, w, {}, co);                                     // [2, 3, 2, 4]
+  Tensor y = kiln::conv2d(x, w, {}, co);  // [2, 3, 2, 4]
   Tensor y2 = kiln::matmul(w.reshape({3, 12}), kiln::unfold(x, uo)).reshape({2, 3, 2, 4});
   Tensor ones = ctx.input(f32, {1, 1, 3, 3});
   kiln::UnfoldOptions k2;
@@ -396,8 +395,8 @@ TEST(NnOps, MaxPoolOfAKnown4x4) {
   g.backward(loss);
   Runner r;
   r.alloc(ctx);
-  x.set<float>({1, 5, 2, 0,  //
-                3, 4, 7, 7,  //
+  x.set<float>({1, 5, 2, 0,    //
+                3, 4, 7, 7,    //
                 -1, -2, 0, 0,  //
                 -3, -4, 0, 0});
   r.cpu.compute(g);
@@ -426,10 +425,11 @@ TEST(NnOps, ResultsDoNotDependOnThreadCount) {
   po.stride[0] = po.stride[1] = 1;
   po.padding[0] = po.padding[1] = 1;
   const std::vector<Tensor> outs = {
-      kiln::softmax(x, causal), kiln::log_softmax(x.T()),
-      kiln::conv2d(img, w, {}, co), kiln::max_pool2d(img, po), kiln::avg_pool2d(img, po),
-      kiln::embedding(table, idx), kiln::embedding(narrow_table, idx), kiln::concat({x, x.T().narrow(0, 0, 64)}, 1),
-      kiln::pad(x, {3, 5, 1, 0}), kiln::repeat(x.narrow(1, 0, 256), {2, 1, 3})};
+      kiln::softmax(x, causal),           kiln::log_softmax(x.T()),
+      kiln::conv2d(img, w, {}, co),       kiln::max_pool2d(img, po),
+      kiln::avg_pool2d(img, po),          kiln::embedding(table, idx),
+      kiln::embedding(narrow_table, idx), kiln::concat({x, x.T().narrow(0, 0, 64)}, 1),
+      kiln::pad(x, {3, 5, 1, 0}),         kiln::repeat(x.narrow(1, 0, 256), {2, 1, 3})};
   Tensor loss = kiln::sum(kiln::sqr(outs[0]));
   for (size_t i = 1; i < outs.size(); ++i) loss = loss + kiln::sum(kiln::sqr(outs[i]));
   kiln::Graph g = kiln::Graph::forward(loss);
@@ -459,7 +459,8 @@ TEST(NnOps, ResultsDoNotDependOnThreadCount) {
       continue;
     }
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(got[i] == first[i]) << "result " << i << " differs with " << threads << " threads";
+      EXPECT_TRUE(got[i] == first[i])
+          << "result " << i << " differs with " << threads << " threads";
   }
 }
 

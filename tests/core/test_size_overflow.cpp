@@ -23,7 +23,8 @@ constexpr int64_t k2p62 = int64_t(1) << 62;
 
 TEST(SizeOverflow, ShapeNumelDoesNotWrap) {
   // 2^61 + 1 times 8 wraps to 8 in 64-bit arithmetic.
-  EXPECT_KILN_ERROR((void)Shape({k2p61 + 1, 8}).numel(), "shape", "[2305843009213693953, 8]", "overflow");
+  EXPECT_KILN_ERROR((void)Shape({k2p61 + 1, 8}).numel(), "shape", "[2305843009213693953, 8]",
+                    "overflow");
   EXPECT_KILN_ERROR((void)Shape({k2p40, k2p40}).numel(), "shape", "overflow");
   EXPECT_EQ(Shape({k2p40, 0, k2p40}).numel(), 0);  // a zero dim makes any shape empty
   EXPECT_EQ(Shape({k2p62, 1}).numel(), k2p62);
@@ -32,7 +33,8 @@ TEST(SizeOverflow, ShapeNumelDoesNotWrap) {
 TEST(SizeOverflow, LeavesCheckElementCountAndBytes) {
   kiln::Context ctx;
   // The element count overflows (the example: it wrapped to 8).
-  EXPECT_KILN_ERROR(ctx.input(f32, {k2p61 + 1, 8}, "x"), "input", "'x'", "[2305843009213693953, 8]");
+  EXPECT_KILN_ERROR(ctx.input(f32, {k2p61 + 1, 8}, "x"), "input", "'x'",
+                    "[2305843009213693953, 8]");
   EXPECT_KILN_ERROR(ctx.param(f32, {k2p40, k2p40}, "w"), "param", "'w'");
   EXPECT_KILN_ERROR(ctx.tensor(i32, {k2p40, k2p40, 2}, "t"), "tensor", "'t'");
   // The count fits, the bytes do not: 2^62 f32 elements are 2^64 bytes.

@@ -20,9 +20,9 @@ TEST(Tensor, ShapesAreOutermostFirstWithByteStrides) {
 TEST(Tensor, ViewsShareMemoryAndReadThroughStrides) {
   Context ctx;
   Tensor x = ctx.input(f32, {2, 3});
-  Tensor t = x.T();                  // [3, 2]
-  Tensor row = x.narrow(0, 1, 1);    // [1, 3]
-  Tensor col = x.narrow(1, 2, 1);    // [2, 1]
+  Tensor t = x.T();                // [3, 2]
+  Tensor row = x.narrow(0, 1, 1);  // [1, 3]
+  Tensor col = x.narrow(1, 2, 1);  // [2, 1]
   Tensor wide = x.narrow(0, 0, 1).expand({4, 3});
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
@@ -60,8 +60,8 @@ TEST(Tensor, DtypeConversionsRoundTrip) {
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // rounds to inf
   EXPECT_EQ(f32_to_f16(0.1f), 0x2e66);
-  EXPECT_EQ(f32_to_f16(6e-8f), 0x0001);      // subnormal
-  EXPECT_EQ(f32_to_f16(2.98e-8f), 0x0000);   // below half the smallest subnormal
+  EXPECT_EQ(f32_to_f16(6e-8f), 0x0001);     // subnormal
+  EXPECT_EQ(f32_to_f16(2.98e-8f), 0x0000);  // below half the smallest subnormal
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
   for (uint32_t h = 0; h < 0x7c00; ++h) EXPECT_EQ(f32_to_f16(f16_to_f32(uint16_t(h))), h);
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.5f)), 1.5f);

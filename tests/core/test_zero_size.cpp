@@ -49,15 +49,15 @@ TEST(ZeroSize, ElementwiseViewsAndReductions) {
   kiln::Context ctx;
   Tensor e = ctx.input(f32, {0, 3}, "e");
   Tensor b = ctx.input(f32, {3}, "b");
-  Tensor y = relu(e + b) * 2.0f;           // [0, 3]
-  Tensor col = sum(e, 0);                  // [3]: sums over nothing are 0
-  Tensor all = sum(e);                     // []: 0
-  Tensor rows = sum(e, 1);                 // [0]
-  Tensor m = mean(e, 0);                   // [3]: 0 / 0 is NaN, as in PyTorch
-  Tensor mall = mean(e);                   // []: NaN
-  Tensor t = e.T().contiguous();           // [3, 0]
+  Tensor y = relu(e + b) * 2.0f;  // [0, 3]
+  Tensor col = sum(e, 0);         // [3]: sums over nothing are 0
+  Tensor all = sum(e);            // []: 0
+  Tensor rows = sum(e, 1);        // [0]
+  Tensor m = mean(e, 0);          // [3]: 0 / 0 is NaN, as in PyTorch
+  Tensor mall = mean(e);          // []: NaN
+  Tensor t = e.T().contiguous();  // [3, 0]
   Tensor r = e.reshape({3, 0});
-  Tensor sm = softmax(e);                  // [0, 3]
+  Tensor sm = softmax(e);  // [0, 3]
   Tensor c = ctx.input(f32, {2, 3}, "c");
   Tensor cat = kiln::concat({e, c}, 0);
   kiln::Graph g = kiln::Graph::forward({y, col, all, rows, m, mall, t, r, sm, cat});
@@ -97,9 +97,9 @@ TEST(ZeroSize, MatmulWithAnEmptyInnerDimIsZero) {
   Tensor a = ctx.input(f32, {2, 0}, "a");
   Tensor b = ctx.input(f32, {0, 3}, "b");
   Tensor w = ctx.input(f32, {3, 4}, "w");
-  Tensor y = matmul(a, b);  // [2, 3] of zeros
+  Tensor y = matmul(a, b);                       // [2, 3] of zeros
   Tensor e = matmul(b.T().contiguous().T(), w);  // [0, 4]
-  Tensor yt = matmul(b.T(), a.T());  // [3, 2] of zeros, transposed operands
+  Tensor yt = matmul(b.T(), a.T());              // [3, 2] of zeros, transposed operands
   kiln::Graph g = kiln::Graph::forward({y, e, yt});
   kiln::CpuBackend cpu(2);
   std::unique_ptr<kiln::Buffer> buf = kiln::allocate_tensors(ctx, cpu);

@@ -102,10 +102,26 @@ inline int64_t bcast_offset(const TensorNode* n, const Shape& out, const int64_t
 inline float load(const TensorNode* n, int64_t byte_off) {
   const char* p = (const char*)n->data + byte_off;
   switch (n->dtype) {
-    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return float(v); }
-    case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
-    case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return float(v);
+    }
+    case DType::f16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_to_f32(v);
+    }
+    case DType::bf16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_f32(v);
+    }
   }
   return 0;
 }
@@ -128,9 +144,21 @@ inline void set(TensorNode* n, int64_t linear, float v) {
   char* p = (char*)n->data + offset(n, idx);
   switch (n->dtype) {
     case DType::f32: std::memcpy(p, &v, 4); break;
-    case DType::i32: { int32_t i = int32_t(v); std::memcpy(p, &i, 4); break; }
-    case DType::f16: { uint16_t h = f32_to_f16(v); std::memcpy(p, &h, 2); break; }
-    case DType::bf16: { uint16_t h = f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
+    case DType::i32: {
+      int32_t i = int32_t(v);
+      std::memcpy(p, &i, 4);
+      break;
+    }
+    case DType::f16: {
+      uint16_t h = f32_to_f16(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t h = f32_to_bf16(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
   }
 }
 inline void fill_random(TensorNode* n, float lo, float hi, uint32_t seed) {

@@ -72,7 +72,8 @@ Mat make_mat(int64_t rows, int64_t cols, GemmType type, Layout layout, std::mt19
       m.rs = 1, m.cs = rows + 1, m.off = 0, size = cols * m.cs;
       break;
     default:  // neither stride is 1; negative row stride
-      m.cs = 2, m.rs = -(2 * cols + 1), m.off = (rows - 1) * (2 * cols + 1), size = m.off + 2 * cols;
+      m.cs = 2, m.rs = -(2 * cols + 1), m.off = (rows - 1) * (2 * cols + 1),
+      size = m.off + 2 * cols;
       break;
   }
   size = std::max<int64_t>(size, 1);
@@ -106,8 +107,12 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  auto ts = [](GemmType t) { return t == GemmType::f32 ? "f32" : t == GemmType::f16 ? "f16" : "bf16"; };
-  auto ls = [](Layout l) { return l == Layout::row ? "row" : l == Layout::col ? "col" : "strided"; };
+  auto ts = [](GemmType t) {
+    return t == GemmType::f32 ? "f32" : t == GemmType::f16 ? "f16" : "bf16";
+  };
+  auto ls = [](Layout l) {
+    return l == Layout::row ? "row" : l == Layout::col ? "col" : "strided";
+  };
   return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " A " +
          ts(c.ta) + "/" + ls(c.la) + " B " + ts(c.tb) + "/" + ls(c.lb) +
          (c.accumulate ? " acc" : "");
@@ -135,7 +140,8 @@ std::vector<float> check_case(const Case& c, int threads, uint32_t seed = 1) {
     for (int64_t j = 0; j < ldc; ++j) {
       const float got = C[i * ldc + j];
       if (j >= c.N) {
-        if (!std::isnan(got) && bad++ < 5) ADD_FAILURE() << describe(c) << ": wrote gap " << i << "," << j;
+        if (!std::isnan(got) && bad++ < 5)
+          ADD_FAILURE() << describe(c) << ": wrote gap " << i << "," << j;
         continue;
       }
       double ref = c.accumulate ? C0[i * ldc + j] : 0.0, mag = std::fabs(ref);
@@ -155,8 +161,8 @@ std::vector<float> check_case(const Case& c, int threads, uint32_t seed = 1) {
 }  // namespace
 
 TEST(Gemm, ShapesAndTranspositions) {
-  const int64_t shapes[][3] = {{1, 1, 1},   {37, 53, 71}, {1, 100, 37},  {100, 1, 37},
-                               {29, 31, 1}, {14, 32, 16}, {15, 33, 17},  {13, 31, 15},
+  const int64_t shapes[][3] = {{1, 1, 1},   {37, 53, 71}, {1, 100, 37},   {100, 1, 37},
+                               {29, 31, 1}, {14, 32, 16}, {15, 33, 17},   {13, 31, 15},
                                {28, 64, 5}, {3, 2100, 9}, {170, 70, 300}, {5, 7, 600}};
   for (const auto& s : shapes)
     for (Layout la : {Layout::row, Layout::col})
@@ -183,7 +189,8 @@ TEST(Gemm, LongK) {
 }
 
 TEST(Gemm, GeneralStrides) {
-  for (const auto& s : std::vector<std::array<int64_t, 3>>{{37, 53, 71}, {1, 40, 20}, {20, 1, 40}}) {
+  for (const auto& s :
+       std::vector<std::array<int64_t, 3>>{{37, 53, 71}, {1, 40, 20}, {20, 1, 40}}) {
     Case c{s[0], s[1], s[2]};
     c.la = Layout::strided;
     check_case(c, 2);
@@ -247,7 +254,8 @@ TEST(Gemm, SmallOutputLongK) {
   // M*N <= 1536 with K >= 384 and row-major A: dot products in 4x4 blocks, B
   // columns read in place when B is a transposed f32 view (conv2d's weight
   // gradient), converted otherwise; ragged edges on both sides.
-  for (const auto& s : std::vector<std::array<int64_t, 3>>{{16, 72, 400}, {8, 9, 784}, {5, 7, 384}, {3, 300, 500}})
+  for (const auto& s :
+       std::vector<std::array<int64_t, 3>>{{16, 72, 400}, {8, 9, 784}, {5, 7, 384}, {3, 300, 500}})
     for (GemmType tb : {GemmType::f32, GemmType::bf16})
       for (Layout lb : {Layout::row, Layout::col})
         for (bool acc : {false, true}) {
@@ -331,8 +339,13 @@ TEST(Gemm, AllF16AndBF16Values) {
     for (bool col : {false, true}) {
       const int64_t M = col ? 16 : 1, N = col ? 4096 : 65536, K = col ? 16 : 1;
       std::vector<float> C(M * N);
-      GemmArgs args{M, N, K, {eye.data(), GemmType::f32, 16, 1}, {b.data(), t, col ? 1 : N, col ? 16 : 1},
-                    C.data(), N};
+      GemmArgs args{M,
+                    N,
+                    K,
+                    {eye.data(), GemmType::f32, 16, 1},
+                    {b.data(), t, col ? 1 : N, col ? 16 : 1},
+                    C.data(),
+                    N};
       run_gemm(args, 2);
       int bad = 0;
       for (int64_t i = 0; i < M; ++i)
@@ -340,7 +353,8 @@ TEST(Gemm, AllF16AndBF16Values) {
           const float w = want(uint16_t(col ? j * 16 + i : j)), got = C[i * N + j];
           if (!std::isfinite(w) && col) continue;
           const bool ok = std::isnan(w) ? std::isnan(got) : got == w;
-          if (!ok && bad++ < 5) ADD_FAILURE() << (col ? "col " : "row ") << i << "," << j << ": " << got << " vs " << w;
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << (col ? "col " : "row ") << i << "," << j << ": " << got << " vs " << w;
         }
     }
   }

@@ -35,14 +35,19 @@ std::vector<BinCase> binary_cases() {
       {"scalar", {64, 33}, dense2({64, 33}, {})},
       {"scalar_left", {64, 33}, dense2({1}, {64, 33})},
       {"4d_bcast", {3, 4, 5, 7}, dense2({3, 1, 5, 7}, {4, 1, 7})},
-      {"transposed", {257, 129},
-       [](Nodes& ns) { return std::pair{ns.transposed(f32, {257, 129}), ns.make(f32, {257, 129})}; }},
-      {"expanded", {100, 64},
+      {"transposed",
+       {257, 129},
+       [](Nodes& ns) {
+         return std::pair{ns.transposed(f32, {257, 129}), ns.make(f32, {257, 129})};
+       }},
+      {"expanded",
+       {100, 64},
        [](Nodes& ns) {
          TensorNode* base = ns.make(f32, {64});
          return std::pair{ns.view(base, {100, 64}, {0, 4}), ns.transposed(f32, {100, 64})};
        }},
-      {"narrowed", {50, 30},
+      {"narrowed",
+       {50, 30},
        [](Nodes& ns) {
          TensorNode* base = ns.make(f32, {60, 40});
          return std::pair{ns.view(base, {50, 30}, {160, 4}, 45), ns.make(f32, {50, 30})};
@@ -144,8 +149,12 @@ TEST(KernelsBinary, CompareF32AndI32) {
       run(cpu::kernel_CMP, d, 2);
       for (int i = 0; i < 12; ++i) {
         float x = at_bcast(a, {2, 6}, i), y = at(b, i);
-        bool want = mode == 0 ? x == y : mode == 1 ? x != y : mode == 2 ? x < y
-                  : mode == 3 ? x <= y : mode == 4 ? x > y : x >= y;
+        bool want = mode == 0   ? x == y
+                    : mode == 1 ? x != y
+                    : mode == 2 ? x < y
+                    : mode == 3 ? x <= y
+                    : mode == 4 ? x > y
+                                : x >= y;
         EXPECT_EQ(at(d, i), want ? 1.0f : 0.0f) << dtype_name(t) << " mode " << mode << " i " << i;
       }
     }
@@ -156,7 +165,8 @@ TEST(KernelsBinary, WhereBroadcastsAllThree) {
   for (DType ct : {f32, i32}) {
     Nodes ns;
     TensorNode* c = ns.make(ct, {40, 1});
-    for (int i = 0; i < 40; ++i) set(c, i, ct == f32 ? (i % 4 == 0 ? -0.0f : i % 4 == 1 ? kNaN : float(i % 3)) : float(i % 3));
+    for (int i = 0; i < 40; ++i)
+      set(c, i, ct == f32 ? (i % 4 == 0 ? -0.0f : i % 4 == 1 ? kNaN : float(i % 3)) : float(i % 3));
     TensorNode* x = ns.transposed(f32, {40, 33});
     TensorNode* y = ns.make(f32, {33});
     fill_random(x, -1, 1, 5);
@@ -180,7 +190,9 @@ struct UnCase {
   float p0 = 0, p1 = 0;
 };
 
-double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
 double gelu_erf_ref(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 
@@ -200,10 +212,13 @@ std::vector<UnCase> unary_cases() {
       {Op::POW, kernel_POW, -4, 4, [](double x) { return x * x; }, 2.0f},
       {Op::POW, kernel_POW, 0, 9, [](double x) { return std::sqrt(x); }, 0.5f},
       {Op::POW, kernel_POW, 0.5, 9, [](double x) { return 1 / x; }, -1.0f},
-      {Op::SCALE, kernel_SCALE, -5, 5, [](double x) { return double(2.5f * float(x) - 1.0f); }, 2.5f, -1.0f},
-      {Op::CLAMP, kernel_CLAMP, -5, 5, [](double x) { return std::min(std::max(x, -1.0), 2.0); }, -1.0f, 2.0f},
+      {Op::SCALE, kernel_SCALE, -5, 5, [](double x) { return double(2.5f * float(x) - 1.0f); },
+       2.5f, -1.0f},
+      {Op::CLAMP, kernel_CLAMP, -5, 5, [](double x) { return std::min(std::max(x, -1.0), 2.0); },
+       -1.0f, 2.0f},
       {Op::RELU, kernel_RELU, -5, 5, [](double x) { return x > 0 ? x : 0.0; }},
-      {Op::LEAKY_RELU, kernel_LEAKY_RELU, -5, 5, [](double x) { return x > 0 ? x : double(0.1f * float(x)); }, 0.1f},
+      {Op::LEAKY_RELU, kernel_LEAKY_RELU, -5, 5,
+       [](double x) { return x > 0 ? x : double(0.1f * float(x)); }, 0.1f},
       {Op::GELU, kernel_GELU, -6, 6, gelu_tanh_ref},
       {Op::GELU_ERF, kernel_GELU_ERF, -6, 6, gelu_erf_ref},
       {Op::ERF, kernel_ERF, -5, 5, [](double x) { return std::erf(x); }},
@@ -276,9 +291,10 @@ TEST(KernelsUnary, NaNPropagatesThroughClampRelu) {
 
 // ---------------------------------------------------------------- copies
 TEST(KernelsCopy, HalfAndBfloatMatchScalarConversionsBitForBit) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 65520.0f, 1e6f, -1e6f, 6.1e-5f, 5.96e-8f,
-                          2.98e-8f, 1e-10f, kInf, -kInf, 3.14159f, 1.00048828125f, 1.00146484375f,
-                          0.33333334f, 1e-40f, 3.4e38f};
+  std::vector<float> v = {0.0f,           -0.0f,          1.0f,        -2.5f,   65504.0f,
+                          65520.0f,       1e6f,           -1e6f,       6.1e-5f, 5.96e-8f,
+                          2.98e-8f,       1e-10f,         kInf,        -kInf,   3.14159f,
+                          1.00048828125f, 1.00146484375f, 0.33333334f, 1e-40f,  3.4e38f};
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(-70000, 70000);
   while (v.size() < 1037) v.push_back(v.size() % 2 ? u(rng) : u(rng) * 1e-6f);
@@ -333,7 +349,9 @@ TEST(KernelsCopy, StridedSourcesAnyDtype) {
       run(cpu::kernel_CPY, d, nth);
       for (int64_t i = 0; i < d->numel(); ++i) {
         float x = at(v, i);
-        float want = dt == f32 ? x : dt == f16 ? f16_to_f32(f32_to_f16(x)) : bf16_to_f32(f32_to_bf16(x));
+        float want = dt == f32   ? x
+                     : dt == f16 ? f16_to_f32(f32_to_f16(x))
+                                 : bf16_to_f32(f32_to_bf16(x));
         ASSERT_EQ(at(d, i), want) << dtype_name(dt) << " " << i;
       }
     }
@@ -376,7 +394,8 @@ TEST(KernelsCopy, FillRandMaskAccumulate) {
   TensorNode* d = ns.op(Op::ACCUMULATE, f32, acc->shape, {acc, g});
   d->data = acc->data;
   run(cpu::kernel_ACCUMULATE, d, 2);
-  for (int64_t i = 0; i < acc->numel(); ++i) ASSERT_EQ(at(acc, i), before[size_t(i)] + at(g, i % 30));
+  for (int64_t i = 0; i < acc->numel(); ++i)
+    ASSERT_EQ(at(acc, i), before[size_t(i)] + at(g, i % 30));
 }
 
 }  // namespace

@@ -66,7 +66,8 @@ TEST(KernelsReduce, AxisSumAndMaxMatchReference) {
               acc = is_max ? std::max(acc, double(v)) : acc + v;
               mag += std::fabs(v);
             }
-            ASSERT_NEAR(at(d1, i), acc, is_max ? 0.0 : 1e-6 * mag) << op_name(op) << " axis " << axis;
+            ASSERT_NEAR(at(d1, i), acc, is_max ? 0.0 : 1e-6 * mag)
+                << op_name(op) << " axis " << axis;
             ASSERT_TRUE(same_bits(at(d1, i), at(d2, i))) << op_name(op) << " axis " << axis;
           }
         }
@@ -161,11 +162,14 @@ void check_matmul(DType ta, bool a_t, bool b_t, Shape as, Shape bs, Shape os) {
         ib[nd - 2] = k, ib[nd - 1] = n;
         // Right-align the batch dims of a and b against the output's.
         int64_t ja[4] = {}, jb[4] = {};
-        for (int dd = 0; dd < as.ndim(); ++dd) ja[dd] = as[dd] == 1 && dd < as.ndim() - 2 ? 0 : ia[dd + nd - as.ndim()];
-        for (int dd = 0; dd < bs.ndim(); ++dd) jb[dd] = bs[dd] == 1 && dd < bs.ndim() - 2 ? 0 : ib[dd + nd - bs.ndim()];
+        for (int dd = 0; dd < as.ndim(); ++dd)
+          ja[dd] = as[dd] == 1 && dd < as.ndim() - 2 ? 0 : ia[dd + nd - as.ndim()];
+        for (int dd = 0; dd < bs.ndim(); ++dd)
+          jb[dd] = bs[dd] == 1 && dd < bs.ndim() - 2 ? 0 : ib[dd + nd - bs.ndim()];
         acc += double(load(a, offset(a, ja))) * load(b, offset(b, jb));
       }
-      ASSERT_NEAR(got[size_t(i)], acc, 1e-4 * (1 + std::sqrt(double(K)))) << "i=" << i << " M" << M << " N" << N;
+      ASSERT_NEAR(got[size_t(i)], acc, 1e-4 * (1 + std::sqrt(double(K))))
+          << "i=" << i << " M" << M << " N" << N;
       ASSERT_TRUE(same_bits(got[size_t(i)], first[size_t(i)])) << "nth=" << nth;
     }
   }

@@ -79,8 +79,8 @@ TEST(ThreadPool, RunsAfterWorkersWentToSleep) {
 TEST(ThreadPool, ExceptionOnWorkerPropagates) {
   ThreadPool pool(2);
   EXPECT_THROW(pool.run([](ThreadCtx& t) {
-                 if (t.ith == 1) throw std::runtime_error("worker failed");
-               }),
+    if (t.ith == 1) throw std::runtime_error("worker failed");
+  }),
                std::runtime_error);
   // The pool is still usable.
   std::atomic<int> count{0};
@@ -108,9 +108,9 @@ TEST(ThreadPool, ExceptionWhileOthersWaitAtBarrier) {
   ThreadPool pool(3);
   for (int r = 0; r < 50; ++r) {
     EXPECT_THROW(pool.run([](ThreadCtx& t) {
-                   if (t.ith == 2) throw std::runtime_error("boom");
-                   for (int i = 0; i < 10; ++i) t.barrier();  // would deadlock without abort
-                 }),
+      if (t.ith == 2) throw std::runtime_error("boom");
+      for (int i = 0; i < 10; ++i) t.barrier();  // would deadlock without abort
+    }),
                  std::runtime_error);
   }
   std::atomic<int> count{0};
@@ -126,11 +126,11 @@ TEST(ThreadPool, ExceptionAtRandomPointsNeverDeadlocks) {
   for (int r = 0; r < 200; ++r) {
     const int who = r % 4, when = (r * 7) % 13;
     EXPECT_THROW(pool.run([&](ThreadCtx& t) {
-                   for (int i = 0; i < 20; ++i) {
-                     if (t.ith == who && i == when) throw std::runtime_error("x");
-                     t.barrier();
-                   }
-                 }),
+      for (int i = 0; i < 20; ++i) {
+        if (t.ith == who && i == when) throw std::runtime_error("x");
+        t.barrier();
+      }
+    }),
                  std::runtime_error);
   }
   std::atomic<int> count{0};  // barriers work again afterwards

@@ -54,8 +54,9 @@ double max_rel_err(Fn fn, Ref ref, float lo, float hi, double floor = FLT_MIN) {
   return worst;
 }
 
-#define SWEEP(name, expr, refexpr, lo, hi, ...) \
-  max_rel_err([](auto x) { return expr; }, [](long double x) { return refexpr; }, lo, hi, ##__VA_ARGS__)
+#define SWEEP(name, expr, refexpr, lo, hi, ...)                                           \
+  max_rel_err([](auto x) { return expr; }, [](long double x) { return refexpr; }, lo, hi, \
+              ##__VA_ARGS__)
 
 TEST(VecMath, ExpLogAccuracy) {
   EXPECT_LT(SWEEP(exp, vm::exp(x), expl(x), -104.0f, 89.0f), 2e-7);
@@ -92,7 +93,7 @@ TEST(VecMath, SinCosAbsoluteError) {
   EXPECT_LT(SWEEP(sin, vm::sin(x), sinl(x), -1e4f, 1e4f, 1.0), 2e-7);
   EXPECT_LT(SWEEP(cos, vm::cos(x), cosl(x), -1e4f, 1e4f, 1.0), 2e-7);
   EXPECT_LT(SWEEP(sin, vm::sin(x), sinl(x), -1e30f, 1e30f, 1.0), 2e-7);  // libm fallback lanes
-  EXPECT_LT(SWEEP(sin, vm::sin(x), sinl(x), -1.5f, 1.5f), 2e-7);          // relative near 0
+  EXPECT_LT(SWEEP(sin, vm::sin(x), sinl(x), -1.5f, 1.5f), 2e-7);         // relative near 0
 }
 
 TEST(VecMath, SpecialValues) {

@@ -41,10 +41,13 @@ struct TestModel {
   // Deterministic values for every param and input (by name and seed).
   void fill(OptContext& opt, uint64_t seed) const {
     std::mt19937_64 rng(seed);
-    auto uni = [&](double lo, double hi) { return lo + (hi - lo) * double(rng() >> 11) * (1.0 / 9007199254740992.0); };
+    auto uni = [&](double lo, double hi) {
+      return lo + (hi - lo) * double(rng() >> 11) * (1.0 / 9007199254740992.0);
+    };
     for (const Tensor& p : params) {
       std::vector<float> v(size_t(p.numel()));
-      const double b = 1.0 / std::sqrt(double(p.numel() / p.size(0) > 0 ? p.numel() / p.size(0) : 1));
+      const double b =
+          1.0 / std::sqrt(double(p.numel() / p.size(0) > 0 ? p.numel() / p.size(0) : 1));
       for (float& x : v) x = float(uni(-b, b));
       Tensor(p).set(v);
     }
@@ -94,8 +97,8 @@ inline std::unique_ptr<TestModel> mnist_cnn(int64_t B = 4) {
 }
 
 // One pre-norm transformer block; vocabulary V, context T, width D, H heads.
-inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_t D = 16, int64_t H = 2,
-                                            int64_t V = 10) {
+inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_t D = 16,
+                                            int64_t H = 2, int64_t V = 10) {
   auto m = std::make_unique<TestModel>();
   m->name = "gpt_block";
   Context& ctx = *m->ctx;
@@ -113,7 +116,7 @@ inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_
   Tensor lnfw = m->param({D}, "lnf.weight");
 
   Tensor x = embedding(wte, m->inputs) + embedding(wpe, pos);  // [B, T, D]
-  Tensor qkv = matmul(layer_norm(x, ln1w, ln1b), wqkv);       // [B, T, 3D]
+  Tensor qkv = matmul(layer_norm(x, ln1w, ln1b), wqkv);        // [B, T, 3D]
   auto heads = [&](int k) {
     return qkv.narrow(2, k * D, D).reshape({B, T, H, Dh}).permute({0, 2, 1, 3});  // [B, H, T, Dh]
   };

@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <cstring>
+#include <iostream>
 #include <set>
 #include <string>
 
@@ -29,20 +29,23 @@
 namespace kiln::test {
 namespace {
 
-#define SKIP_WITHOUT_DEVICE()                                                                         \
-  do {                                                                                                \
+#define SKIP_WITHOUT_DEVICE()                                                                      \
+  do {                                                                                             \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
   } while (0)
 
 std::vector<float> ramp(int64_t n, float scale, int seed) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float(((i * 37 + seed * 11) % 23) - 11) / 11.0f;
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = scale * float(((i * 37 + seed * 11) % 23) - 11) / 11.0f;
   return v;
 }
 
 // max |a - b| <= tol * max(1, max |a|)
-::testing::AssertionResult close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+::testing::AssertionResult close(const std::vector<float>& a, const std::vector<float>& b,
+                                 double tol) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
   double worst = 0, mag = 1;
   size_t at = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -54,8 +57,8 @@ std::vector<float> ramp(int64_t n, float scale, int seed) {
     }
   }
   if (worst <= tol * mag) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << at << ": " << a[at] << " vs " << b[at] << " (|diff| "
-                                       << worst << " > " << tol * mag << ")";
+  return ::testing::AssertionFailure() << "element " << at << ": " << a[at] << " vs " << b[at]
+                                       << " (|diff| " << worst << " > " << tol * mag << ")";
 }
 
 // ---------------------------------------------------------------- no device needed
@@ -67,7 +70,8 @@ TEST(CudaRegistry, ListedOnlyWithADevice) {
     auto be = make_backend("CUDA");
     EXPECT_STREQ(be->name(), "CUDA");
   } else {
-    EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([] { make_backend("cuda"); }), "make_backend",
+    EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([] { make_backend("cuda"); }),
+                                    "make_backend",
                                     {"'cuda' is not available", "CUDA", "available: "}));
     EXPECT_FALSE(cuda_unavailable_reason().empty());
     EXPECT_THROW(CudaBackend{}, Error);
@@ -75,7 +79,8 @@ TEST(CudaRegistry, ListedOnlyWithADevice) {
 }
 
 // Ops of a model's training graph (AdamW or SGD) that CUDA cannot run.
-std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type, std::set<std::string>* seen) {
+std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type,
+                                      std::set<std::string>* seen) {
   CpuBackend cpu(1);
   OptConfig cfg = m.config({&cpu});
   cfg.optimizer = opt_type;
@@ -89,7 +94,8 @@ std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type, std:
   std::set<std::string> missing;
   for (TensorNode* n : opt.graph().nodes()) {
     if (seen) seen->insert(op_name(n->op));
-    if (!CudaBackend::supports(n)) missing.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
+    if (!CudaBackend::supports(n))
+      missing.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
   }
   for (TensorNode* n : opt.graph().leafs())
     if (!CudaBackend::supports(n)) missing.insert("leaf");
@@ -178,10 +184,10 @@ struct Mixed {
     idx = ctx.input(i32, {5}, "idx");
     Conv2dOptions o;
     o.padding[0] = o.padding[1] = 1;
-    Tensor c = max_pool2d(gelu(conv2d(x, w, {}, o)));                // [2, 4, 3, 3]
+    Tensor c = max_pool2d(gelu(conv2d(x, w, {}, o)));  // [2, 4, 3, 3]
     Tensor f = c.reshape({2, 36});
-    Tensor s = softmax(matmul(f, f.T()), {.scale = 0.1f});           // [2, 2]
-    Tensor e = embedding(f.T().contiguous(), idx);                   // [5, 2]
+    Tensor s = softmax(matmul(f, f.T()), {.scale = 0.1f});         // [2, 2]
+    Tensor e = embedding(f.T().contiguous(), idx);                 // [5, 2]
     out = sum(concat({s, e}, 0), 0) + sum(max(layer_norm(f), 1));  // [2]
     Tensor loss = sum(out);
     g = Graph::forward(loss);
@@ -227,10 +233,12 @@ TEST(CudaDevice, ReductionsAreDeterministic) {
   std::vector<std::vector<float>> first;
   for (int run = 0; run < 3; ++run) {
     gpu.compute(g);
-    std::vector<std::vector<float>> got = {s.get<float>(), s1.get<float>(), s0.get<float>(), m.get<float>()};
+    std::vector<std::vector<float>> got = {s.get<float>(), s1.get<float>(), s0.get<float>(),
+                                           m.get<float>()};
     if (run == 0) first = got;
     for (size_t k = 0; k < got.size(); ++k)
-      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), got[k].size() * 4), 0) << "output " << k << " run " << run;
+      EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), got[k].size() * 4), 0)
+          << "output " << k << " run " << run;
   }
   double ref = 0;
   for (float f : v) ref += f;
@@ -263,7 +271,8 @@ TEST(CudaDevice, RepeatedNodeListsAreCapturedAndReplayed) {
   CudaBackend gpu, plain({.graphs = false});
   CpuBackend cpu(1);
   for (int run = 0; run < 3; ++run)
-    EXPECT_TRUE(close(run_mixed(plain, run, nullptr), run_mixed(cpu, run, nullptr), 1e-5)) << "run " << run;
+    EXPECT_TRUE(close(run_mixed(plain, run, nullptr), run_mixed(cpu, run, nullptr), 1e-5))
+        << "run " << run;
   EXPECT_EQ(plain.stats().captures, 0);
   EXPECT_EQ(plain.stats().eager, 3);
 

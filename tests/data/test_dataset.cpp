@@ -154,7 +154,7 @@ TEST(Dataset, SplitAndShufflingOnlyTheTrainingRange) {
   EXPECT_THROW(ds.get_batch(in.data, in.labels, 2, val), Error);
   EXPECT_THROW(ds.split(1.0), Error);
   EXPECT_THROW(ds.split(-0.1), Error);
-  EXPECT_THROW(ds.split(0.995, 10), Error);  // nothing left to train on
+  EXPECT_THROW(ds.split(0.995, 10), Error);                // nothing left to train on
   EXPECT_THROW(ds.shuffle(1, SampleRange{1, 10}), Error);  // not on shard boundaries
   EXPECT_THROW(ds.shuffle(1, SampleRange{0, 101}), Error);
 }
@@ -230,8 +230,9 @@ TEST(Dataset, SizeMismatchesAreClearErrors) {
   auto buf = allocate_tensors(ctx, cpu);
   Tensor late = ctx.input(f32, {4, 6}, "late");  // no memory
   std::string e = error_of([&] { ds.get_batch(bad_numel, Tensor(), 0); });
-  EXPECT_EQ(e, "[dataset] get_batch: data 'images' [4, 5] holds 20 elements but a batch of 4 "
-               "samples of [2, 3] has 24");
+  EXPECT_EQ(e,
+            "[dataset] get_batch: data 'images' [4, 5] holds 20 elements but a batch of 4 "
+            "samples of [2, 3] has 24");
   e = error_of([&] { ds.get_batch(good, bad_labels, 0); });
   EXPECT_NE(e.find("labels 'targets' [3] must have batch size 4"), std::string::npos) << e;
   e = error_of([&] { ds.get_batch(good, Tensor(), 2); });
@@ -240,8 +241,8 @@ TEST(Dataset, SizeMismatchesAreClearErrors) {
   EXPECT_THROW(ds.get_batch(unallocated, Tensor(), 0), Error);
   e = error_of([&] { ds.get_batch(late, Tensor(), 0); });
   EXPECT_NE(e.find("no memory"), std::string::npos) << e;
-  EXPECT_THROW(ds.data<uint8_t>(), Error);  // stored as f32
-  EXPECT_THROW(ds.labels<float>(), Error);  // stored as i32
+  EXPECT_THROW(ds.data<uint8_t>(), Error);                                    // stored as f32
+  EXPECT_THROW(ds.labels<float>(), Error);                                    // stored as i32
   EXPECT_THROW(Dataset(10, {3}, DataType::u8, {}, DataType::i32, 3), Error);  // 10 % 3
   EXPECT_THROW(Dataset(10, {0}, DataType::u8), Error);
   EXPECT_THROW(Dataset(-1, {3}, DataType::u8), Error);

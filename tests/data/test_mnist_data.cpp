@@ -42,7 +42,8 @@ std::vector<uint8_t> labels_file(uint32_t n, uint32_t magic = 2049) {
 }
 
 void write(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), long(b.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), long(b.size()));
 }
 
 std::string error_of(const std::function<void()>& fn) {
@@ -89,7 +90,8 @@ TEST(MnistData, WrongOrMissingFilesSayWhichAndHowToFix) {
     EXPECT_EQ(e.rfind("[mnist] ", 0), 0u) << what << ": " << e;
     EXPECT_NE(e.find(file), std::string::npos) << what << ": " << e;
     EXPECT_NE(e.find(text), std::string::npos) << what << ": " << e;
-    EXPECT_NE(e.find("run scripts/get-mnist.sh to download it"), std::string::npos) << what << ": " << e;
+    EXPECT_NE(e.find("run scripts/get-mnist.sh to download it"), std::string::npos)
+        << what << ": " << e;
   };
   check("missing images", img, "file not found");
   write(img, images_file(3));

@@ -7,8 +7,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 
@@ -69,8 +69,8 @@ TEST(TextCorpus, FilesInNameOrderEachFollowedByNewline) {
   TempDir d;
   d.write("b_second.txt", "world");
   d.write("a_first.txt", "hello");
-  d.write("B_upper.txt", "X");      // byte order: 'B' < 'a'
-  d.write("notes.md", "ignored");   // not a .txt file
+  d.write("B_upper.txt", "X");     // byte order: 'B' < 'a'
+  d.write("notes.md", "ignored");  // not a .txt file
   d.write("empty.txt", "");
   const TokenDataset c = load_text_corpus(d.path.string());
   const std::string got(c.tokens().begin(), c.tokens().end());
@@ -85,7 +85,8 @@ TEST(TextCorpus, MissingDataNamesPathAndScript) {
   EXPECT_NE(m.find("[corpus]"), std::string::npos) << m;
   EXPECT_NE(m.find(missing), std::string::npos) << m;
   EXPECT_NE(m.find("bash scripts/get-sotu.sh"), std::string::npos) << m;
-  const std::string e = message_of([&] { load_text_corpus(d.path.string(), "bash scripts/get-sotu.sh"); });
+  const std::string e =
+      message_of([&] { load_text_corpus(d.path.string(), "bash scripts/get-sotu.sh"); });
   EXPECT_NE(e.find("no .txt files"), std::string::npos) << e;
   EXPECT_NE(e.find("get-sotu.sh"), std::string::npos) << e;
 }
@@ -226,7 +227,8 @@ TEST(TokenDataset, TrainsABigramModelThroughOptContext) {
 // states (skipped otherwise; CI does not download it).
 TEST(TextCorpus, StateOfTheUnionSizes) {
   const std::string dir = std::string(KILN_SOURCE_DIR) + "/data/sotu";
-  if (!fs::is_directory(dir)) GTEST_SKIP() << "no corpus in " << dir << " (scripts/get-sotu.sh fetches it)";
+  if (!fs::is_directory(dir))
+    GTEST_SKIP() << "no corpus in " << dir << " (scripts/get-sotu.sh fetches it)";
   const TokenDataset c = load_text_corpus(dir, "bash scripts/get-sotu.sh");
   EXPECT_EQ(c.size(), 10761646);  // 10761413 bytes of text + 233 newlines
   auto [train, val] = c.split(0.9);

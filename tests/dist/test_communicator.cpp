@@ -4,9 +4,9 @@
 // tests/dist_mpi runs the same API across processes under mpirun.
 #include <gtest/gtest.h>
 
+#include "../core/error_check.h"
 #include "../opt/opt_test_util.h"
 #include "kiln/dist.h"
-#include "../core/error_check.h"
 
 namespace kiln::test {
 namespace {

@@ -54,8 +54,8 @@ OptimizerParams hyper(OptimizerType t) {
   return p;
 }
 
-constexpr int64_t kB = 8;       // per-rank physical batch
-constexpr int64_t kSteps = 5;   // optimizer steps compared
+constexpr int64_t kB = 8;      // per-rank physical batch
+constexpr int64_t kSteps = 5;  // optimizer steps compared
 constexpr int64_t kHidden = 64;
 
 void run(dist::Communicator& comm, const Scenario& sc, const std::string& dir) {
@@ -79,12 +79,14 @@ void run(dist::Communicator& comm, const Scenario& sc, const std::string& dir) {
   const SampleRange train{0, n_train}, val{n_train, n_train + n_val};
   data.shuffle(99, train);  // the same order on every rank
   const std::vector<EpochResult> h = {epoch(opt, data, train, val, fo)};
-  check(opt.step() == kSteps, r, std::string(sc.name) + ": " + std::to_string(opt.step()) + " steps");
+  check(opt.step() == kSteps, r,
+        std::string(sc.name) + ": " + std::to_string(opt.step()) + " steps");
 
   // Every rank holds rank 0's parameters, bit for bit.
   for (const Tensor& p : mlp.params()) {
     std::vector<float> mine = values(p), root = mine;
-    comm.broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(root.data()), root.size() * 4));
+    comm.broadcast(
+        std::span<std::byte>(reinterpret_cast<std::byte*>(root.data()), root.size() * 4));
     check(mine == root, r, std::string(sc.name) + ": " + p.name() + " differs from rank 0's");
   }
 
@@ -98,7 +100,8 @@ void run(dist::Communicator& comm, const Scenario& sc, const std::string& dir) {
     bc.schedule = cfg.schedule;
     OptContext ob(bc);
     ob.load(path);
-    check(ob.step() == kSteps, r, std::string(sc.name) + ": loaded step " + std::to_string(ob.step()));
+    check(ob.step() == kSteps, r,
+          std::string(sc.name) + ": loaded step " + std::to_string(ob.step()));
     for (size_t i = 0; i < 4; ++i)
       check(values(back.params()[i]) == values(mlp.params()[i]), r,
             std::string(sc.name) + ": loaded " + back.params()[i].name() + " differs");
@@ -121,18 +124,25 @@ void run(dist::Communicator& comm, const Scenario& sc, const std::string& dir) {
   for (size_t i = 0; i < 4; ++i) {
     const double d = rel_diff(values(mlp.params()[i]), values(ref.params()[i]));
     worst = std::max(worst, d);
-    check(d <= 1e-5, r, std::string(sc.name) + ": " + ref.params()[i].name() + " relative difference " +
-                            std::to_string(d) + " > 1e-5");
+    check(d <= 1e-5, r,
+          std::string(sc.name) + ": " + ref.params()[i].name() + " relative difference " +
+              std::to_string(d) + " > 1e-5");
   }
   const double dl = std::fabs(h[0].val.loss() - rh[0].val.loss()) / std::fabs(rh[0].val.loss());
-  check(h[0].val.n_samples == rh[0].val.n_samples, r, std::string(sc.name) + ": validation sample counts differ");
-  check(h[0].train.n_samples == rh[0].train.n_samples, r, std::string(sc.name) + ": training sample counts differ");
-  check(dl <= 1e-5, r, std::string(sc.name) + ": validation loss " + std::to_string(h[0].val.loss()) + " vs " +
-                           std::to_string(rh[0].val.loss()));
-  check(h[0].val.n_correct == rh[0].val.n_correct, r, std::string(sc.name) + ": validation accuracy differs");
-  std::printf("dist_equiv: np %d %-22s %zu buckets, %lld steps: max relative param difference %.2e, val loss %.6f "
-              "vs %.6f\n",
-              N, sc.name, dp.n_buckets(), (long long)kSteps, worst, h[0].val.loss(), rh[0].val.loss());
+  check(h[0].val.n_samples == rh[0].val.n_samples, r,
+        std::string(sc.name) + ": validation sample counts differ");
+  check(h[0].train.n_samples == rh[0].train.n_samples, r,
+        std::string(sc.name) + ": training sample counts differ");
+  check(dl <= 1e-5, r,
+        std::string(sc.name) + ": validation loss " + std::to_string(h[0].val.loss()) + " vs " +
+            std::to_string(rh[0].val.loss()));
+  check(h[0].val.n_correct == rh[0].val.n_correct, r,
+        std::string(sc.name) + ": validation accuracy differs");
+  std::printf(
+      "dist_equiv: np %d %-22s %zu buckets, %lld steps: max relative param difference %.2e, val "
+      "loss %.6f "
+      "vs %.6f\n",
+      N, sc.name, dp.n_buckets(), (long long)kSteps, worst, h[0].val.loss(), rh[0].val.loss());
 }
 
 }  // namespace
@@ -140,10 +150,17 @@ void run(dist::Communicator& comm, const Scenario& sc, const std::string& dir) {
 int main(int argc, char** argv) {
   dist::Communicator comm;
   const std::string dir = argc > 1 ? argv[1] : std::filesystem::temp_directory_path().string();
-  if (comm.size() < 2) std::fprintf(stderr, "dist_equiv: warning: one rank (run it under mpirun -np N)\n");
+  if (comm.size() < 2)
+    std::fprintf(stderr, "dist_equiv: warning: one rank (run it under mpirun -np N)\n");
   const Scenario scenarios[] = {
-      {"adamw thread-progress", OptimizerType::adamw, 1, {.bucket_bytes = 512, .overlap = true, .progress_thread = true}},
-      {"sgd+momentum accum 2", OptimizerType::sgd, 2, {.bucket_bytes = 256, .overlap = true, .progress_thread = false}},
+      {"adamw thread-progress",
+       OptimizerType::adamw,
+       1,
+       {.bucket_bytes = 512, .overlap = true, .progress_thread = true}},
+      {"sgd+momentum accum 2",
+       OptimizerType::sgd,
+       2,
+       {.bucket_bytes = 256, .overlap = true, .progress_thread = false}},
       {"adamw no overlap", OptimizerType::adamw, 1, {.bucket_bytes = 1 << 20, .overlap = false}},
   };
   for (const Scenario& sc : scenarios) run(comm, sc, dir);

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   mlp.init(1);
   for (int64_t step = 0; step < 200; ++step) {
     if (step == 2 && comm.rank() == 1) {
-      std::fprintf(stderr, "dist_fault: rank 1 %s at step %lld\n", die ? "dies" : "stops", (long long)step);
+      std::fprintf(stderr, "dist_fault: rank 1 %s at step %lld\n", die ? "dies" : "stops",
+                   (long long)step);
       std::fflush(stderr);
       if (die) std::raise(SIGKILL);
       std::this_thread::sleep_for(std::chrono::hours(1));

@@ -17,12 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (f.find(key) != &value) std::abort();
       try {
         (void)value.as_int();
-      } catch (const kiln::Error&) {
-      }
+      } catch (const kiln::Error&) {}
       try {
         (void)value.as_floats();
-      } catch (const kiln::Error&) {
-      }
+      } catch (const kiln::Error&) {}
     }
     for (const kiln::GgufTensorInfo& t : f.tensors()) {
       if (f.read_bytes(t.name).size() != t.nbytes) std::abort();
@@ -32,7 +30,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto buf = kiln::allocate_tensors(ctx, cpu);
       f.load(dst, t.name);
     }
-  } catch (const kiln::Error&) {
-  }
+  } catch (const kiln::Error&) {}
   return 0;
 }

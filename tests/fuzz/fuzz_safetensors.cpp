@@ -22,7 +22,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto buf = kiln::allocate_tensors(ctx, cpu);
       f.read(t.name, dst);
     }
-  } catch (const kiln::Error&) {
-  }
+  } catch (const kiln::Error&) {}
   return 0;
 }

@@ -30,8 +30,7 @@ namespace {
 void* allocate(size_t n) {
   if (kiln_test::g_tracking.load(std::memory_order_relaxed)) {
     size_t cur = kiln_test::g_largest.load(std::memory_order_relaxed);
-    while (n > cur && !kiln_test::g_largest.compare_exchange_weak(cur, n)) {
-    }
+    while (n > cur && !kiln_test::g_largest.compare_exchange_weak(cur, n)) {}
   }
   return std::malloc(n ? n : 1);
 }

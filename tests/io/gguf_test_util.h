@@ -17,7 +17,6 @@
 
 namespace kiln_test {
 
-
 inline std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -50,7 +49,8 @@ struct Bytes {
     return raw("GGUF", 4).u32(version).u64(n_tensors).u64(n_kv);
   }
   // A tensor info: dims innermost first, as GGUF stores them.
-  Bytes& tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
+  Bytes& tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type,
+                uint64_t offset) {
     str(name).u32(uint32_t(dims.size()));
     for (uint64_t d : dims) u64(d);
     return u32(type).u64(offset);

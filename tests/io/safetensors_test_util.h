@@ -10,7 +10,8 @@
 
 namespace kiln_test {
 
-inline std::vector<uint8_t> safetensors_bytes(const std::string& header, const std::vector<uint8_t>& data,
+inline std::vector<uint8_t> safetensors_bytes(const std::string& header,
+                                              const std::vector<uint8_t>& data,
                                               uint64_t header_len_field = ~uint64_t(0)) {
   Bytes b;
   b.u64(header_len_field == ~uint64_t(0) ? header.size() : header_len_field);

@@ -201,10 +201,12 @@ TEST(GgufCorrupt, SpecificDefectsHaveClearMessages) {
   EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1ull << 60)), "metadata count");
   EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1).u64(1ull << 62).raw("kkkkkkkk", 8)),
                    "metadata key 0 has length");
-  EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1).str("k").u32(13).u32(0)), "unknown value type 13");
+  EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1).str("k").u32(13).u32(0)),
+                   "unknown value type 13");
   EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1).str("k").u32(7).u8(2)), "byte value 2");
-  EXPECT_ERROR_HAS(error_for(dir, Bytes().header(0, 1).str("k").u32(9).u32(5).u64(1ull << 61).u32(0)),
-                   "is an array of");
+  EXPECT_ERROR_HAS(
+      error_for(dir, Bytes().header(0, 1).str("k").u32(9).u32(5).u64(1ull << 61).u32(0)),
+      "is an array of");
   {
     Bytes b;
     b.header(0, 2).str("k").u32(0).u8(1).str("k").u32(0).u8(2);

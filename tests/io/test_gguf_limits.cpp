@@ -78,7 +78,10 @@ TEST(GgufLimits, AlignmentIsAtMost64KiB) {
     b.header(0, 1).str("general.alignment").u32(4).u32(align);
     const std::string path = write(dir, b);
     const std::string e = error_of([&] { GgufFile f(path); });
-    EXPECT_EQ(e.rfind("[gguf] " + path + ": general.alignment must be a u32 power of 2 of at most 65536", 0), 0u)
+    EXPECT_EQ(
+        e.rfind("[gguf] " + path + ": general.alignment must be a u32 power of 2 of at most 65536",
+                0),
+        0u)
         << e;
   }
   Bytes b;
@@ -140,7 +143,8 @@ TEST(GgufLimits, WrongTypeMetadataNamesFileAndKey) {
   EXPECT_EQ(error_of([&] { (void)f.get("kiln.neg").as_strings(); }),
             where + "kiln.neg' is i32, not an array of strings");
   // Values made in code have no file: the message says "value".
-  EXPECT_EQ(error_of([] { (void)GgufValue("x").as_int(); }), "[gguf] value is string, not an integer");
+  EXPECT_EQ(error_of([] { (void)GgufValue("x").as_int(); }),
+            "[gguf] value is string, not an integer");
   // The origin is not part of the value.
   EXPECT_TRUE(f.get("kiln.opt.step") == GgufValue("twelve"));
 }

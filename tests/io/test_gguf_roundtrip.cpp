@@ -43,9 +43,8 @@ std::vector<std::pair<std::string, GgufValue>> all_metadata() {
   kv.emplace_back("t.arr_bool", GgufValue(std::vector<bool>{true, false, true}));
   kv.emplace_back("t.arr_string", GgufValue(std::vector<std::string>{"a", "", "ccc"}));
   kv.emplace_back("t.arr_empty", GgufValue(std::vector<int32_t>{}));
-  kv.emplace_back("t.arr_nested",
-                  GgufValue::array_of({GgufValue(std::vector<int32_t>{1, 2}),
-                                       GgufValue(std::vector<std::string>{"x"})}));
+  kv.emplace_back("t.arr_nested", GgufValue::array_of({GgufValue(std::vector<int32_t>{1, 2}),
+                                                       GgufValue(std::vector<std::string>{"x"})}));
   return kv;
 }
 
@@ -163,8 +162,8 @@ TEST(Gguf, ReadsAHandBuiltFileWithInnermostFirstDims) {
   Bytes b;
   b.header(2, 2).str("general.architecture").u32(8).str("test");
   b.str("general.alignment").u32(4).u32(16);
-  b.tensor("w", {3, 2}, 0, 0);    // ggml ne = [3, 2]: kiln [2, 3]
-  b.tensor("v", {4}, 26, 32);     // i32 [4] at data offset 32
+  b.tensor("w", {3, 2}, 0, 0);  // ggml ne = [3, 2]: kiln [2, 3]
+  b.tensor("v", {4}, 26, 32);   // i32 [4] at data offset 32
   b.pad(16);
   const size_t data_start = b.size();
   for (int k = 0; k < 6; ++k) b.f32(float(k));
@@ -281,7 +280,8 @@ TEST(Gguf, ValueConversionsAreCheckedAndPrintable) {
   EXPECT_THROW(GgufValue(std::vector<int32_t>{1}).as_strings(), Error);
   EXPECT_EQ(GgufValue(std::vector<int32_t>{1, 2}).str(), "[1, 2]");
   EXPECT_EQ(GgufValue("x").str(), "\"x\"");
-  EXPECT_EQ(GgufValue(std::vector<uint8_t>(20, 1)).str().find("(20 total)") != std::string::npos, true);
+  EXPECT_EQ(GgufValue(std::vector<uint8_t>(20, 1)).str().find("(20 total)") != std::string::npos,
+            true);
   EXPECT_EQ(GgufValue(std::vector<int32_t>{1, 2}).size(), 2u);
   EXPECT_EQ(GgufValue(std::vector<int32_t>{1, 2}).elem_type(), GgufType::i32);
 }

@@ -32,7 +32,8 @@ std::string error_of(const std::function<void()>& fn) {
   return "no error";
 }
 
-std::string write(const TempDir& dir, const std::vector<uint8_t>& bytes, const std::string& name = "f.safetensors") {
+std::string write(const TempDir& dir, const std::vector<uint8_t>& bytes,
+                  const std::string& name = "f.safetensors") {
   const std::string path = dir.file(name);
   kiln_test::write_file(path, bytes);
   return path;
@@ -87,7 +88,8 @@ TEST(Safetensors, RoundTripsEveryKilnDtype) {
   save_safetensors(path, sd, {{"format", "pt"}, {"note", "kiln \"test\" é"}});
 
   SafetensorsFile f(path);
-  EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}, {"note", "kiln \"test\" é"}}));
+  EXPECT_EQ(f.metadata(),
+            (std::map<std::string, std::string>{{"format", "pt"}, {"note", "kiln \"test\" é"}}));
   ASSERT_EQ(f.tensors().size(), 5u);
   const char* dtypes[] = {"F32", "F16", "BF16", "I32", "F32"};
   for (size_t k = 0; k < sd.size(); ++k) {
@@ -114,7 +116,8 @@ TEST(Safetensors, RoundTripsEveryKilnDtype) {
 TEST(Safetensors, WritesTheSpecLayoutByteForByte) {
   TempDir dir;
   Context ctx;
-  Tensor w = ctx.tensor(f32, {2}, "w"), z = ctx.tensor(i32, {0, 3}, "z"), v = ctx.tensor(bf16, {1}, "v");
+  Tensor w = ctx.tensor(f32, {2}, "w"), z = ctx.tensor(i32, {0, 3}, "z"),
+         v = ctx.tensor(bf16, {1}, "v");
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
   w.set<float>({1.0f, -2.0f});
@@ -149,7 +152,8 @@ TEST(Safetensors, ReadsAFileLaidOutAsPyTorchWritesIt) {
   kiln_test::append<float>(data, {1.5f, -2.0f, 0.25f, 3.0f});
   kiln_test::append<int32_t>(data, {7, -1, 2147483647});
   kiln_test::append<uint16_t>(data, {0x3c00, 0xc000});
-  const std::string path = write(dir, kiln_test::safetensors_bytes(kiln_test::pad8(json), data), "torch.safetensors");
+  const std::string path =
+      write(dir, kiln_test::safetensors_bytes(kiln_test::pad8(json), data), "torch.safetensors");
 
   SafetensorsFile f(path);
   EXPECT_EQ(f.metadata().at("format"), "pt");
@@ -160,13 +164,15 @@ TEST(Safetensors, ReadsAFileLaidOutAsPyTorchWritesIt) {
   Tensor w = ctx.param(f32, {2, 2}), idx = ctx.tensor(i32, {3}), bias = ctx.param(f16, {2});
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
-  EXPECT_TRUE(load_safetensors(path, std::vector<NamedTensor>{{"z.weight", w}, {"m.idx", idx}, {"a.bias", bias}})
+  EXPECT_TRUE(load_safetensors(
+                  path, std::vector<NamedTensor>{{"z.weight", w}, {"m.idx", idx}, {"a.bias", bias}})
                   .empty());
   EXPECT_EQ(w.get<float>(), (std::vector<float>{1.5f, -2.0f, 0.25f, 3.0f}));
   EXPECT_EQ(idx.get<int32_t>(), (std::vector<int32_t>{7, -1, 2147483647}));
   EXPECT_EQ(bias.get<uint16_t>(), (std::vector<uint16_t>{0x3c00, 0xc000}));  // 1.0, -2.0
   // Names with JSON escapes and non-ASCII characters.
-  const std::string esc = kiln_test::pad8(R"({"caf\u00e9.w\"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})");
+  const std::string esc =
+      kiln_test::pad8(R"({"caf\u00e9.w\"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})");
   SafetensorsFile g(write(dir, kiln_test::safetensors_bytes(esc, {9, 8}), "esc.safetensors"));
   ASSERT_EQ(g.tensors().size(), 1u);
   EXPECT_EQ(g.tensors()[0].name, "caf\xc3\xa9.w\"x");
@@ -181,17 +187,18 @@ TEST(Safetensors, EveryDtypeOfTheSpecParses) {
     const char* name;
     int bits;
   };
-  const D all[] = {{"BOOL", 8},     {"U8", 8},       {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
-                   {"F8_E8M0", 8},  {"F4", 4},       {"F6_E2M3", 6},  {"F6_E3M2", 6}, {"I16", 16},
-                   {"U16", 16},     {"F16", 16},     {"BF16", 16},    {"I32", 32},    {"U32", 32},
-                   {"F32", 32},     {"F64", 64},     {"I64", 64},     {"U64", 64},    {"C64", 64}};
+  const D all[] = {{"BOOL", 8},    {"U8", 8},   {"I8", 8},      {"F8_E5M2", 8}, {"F8_E4M3", 8},
+                   {"F8_E8M0", 8}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"I16", 16},
+                   {"U16", 16},    {"F16", 16}, {"BF16", 16},   {"I32", 32},    {"U32", 32},
+                   {"F32", 32},    {"F64", 64}, {"I64", 64},    {"U64", 64},    {"C64", 64}};
   std::string json = "{";
   std::vector<uint8_t> data;
   for (const D& d : all) {
     const uint64_t nbytes = 4 * uint64_t(d.bits) / 8;  // shape [4]
     if (json.size() > 1) json += ",";
-    json += std::string("\"t_") + d.name + "\":{\"dtype\":\"" + d.name + "\",\"shape\":[4],\"data_offsets\":[" +
-            std::to_string(data.size()) + "," + std::to_string(data.size() + nbytes) + "]}";
+    json += std::string("\"t_") + d.name + "\":{\"dtype\":\"" + d.name +
+            "\",\"shape\":[4],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+            std::to_string(data.size() + nbytes) + "]}";
     for (uint64_t k = 0; k < nbytes; ++k) data.push_back(uint8_t(data.size() * 7));
   }
   json += "}";
@@ -211,7 +218,8 @@ TEST(Safetensors, EveryDtypeOfTheSpecParses) {
     EXPECT_EQ(info->dims, std::vector<int64_t>{4});
     EXPECT_EQ(info->nbytes, 4u * d.bits / 8);
     const std::vector<uint8_t> raw = f.read_bytes(name);
-    EXPECT_EQ(raw, std::vector<uint8_t>(data.begin() + long(at), data.begin() + long(at + info->nbytes)));
+    EXPECT_EQ(
+        raw, std::vector<uint8_t>(data.begin() + long(at), data.begin() + long(at + info->nbytes)));
     at += info->nbytes;
     const bool kiln_has = std::string(d.name) == "F32" || std::string(d.name) == "F16" ||
                           std::string(d.name) == "BF16" || std::string(d.name) == "I32";
@@ -219,7 +227,8 @@ TEST(Safetensors, EveryDtypeOfTheSpecParses) {
     if (!kiln_has)
       EXPECT_EQ(error_of([&] { f.read(name, t); }),
                 "[safetensors] " + path + ": cannot load tensor '" + name + "': dtype " + d.name +
-                    " is not supported by kiln (kiln tensors load F32, F16, BF16 and I32; read_bytes() gives "
+                    " is not supported by kiln (kiln tensors load F32, F16, BF16 and I32; "
+                    "read_bytes() gives "
                     "the raw data)");
   }
   f.read("t_F32", t);
@@ -231,13 +240,15 @@ TEST(Safetensors, EveryDtypeOfTheSpecParses) {
 TEST(Safetensors, MoreThanFourDimsParsesButDoesNotLoad) {
   TempDir dir;
   const std::string json = R"({"t":{"dtype":"F32","shape":[1,1,1,1,2],"data_offsets":[0,8]}})";
-  const std::string path = write(dir, kiln_test::safetensors_bytes(kiln_test::pad8(json), std::vector<uint8_t>(8)));
+  const std::string path =
+      write(dir, kiln_test::safetensors_bytes(kiln_test::pad8(json), std::vector<uint8_t>(8)));
   SafetensorsFile f(path);
   EXPECT_EQ(f.tensors()[0].dims, (std::vector<int64_t>{1, 1, 1, 1, 2}));
   EXPECT_FALSE(f.tensors()[0].loadable());
   Context ctx;
   Tensor t = ctx.tensor(f32, {2});
-  EXPECT_NE(error_of([&] { f.check("t", t); }).find("has 5 dims; kiln tensors have at most 4"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.check("t", t); }).find("has 5 dims; kiln tensors have at most 4"),
+            std::string::npos);
 }
 
 TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
@@ -258,7 +269,8 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
   auto sd = target.state();
   sd.back().tensor = wrong;
   EXPECT_EQ(error_of([&] { load_safetensors(path, sd); }),
-            "[safetensors] " + path + ": tensor 'scalar' is F32 [] in the file but the target is f32 [1]");
+            "[safetensors] " + path +
+                ": tensor 'scalar' is F32 [] in the file but the target is f32 [1]");
   EXPECT_TRUE(target.same_values(snapshot));
   // A name the file lacks, a dtype that differs, a tensor without memory.
   sd = target.state();
@@ -267,12 +279,15 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
             "[safetensors] " + path + ": no tensor named 'missing' (the file has 5 tensors)");
   sd = target.state();
   sd[0].name = "idx";
-  EXPECT_NE(error_of([&] { load_safetensors(path, sd); }).find("tensor 'idx' is I32 [2, 2, 2, 2] in the file but target 'a' is f32 [3, 4]"),
+  EXPECT_NE(error_of([&] {
+              load_safetensors(path, sd);
+            }).find("tensor 'idx' is I32 [2, 2, 2, 2] in the file but target 'a' is f32 [3, 4]"),
             std::string::npos);
   Context unallocated;
   sd = target.state();
   sd[1].tensor = unallocated.tensor(f16, {2, 3, 5}, "h2");
-  EXPECT_NE(error_of([&] { load_safetensors(path, sd); }).find("target 'h2' has no memory yet"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_safetensors(path, sd); }).find("target 'h2' has no memory yet"),
+            std::string::npos);
   EXPECT_TRUE(target.same_values(snapshot));
   // Tensors of the file that are not asked for are returned.
   sd = target.state();
@@ -340,7 +355,8 @@ TEST(StateDict, RoundTripsInBothFormats) {
 TEST(StateDict, UnknownExtensionNamesTheSupportedOnes) {
   Model m;
   const std::string want =
-      "[state_dict] model.pt: unknown model file extension; kiln reads and writes .safetensors and .gguf";
+      "[state_dict] model.pt: unknown model file extension; kiln reads and writes .safetensors and "
+      ".gguf";
   EXPECT_EQ(error_of([&] { open_state_dict("model.pt"); }), want);
   EXPECT_EQ(error_of([&] { save_state_dict("model.pt", m.state()); }), want);
 }

@@ -32,7 +32,8 @@ inline std::vector<float> random_values(size_t n, uint64_t seed, double sd = 1.0
   return v;
 }
 
-inline void expect_close(const Values& got, const Values& want, double atol, double rtol, const std::string& what) {
+inline void expect_close(const Values& got, const Values& want, double atol, double rtol,
+                         const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i)
@@ -45,9 +46,9 @@ inline void expect_close(const Values& got, const Values& want, double atol, dou
 // module) with random values, runs `before_run` (for i32 inputs), computes and
 // compares y with ref and the gradient of every leaf with central differences
 // of sum(ref * R). Leaves must be f32 params (their memory set already or here).
-inline void check_layer(Context& ctx, Tensor y, const std::vector<Tensor>& leaves, const std::vector<Tensor>& inputs,
-                        const RefFn& ref, double atol = 1e-4, double rtol = 1e-3,
-                        const std::function<void()>& before_run = {}) {
+inline void check_layer(Context& ctx, Tensor y, const std::vector<Tensor>& leaves,
+                        const std::vector<Tensor>& inputs, const RefFn& ref, double atol = 1e-4,
+                        double rtol = 1e-3, const std::function<void()>& before_run = {}) {
   Tensor r = ctx.tensor(f32, y.shape(), "R");
   Tensor loss = sum(y * r);
   Graph g = Graph::forward({loss, y});

@@ -46,7 +46,8 @@ inline V rms_norm(const V& x, int64_t d, const V& w, double eps) {
     double ms = 0;
     for (int64_t i = 0; i < d; ++i) ms += x[r * d + i] * x[r * d + i];
     const double inv = 1.0 / std::sqrt(ms / double(d) + eps);
-    for (int64_t i = 0; i < d; ++i) y[r * d + i] = x[r * d + i] * inv * (w.empty() ? 1.0 : w[size_t(i)]);
+    for (int64_t i = 0; i < d; ++i)
+      y[r * d + i] = x[r * d + i] * inv * (w.empty() ? 1.0 : w[size_t(i)]);
   }
   return y;
 }
@@ -57,8 +58,8 @@ inline V gelu(V x) {
 }
 
 // x [N, C, H, W], w [O, C, K, K], b [O]; stride s, padding p.
-inline V conv2d(const V& x, int64_t N, int64_t C, int64_t H, int64_t W, const V& w, const V& b, int64_t O,
-                int64_t K, int64_t s, int64_t p, int64_t* OH_out, int64_t* OW_out) {
+inline V conv2d(const V& x, int64_t N, int64_t C, int64_t H, int64_t W, const V& w, const V& b,
+                int64_t O, int64_t K, int64_t s, int64_t p, int64_t* OH_out, int64_t* OW_out) {
   const int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
   *OH_out = OH;
   *OW_out = OW;
@@ -73,7 +74,8 @@ inline V conv2d(const V& x, int64_t N, int64_t C, int64_t H, int64_t W, const V&
               for (int64_t kw = 0; kw < K; ++kw) {
                 const int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                acc += x[size_t(((n * C + c) * H + ih) * W + iw)] * w[size_t(((o * C + c) * K + kh) * K + kw)];
+                acc += x[size_t(((n * C + c) * H + ih) * W + iw)] *
+                       w[size_t(((o * C + c) * K + kh) * K + kw)];
               }
           y[size_t(((n * O + o) * OH + oh) * OW + ow)] = acc;
         }
@@ -81,8 +83,8 @@ inline V conv2d(const V& x, int64_t N, int64_t C, int64_t H, int64_t W, const V&
 }
 
 // nanoGPT attention on x [B, T, C] with c_attn (wa [3C, C], ba) and c_proj (wp, bp).
-inline V causal_self_attention(const V& x, int64_t B, int64_t T, int64_t C, int64_t H, const V& wa, const V& ba,
-                               const V& wp, const V& bp) {
+inline V causal_self_attention(const V& x, int64_t B, int64_t T, int64_t C, int64_t H, const V& wa,
+                               const V& ba, const V& wp, const V& bp) {
   const int64_t D = C / H;
   const V qkv = linear(x, B * T, C, wa, ba, 3 * C);  // [B*T, 3C]
   V y(size_t(B * T * C));
@@ -90,7 +92,9 @@ inline V causal_self_attention(const V& x, int64_t B, int64_t T, int64_t C, int6
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < T; ++i) {
-        auto at = [&](int64_t t, int part, int64_t d) { return qkv[size_t((b * T + t) * 3 * C + part * C + h * D + d)]; };
+        auto at = [&](int64_t t, int part, int64_t d) {
+          return qkv[size_t((b * T + t) * 3 * C + part * C + h * D + d)];
+        };
         std::vector<double> s(size_t(i + 1));
         double mx = -1e300;
         for (int64_t j = 0; j <= i; ++j) {

@@ -23,9 +23,12 @@ TEST(NnLayers, LinearOn2dAnd3dInputs) {
     Tensor x = ctx.param(f32, {2, 4, 5}, "x");  // [..., in] with two leading dims
     Tensor y = lin(x);
     ASSERT_EQ(y.shape(), Shape({2, 4, 3}));
-    check_layer(ctx, y, leaves_of(x, lin), {x}, [&](const std::vector<Values>& v) {
-      return ref::linear(v[0], 8, 5, v[1], bias ? v[2] : Values{}, 3);
-    }, 1e-4, 1e-3, [&] { lin.init(1); });
+    check_layer(
+        ctx, y, leaves_of(x, lin), {x},
+        [&](const std::vector<Values>& v) {
+          return ref::linear(v[0], 8, 5, v[1], bias ? v[2] : Values{}, 3);
+        },
+        1e-4, 1e-3, [&] { lin.init(1); });
   }
 }
 
@@ -38,10 +41,13 @@ TEST(NnLayers, Conv2dWithStrideAndPadding) {
   Tensor x = ctx.param(f32, {2, 2, 5, 5}, "x");
   Tensor y = conv(x);
   ASSERT_EQ(y.shape(), Shape({2, 3, 3, 3}));
-  check_layer(ctx, y, leaves_of(x, conv), {x}, [&](const std::vector<Values>& v) {
-    int64_t oh, ow;
-    return ref::conv2d(v[0], 2, 2, 5, 5, v[1], v[2], 3, 3, 2, 1, &oh, &ow);
-  }, 1e-4, 1e-3, [&] { conv.init(2); });
+  check_layer(
+      ctx, y, leaves_of(x, conv), {x},
+      [&](const std::vector<Values>& v) {
+        int64_t oh, ow;
+        return ref::conv2d(v[0], 2, 2, 5, 5, v[1], v[2], 3, 3, 2, 1, &oh, &ow);
+      },
+      1e-4, 1e-3, [&] { conv.init(2); });
 }
 
 TEST(NnLayers, EmbeddingGathersRowsAndSumsRepeatedGrads) {
@@ -51,15 +57,19 @@ TEST(NnLayers, EmbeddingGathersRowsAndSumsRepeatedGrads) {
   Tensor y = emb(idx);
   ASSERT_EQ(y.shape(), Shape({2, 3, 4}));
   const std::vector<int32_t> ids = {0, 5, 2, 2, 5, 1};  // repeats: summed gradients
-  check_layer(ctx, y, leaves_of({}, emb), {}, [&](const std::vector<Values>& v) {
-    Values out;
-    for (int32_t id : ids)
-      for (int d = 0; d < 4; ++d) out.push_back(v[0][size_t(id * 4 + d)]);
-    return out;
-  }, 1e-5, 1e-4, [&] {
-    idx.set(ids);
-    emb.init(3);
-  });
+  check_layer(
+      ctx, y, leaves_of({}, emb), {},
+      [&](const std::vector<Values>& v) {
+        Values out;
+        for (int32_t id : ids)
+          for (int d = 0; d < 4; ++d) out.push_back(v[0][size_t(id * 4 + d)]);
+        return out;
+      },
+      1e-5, 1e-4,
+      [&] {
+        idx.set(ids);
+        emb.init(3);
+      });
 }
 
 TEST(NnLayers, LayerNormAndRmsNorm) {
@@ -68,23 +78,26 @@ TEST(NnLayers, LayerNormAndRmsNorm) {
     nn::LayerNorm ln(ctx, 6);
     Tensor x = ctx.param(f32, {3, 6}, "x");
     Tensor y = ln(x);
-    check_layer(ctx, y, leaves_of(x, ln), {x}, [&](const std::vector<Values>& v) {
-      return ref::layer_norm(v[0], 6, v[1], v[2], 1e-5);
-    }, 1e-4, 1e-3, [&] {
-      ln.init(4);
-      // Not the default 1 / 0, so the affine part's gradients are exercised.
-      ln.weight().set(random_values(6, 40));
-      ln.bias().set(random_values(6, 41));
-    });
+    check_layer(
+        ctx, y, leaves_of(x, ln), {x},
+        [&](const std::vector<Values>& v) { return ref::layer_norm(v[0], 6, v[1], v[2], 1e-5); },
+        1e-4, 1e-3,
+        [&] {
+          ln.init(4);
+          // Not the default 1 / 0, so the affine part's gradients are exercised.
+          ln.weight().set(random_values(6, 40));
+          ln.bias().set(random_values(6, 41));
+        });
   }
   {
     Context ctx;
     nn::RMSNorm rms(ctx, 6);
     Tensor x = ctx.param(f32, {3, 6}, "x");
     Tensor y = rms(x);
-    check_layer(ctx, y, leaves_of(x, rms), {x}, [&](const std::vector<Values>& v) {
-      return ref::rms_norm(v[0], 6, v[1], 1e-6);
-    }, 1e-4, 1e-3, [&] { rms.weight().set(random_values(6, 42)); });
+    check_layer(
+        ctx, y, leaves_of(x, rms), {x},
+        [&](const std::vector<Values>& v) { return ref::rms_norm(v[0], 6, v[1], 1e-6); }, 1e-4,
+        1e-3, [&] { rms.weight().set(random_values(6, 42)); });
   }
 }
 
@@ -96,9 +109,12 @@ TEST(NnLayers, SequentialChainsInOrder) {
   seq.push_back<nn::Linear>(6, 2);
   Tensor x = ctx.param(f32, {3, 4}, "x");
   Tensor y = seq(x);
-  check_layer(ctx, y, leaves_of(x, seq), {x}, [&](const std::vector<Values>& v) {
-    return ref::linear(ref::gelu(ref::linear(v[0], 3, 4, v[1], v[2], 6)), 3, 6, v[3], v[4], 2);
-  }, 1e-4, 1e-3, [&] { seq.init(5); });
+  check_layer(
+      ctx, y, leaves_of(x, seq), {x},
+      [&](const std::vector<Values>& v) {
+        return ref::linear(ref::gelu(ref::linear(v[0], 3, 4, v[1], v[2], 6)), 3, 6, v[3], v[4], 2);
+      },
+      1e-4, 1e-3, [&] { seq.init(5); });
 }
 
 TEST(NnLayers, CausalSelfAttention) {
@@ -108,9 +124,12 @@ TEST(NnLayers, CausalSelfAttention) {
   Tensor x = ctx.param(f32, {B, T, C}, "x");
   Tensor y = attn(x);
   ASSERT_EQ(y.shape(), Shape({B, T, C}));
-  check_layer(ctx, y, leaves_of(x, attn), {x}, [&](const std::vector<Values>& v) {
-    return ref::causal_self_attention(v[0], B, T, C, H, v[1], v[2], v[3], v[4]);
-  }, 1e-4, 1e-3, [&] { attn.init(6); });
+  check_layer(
+      ctx, y, leaves_of(x, attn), {x},
+      [&](const std::vector<Values>& v) {
+        return ref::causal_self_attention(v[0], B, T, C, H, v[1], v[2], v[3], v[4]);
+      },
+      1e-4, 1e-3, [&] { attn.init(6); });
 }
 
 TEST(NnLayers, TransformerBlock) {
@@ -121,21 +140,25 @@ TEST(NnLayers, TransformerBlock) {
   Tensor y = block(x);
   // named_parameters order: ln_1.{weight,bias}, attn.c_attn.{w,b}, attn.c_proj.{w,b},
   // ln_2.{w,b}, mlp.c_fc.{w,b}, mlp.c_proj.{w,b}.
-  check_layer(ctx, y, leaves_of(x, block), {x}, [&](const std::vector<Values>& v) {
-    Values h = v[0];
-    const Values a = ref::causal_self_attention(ref::layer_norm(h, C, v[1], v[2], 1e-5), B, T, C, H, v[3], v[4],
-                                                v[5], v[6]);
-    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
-    const Values m = ref::linear(ref::gelu(ref::linear(ref::layer_norm(h, C, v[7], v[8], 1e-5), B * T, C, v[9],
-                                                       v[10], 4 * C)),
-                                 B * T, 4 * C, v[11], v[12], C);
-    for (size_t i = 0; i < h.size(); ++i) h[i] += m[i];
-    return h;
-  }, 2e-4, 2e-3, [&] {
-    block.init(7);
-    block.ln_1.weight().set(random_values(size_t(C), 43));
-    block.ln_2.bias().set(random_values(size_t(C), 44));
-  });
+  check_layer(
+      ctx, y, leaves_of(x, block), {x},
+      [&](const std::vector<Values>& v) {
+        Values h = v[0];
+        const Values a = ref::causal_self_attention(ref::layer_norm(h, C, v[1], v[2], 1e-5), B, T,
+                                                    C, H, v[3], v[4], v[5], v[6]);
+        for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+        const Values m = ref::linear(ref::gelu(ref::linear(ref::layer_norm(h, C, v[7], v[8], 1e-5),
+                                                           B * T, C, v[9], v[10], 4 * C)),
+                                     B * T, 4 * C, v[11], v[12], C);
+        for (size_t i = 0; i < h.size(); ++i) h[i] += m[i];
+        return h;
+      },
+      2e-4, 2e-3,
+      [&] {
+        block.init(7);
+        block.ln_1.weight().set(random_values(size_t(C), 43));
+        block.ln_2.bias().set(random_values(size_t(C), 44));
+      });
 }
 
 }  // namespace

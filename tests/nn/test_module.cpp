@@ -35,9 +35,10 @@ TEST(NnModule, HierarchicalNamesInRegistrationOrder) {
   TinyGpt gpt(ctx, 11, 8, 2);
   std::vector<std::string> want = {"wte.weight"};
   for (std::string b : {"blocks.0.", "blocks.1."})
-    for (const char* p : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+    for (const char* p :
+         {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
       want.push_back(b + p);
   want.push_back("ln_f.weight");
   want.push_back("ln_f.bias");  // lm_head.weight is wte.weight: listed once
@@ -45,13 +46,15 @@ TEST(NnModule, HierarchicalNamesInRegistrationOrder) {
   // Tensor names are the hierarchical ones (checkpoints save by tensor name).
   for (auto& [name, t] : gpt.named_parameters()) EXPECT_EQ(t.name(), name);
   EXPECT_EQ(gpt.parameters().size(), want.size());
-  EXPECT_EQ(gpt.parameter("blocks.1.attn.c_proj.bias"), gpt.blocks[1].child("attn.c_proj").parameter("bias"));
+  EXPECT_EQ(gpt.parameter("blocks.1.attn.c_proj.bias"),
+            gpt.blocks[1].child("attn.c_proj").parameter("bias"));
   EXPECT_EQ(gpt.parameter("lm_head.weight"), gpt.wte.weight());
   EXPECT_EQ(gpt.parameter("blocks.0.mlp.c_fc.weight").shape(), Shape({32, 8}));
   EXPECT_EQ(gpt.blocks[0].path(), "blocks.0");
   // A sub-tree lists names relative to itself.
-  EXPECT_EQ(names_of(gpt.blocks[1].child("attn")),
-            (std::vector<std::string>{"c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias"}));
+  EXPECT_EQ(
+      names_of(gpt.blocks[1].child("attn")),
+      (std::vector<std::string>{"c_attn.weight", "c_attn.bias", "c_proj.weight", "c_proj.bias"}));
 }
 
 TEST(NnModule, MovingKeepsTheTreeAndNames) {
@@ -87,29 +90,38 @@ std::string error_of(F f) {
 
 TEST(NnModule, ClearErrors) {
   Context ctx;
-  EXPECT_NE(error_of([&] { Dup d(ctx); }).find("already has a sub-module called 'fc'"), std::string::npos);
-  EXPECT_NE(error_of([&] { BadName d(ctx); }).find("name 'a.b' must be non-empty and contain no '.'"),
+  EXPECT_NE(error_of([&] { Dup d(ctx); }).find("already has a sub-module called 'fc'"),
             std::string::npos);
+  EXPECT_NE(
+      error_of([&] { BadName d(ctx); }).find("name 'a.b' must be non-empty and contain no '.'"),
+      std::string::npos);
   TinyGpt gpt(ctx, 5, 4, 1);
-  EXPECT_NE(error_of([&] { gpt.parameter("blocks.3.ln_1.weight"); }).find("has no sub-module '3'"), std::string::npos);
-  EXPECT_NE(error_of([&] { gpt.parameter("ln_f.scale"); }).find("LayerNorm 'ln_f' has no param 'scale'"),
+  EXPECT_NE(error_of([&] { gpt.parameter("blocks.3.ln_1.weight"); }).find("has no sub-module '3'"),
             std::string::npos);
+  EXPECT_NE(
+      error_of([&] { gpt.parameter("ln_f.scale"); }).find("LayerNorm 'ln_f' has no param 'scale'"),
+      std::string::npos);
   Tensor idx = ctx.input(i32, {1, 3});
-  EXPECT_NE(error_of([&] { gpt.blocks.child("0").child("attn")(ctx.input(f32, {1, 3, 5})); })
-                .find("CausalSelfAttention 'blocks.0.attn' expects [B, T, 4] but got [1, 3, 5]"),
+  EXPECT_NE(error_of([&] {
+              gpt.blocks.child("0").child("attn")(ctx.input(f32, {1, 3, 5}));
+            }).find("CausalSelfAttention 'blocks.0.attn' expects [B, T, 4] but got [1, 3, 5]"),
             std::string::npos);
   nn::Sequential holder(ctx);
   nn::Module plain(ctx);
   EXPECT_NE(error_of([&] { plain(idx); }).find("has no one-tensor forward"), std::string::npos);
   nn::Linear other(ctx, 3, 5);
-  EXPECT_NE(error_of([&] { gpt.lm_head.tie("weight", other.weight()); })
-                .find("is f32 [5, 3] but the param is f32 [5, 4]"),
+  EXPECT_NE(error_of([&] {
+              gpt.lm_head.tie("weight", other.weight());
+            }).find("is f32 [5, 3] but the param is f32 [5, 4]"),
             std::string::npos);
   Context ctx2;
   nn::Linear foreign(ctx2, 4, 5);
-  EXPECT_NE(error_of([&] { gpt.lm_head.tie("weight", foreign.weight()); }).find("another Context"), std::string::npos);
-  EXPECT_NE(error_of([&] { nn::Linear l(ctx, 0, 3); }).find("in_features must be positive"), std::string::npos);
-  EXPECT_NE(error_of([&] { gpt.init(1); }).find("has no memory: call allocate(backend) first"), std::string::npos);
+  EXPECT_NE(error_of([&] { gpt.lm_head.tie("weight", foreign.weight()); }).find("another Context"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { nn::Linear l(ctx, 0, 3); }).find("in_features must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gpt.init(1); }).find("has no memory: call allocate(backend) first"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { nn::CausalSelfAttention a(ctx, 10, 3); }).find("multiple of n_head 3"),
             std::string::npos);
 }
@@ -120,7 +132,9 @@ TEST(NnModule, TiedEmbeddingAndHeadGetOneSummedGradient) {
     nn::Embedding& wte;
     nn::Linear& lm_head;
     explicit TiedLm(Context& c)
-        : Module(c), wte(add<nn::Embedding>("wte", 5, 4)), lm_head(add<nn::Linear>("lm_head", 4, 5, false)) {
+        : Module(c),
+          wte(add<nn::Embedding>("wte", 5, 4)),
+          lm_head(add<nn::Linear>("lm_head", 4, 5, false)) {
       lm_head.tie("weight", wte.weight());
     }
     Tensor forward(Tensor idx) override { return lm_head(wte(idx)); }
@@ -129,19 +143,23 @@ TEST(NnModule, TiedEmbeddingAndHeadGetOneSummedGradient) {
   Tensor idx = ctx.input(i32, {3}, "idx");
   Tensor y = lm(idx);  // [3, 5]: y[n, v] = sum_d W[idx_n, d] W[v, d]
   const std::vector<int32_t> ids = {4, 1, 4};
-  check_layer(ctx, y, {lm.wte.weight()}, {}, [&](const std::vector<Values>& v) {
-    Values out;
-    for (int32_t id : ids)
-      for (int r = 0; r < 5; ++r) {
-        double s = 0;
-        for (int d = 0; d < 4; ++d) s += v[0][size_t(id * 4 + d)] * v[0][size_t(r * 4 + d)];
-        out.push_back(s);
-      }
-    return out;
-  }, 1e-5, 1e-4, [&] {
-    idx.set(ids);
-    lm.init(9);
-  });
+  check_layer(
+      ctx, y, {lm.wte.weight()}, {},
+      [&](const std::vector<Values>& v) {
+        Values out;
+        for (int32_t id : ids)
+          for (int r = 0; r < 5; ++r) {
+            double s = 0;
+            for (int d = 0; d < 4; ++d) s += v[0][size_t(id * 4 + d)] * v[0][size_t(r * 4 + d)];
+            out.push_back(s);
+          }
+        return out;
+      },
+      1e-5, 1e-4,
+      [&] {
+        idx.set(ids);
+        lm.init(9);
+      });
 }
 
 struct Stats {

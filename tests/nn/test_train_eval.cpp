@@ -50,7 +50,8 @@ TEST(NnTrainEval, TrainingAndEvaluationGraphsShareTheWeights) {
   Tensor xe = ctx.input(f32, {1, 3}, "x_eval");
   Tensor ye = net(xe);
   Graph ge = Graph::forward(ye);
-  for (const TensorNode* n : ge.nodes()) EXPECT_NE(n->op, Op::RAND_MASK) << "dropout in the eval graph";
+  for (const TensorNode* n : ge.nodes())
+    EXPECT_NE(n->op, Op::RAND_MASK) << "dropout in the eval graph";
   GraphAllocator galloc(cpu.buffer_type());
   galloc.alloc(ge);
   // Same memory, not a copy.
@@ -61,7 +62,8 @@ TEST(NnTrainEval, TrainingAndEvaluationGraphsShareTheWeights) {
   auto eval_matches_reference = [&] {
     xe.set(x1);
     cpu.compute(ge);
-    expect_close(as_double(ye), net_ref(net, Values(x1.begin(), x1.end()), 1), 1e-5, 1e-4, "eval output");
+    expect_close(as_double(ye), net_ref(net, Values(x1.begin(), x1.end()), 1), 1e-5, 1e-4,
+                 "eval output");
   };
   eval_matches_reference();
   const Values before = as_double(ye);

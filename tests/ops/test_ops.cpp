@@ -70,7 +70,8 @@ TEST_P(OpsBackends, MatchesCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, OpsBackends, ::testing::ValuesIn(case_indices(false)), case_param_name);
+INSTANTIATE_TEST_SUITE_P(Cases, OpsBackends, ::testing::ValuesIn(case_indices(false)),
+                         case_param_name);
 
 }  // namespace
 }  // namespace kiln::test

@@ -12,7 +12,7 @@ namespace {
 
 struct Coverage {
   std::vector<std::vector<std::string>> eval_fwd, eval_any, grad;  // per op: case names
-  std::vector<std::string> errors;                                  // cases that failed to build
+  std::vector<std::string> errors;                                 // cases that failed to build
 };
 
 const Coverage& coverage() {
@@ -52,7 +52,8 @@ TEST(OpsCoverage, EveryOpHasAnEvalCase) {
   for (size_t op = 1; op < size_t(Op::COUNT); ++op) {
     const bool alias = op_kind(Op(op)) == OpKind::ALIAS;
     const auto& names = alias ? coverage().eval_any[op] : coverage().eval_fwd[op];
-    EXPECT_FALSE(names.empty()) << "op " << op_name(Op(op)) << " has no eval case: add one in tests/ops/cases/";
+    EXPECT_FALSE(names.empty()) << "op " << op_name(Op(op))
+                                << " has no eval case: add one in tests/ops/cases/";
   }
 }
 
@@ -71,8 +72,8 @@ TEST(OpsCoverage, DeclaredOpsAppearInTheirCases) {
     const CaseOps ops = case_ops(c);
     if (!ops.error.empty()) continue;  // reported by EveryCaseBuilds
     for (Op op : c.ops)
-      EXPECT_TRUE(ops.eval_ops[size_t(op)]) << "case " << c.name << " declares op " << op_name(op)
-                                            << " but its graph has none";
+      EXPECT_TRUE(ops.eval_ops[size_t(op)])
+          << "case " << c.name << " declares op " << op_name(op) << " but its graph has none";
   }
 }
 
@@ -81,7 +82,8 @@ TEST(OpsCoverage, CaseNamesAreUniqueAndValid) {
   for (const Case& c : all_cases()) {
     EXPECT_TRUE(seen.insert(c.name).second) << "duplicate case name " << c.name;
     for (char ch : c.name)
-      EXPECT_TRUE(std::islower(static_cast<unsigned char>(ch)) || std::isdigit(static_cast<unsigned char>(ch)) || ch == '_')
+      EXPECT_TRUE(std::islower(static_cast<unsigned char>(ch)) ||
+                  std::isdigit(static_cast<unsigned char>(ch)) || ch == '_')
           << "case name " << c.name;
     EXPECT_TRUE(c.build) << c.name;
     for (const Input& x : c.inputs) EXPECT_TRUE(x.gen) << c.name << " input " << x.name;

@@ -35,7 +35,8 @@ std::string unsupported(const Case& c) {
   for (int mode = 0; mode < (c.grad ? 2 : 1); ++mode) {
     Session s(c, mode == 1);
     for (TensorNode* n : s.g.nodes())
-      if (!CudaBackend::supports(n)) miss.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
+      if (!CudaBackend::supports(n))
+        miss.insert(std::string(op_name(n->op)) + " " + dtype_name(n->dtype));
   }
   std::string out;
   for (const std::string& m : miss) out += (out.empty() ? "" : ", ") + m;
@@ -43,8 +44,8 @@ std::string unsupported(const Case& c) {
 }
 
 const BackendSpec& cuda_spec() {
-  static const BackendSpec spec{"cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); }, false,
-                                kCudaTol};
+  static const BackendSpec spec{"cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); },
+                                false, kCudaTol};
   return spec;
 }
 
@@ -61,13 +62,16 @@ TEST_P(OpsCuda, MatchesCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
   const Case& c = all_cases()[GetParam()];
   const std::string miss = unsupported(c);
-  if (!miss.empty()) GTEST_SKIP() << "no CUDA kernel for " << miss << " (runs on the CPU through the scheduler)";
+  if (!miss.empty())
+    GTEST_SKIP() << "no CUDA kernel for " << miss << " (runs on the CPU through the scheduler)";
   const CheckResult r = check_backend(c, cuda_spec());
   EXPECT_TRUE(r.ok) << "case " << c.name << " on cuda:\n" << r.msg;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpsCuda, ::testing::ValuesIn(device_indices()),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; });
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return all_cases()[info.param].name;
+                         });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpsCuda);
 
 TEST(OpsCudaDevice, NoDevice) {
@@ -90,7 +94,9 @@ TEST(OpsCudaSupport, CasesCudaCannotRun) {
     ++n;
     list += "  " + c.name + ": " + miss + "\n";
   }
-  if (n) std::cout << n << " of " << all_cases().size() << " cases use ops without a CUDA kernel:\n" << list;
+  if (n)
+    std::cout << n << " of " << all_cases().size() << " cases use ops without a CUDA kernel:\n"
+              << list;
   EXPECT_LT(n, all_cases().size() / 10) << list;
 }
 

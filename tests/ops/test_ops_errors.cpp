@@ -13,7 +13,8 @@ namespace {
 
 // Runs out = build(ctx, leaf) with the leaf holding `values`; returns the error text.
 template <class F>
-std::string run_error(const BackendSpec& b, DType t, const Shape& s, const std::vector<double>& values, F&& build) {
+std::string run_error(const BackendSpec& b, DType t, const Shape& s,
+                      const std::vector<double>& values, F&& build) {
   Context ctx;
   Tensor x = ctx.input(t, s);
   Tensor out = build(ctx, x);
@@ -39,26 +40,35 @@ int range_error_checks(const BackendSpec& b) {
       ++bad;
     }
   };
-  expect_prefix(run_error(b, DType::i32, {3}, {0, 4, 1}, [](Context&, Tensor l) { return one_hot(l, 4); }),
-                "[one_hot]");
-  expect_prefix(run_error(b, DType::i32, {3}, {0, -1, 1}, [](Context&, Tensor l) { return one_hot(l, 4); }),
-                "[one_hot]");
+  expect_prefix(
+      run_error(b, DType::i32, {3}, {0, 4, 1}, [](Context&, Tensor l) { return one_hot(l, 4); }),
+      "[one_hot]");
+  expect_prefix(
+      run_error(b, DType::i32, {3}, {0, -1, 1}, [](Context&, Tensor l) { return one_hot(l, 4); }),
+      "[one_hot]");
   expect_prefix(run_error(b, DType::i32, {2}, {3, 7},
-                          [](Context& ctx, Tensor l) { return cross_entropy(zeros(ctx, {2, 5}), l); }),
+                          [](Context& ctx, Tensor l) {
+                            return cross_entropy(zeros(ctx, {2, 5}), l);
+                          }),
                 "[cross_entropy]");
   expect_prefix(run_error(b, DType::i32, {4}, {0, 1, 6, 2},
-                          [](Context& ctx, Tensor i) { return embedding(zeros(ctx, {6, 3}), i); }),
+                          [](Context& ctx, Tensor i) {
+                            return embedding(zeros(ctx, {6, 3}), i);
+                          }),
                 "[embedding]");
   // Many indices, one bad one in the middle: the kernel splits over threads and
   // only one thread finds the error (the others must not hang in a barrier).
   std::vector<double> idx(200000, 1.0);
   idx[123457] = 99;
   expect_prefix(run_error(b, DType::i32, {200000}, idx,
-                          [](Context& ctx, Tensor i) { return embedding(zeros(ctx, {6, 3}), i) * 2.0f; }),
+                          [](Context& ctx, Tensor i) {
+                            return embedding(zeros(ctx, {6, 3}), i) * 2.0f;
+                          }),
                 "[embedding]");
   // In range: no error.
-  const std::string ok = run_error(b, DType::i32, {4}, {0, 5, 5, 2},
-                                   [](Context& ctx, Tensor i) { return embedding(zeros(ctx, {6, 3}), i); });
+  const std::string ok = run_error(b, DType::i32, {4}, {0, 5, 5, 2}, [](Context& ctx, Tensor i) {
+    return embedding(zeros(ctx, {6, 3}), i);
+  });
   if (!ok.empty()) {
     std::fprintf(stderr, "unexpected error: %s\n", ok.c_str());
     ++bad;
@@ -85,7 +95,9 @@ TEST_P(OpsErrors, RangeErrorsNameTheOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, OpsErrors, ::testing::Range<size_t>(0, test_backends().size()),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return test_backends()[info.param].name; });
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return test_backends()[info.param].name;
+                         });
 
 }  // namespace
 }  // namespace kiln::test

@@ -37,8 +37,9 @@ class FaultyCpu : public CpuBackend {
 };
 
 Case add_case() {
-  return make_case("guard_add", {Op::ADD}, {in("a", {3, 5}), in("b", {3, 5})},
-                   [](Context&, const std::vector<Tensor>& x) { return exp(x[0] + x[1]); }, false);
+  return make_case(
+      "guard_add", {Op::ADD}, {in("a", {3, 5}), in("b", {3, 5})},
+      [](Context&, const std::vector<Tensor>& x) { return exp(x[0] + x[1]); }, false);
 }
 
 TEST(OpsGuards, CorrectKernelsPass) {
@@ -73,8 +74,8 @@ TEST(OpsGuards, KernelChangingItsInputIsCaught) {
 
 // The backend mode runs whole graphs (several threads); guards are checked after.
 TEST(OpsGuards, BackendModeCatchesAWriteOutsideTheOutput) {
-  const BackendSpec faulty{"faulty_cpu",
-                           [] { return std::make_unique<FaultyCpu>(Op::ADD, Fault::past_the_end, 2); }};
+  const BackendSpec faulty{
+      "faulty_cpu", [] { return std::make_unique<FaultyCpu>(Op::ADD, Fault::past_the_end, 2); }};
   const CheckResult r = check_backend(add_case(), faulty);
   ASSERT_FALSE(r.ok);
   EXPECT_NE(r.msg.find("past the end of"), std::string::npos) << r.msg;

@@ -35,10 +35,8 @@ struct EdgeRun {
 void expect_floats(const std::vector<float>& got, const std::vector<double>& want, double tol) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k) {
-    if (std::isinf(want[k]))
-      EXPECT_EQ(double(got[k]), want[k]) << "element " << k;
-    else
-      EXPECT_NEAR(got[k], want[k], tol) << "element " << k;
+    if (std::isinf(want[k])) EXPECT_EQ(double(got[k]), want[k]) << "element " << k;
+    else EXPECT_NEAR(got[k], want[k], tol) << "element " << k;
   }
 }
 

@@ -29,7 +29,8 @@ struct Ref {
   }
 };
 
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-12) {
+void expect_near(const std::vector<double>& got, const std::vector<double>& want,
+                 double tol = 1e-12) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k], want[k], tol) << "element " << k;
 }
@@ -47,13 +48,14 @@ TEST(OpsReference, CausalMaskAlignsToTheLastColumn) {
   Tensor x = r.leaf({2, 3}, {0, 0, 0, 0, 0, 0});
   const SoftmaxParams p{1, true};
   // R=2, C=3: row 0 masks col 2 (> 0 + 1); row 1 masks nothing.
-  expect_near(r.eval(detail::make_op(Op::SOFTMAX, DType::f32, {2, 3}, {x}, p)), {0.5, 0.5, 0, 1. / 3, 1. / 3, 1. / 3});
+  expect_near(r.eval(detail::make_op(Op::SOFTMAX, DType::f32, {2, 3}, {x}, p)),
+              {0.5, 0.5, 0, 1. / 3, 1. / 3, 1. / 3});
 }
 
 TEST(OpsReference, MatmulBroadcastsBatch) {
   Ref r;
-  Tensor a = r.leaf({2, 1, 2}, {1, 2, 3, 4});      // two [1,2] matrices
-  Tensor b = r.leaf({2, 1}, {10, 100});             // one [2,1] matrix
+  Tensor a = r.leaf({2, 1, 2}, {1, 2, 3, 4});  // two [1,2] matrices
+  Tensor b = r.leaf({2, 1}, {10, 100});        // one [2,1] matrix
   expect_near(r.eval(detail::make_op(Op::MATMUL, DType::f32, {2, 1, 1}, {a, b})), {210, 430});
 }
 
@@ -62,19 +64,22 @@ TEST(OpsReference, MaxPoolBackFirstMaxWins) {
   Tensor x = r.leaf({1, 1, 2, 2}, {5, 5, 5, 5});
   Tensor g = r.leaf({1, 1, 1, 1}, {7});
   const Pool2dParams p{2, 2, 2, 2, 0, 0};
-  expect_near(r.eval(detail::make_op(Op::MAX_POOL2D_BACK, DType::f32, {1, 1, 2, 2}, {x, g}, p)), {7, 0, 0, 0});
+  expect_near(r.eval(detail::make_op(Op::MAX_POOL2D_BACK, DType::f32, {1, 1, 2, 2}, {x, g}, p)),
+              {7, 0, 0, 0});
 }
 
 TEST(OpsReference, Im2colColumnOrderAndPadding) {
   Ref r;
   Tensor x = r.leaf({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
   Conv2dParams p{2, 2, 1, 1, 0, 0, 1, 1};
-  expect_near(r.eval(detail::make_op(Op::IM2COL, DType::f32, {1, 8, 1}, {x}, p)), {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_near(r.eval(detail::make_op(Op::IM2COL, DType::f32, {1, 8, 1}, {x}, p)),
+              {1, 2, 3, 4, 5, 6, 7, 8});
   // 1x1 input, 3x3 kernel, padding 1: one window, the input in the middle column.
   Ref r2;
   Tensor y = r2.leaf({1, 1, 1, 1}, {9});
   p = Conv2dParams{3, 3, 1, 1, 1, 1, 1, 1};
-  expect_near(r2.eval(detail::make_op(Op::IM2COL, DType::f32, {1, 9, 1}, {y}, p)), {0, 0, 0, 0, 9, 0, 0, 0, 0});
+  expect_near(r2.eval(detail::make_op(Op::IM2COL, DType::f32, {1, 9, 1}, {y}, p)),
+              {0, 0, 0, 0, 9, 0, 0, 0, 0});
 }
 
 TEST(OpsReference, PadRepeatConcat) {
@@ -84,9 +89,11 @@ TEST(OpsReference, PadRepeatConcat) {
   p.before[1] = 1;
   p.value = 9;
   expect_near(r.eval(detail::make_op(Op::PAD, DType::f32, {1, 3}, {x}, p)), {9, 1, 2});
-  expect_near(r.eval(detail::make_op(Op::REPEAT, DType::f32, {2, 4}, {x})), {1, 2, 1, 2, 1, 2, 1, 2});
+  expect_near(r.eval(detail::make_op(Op::REPEAT, DType::f32, {2, 4}, {x})),
+              {1, 2, 1, 2, 1, 2, 1, 2});
   Tensor t = r.leaf({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
-  expect_near(r.eval(detail::make_op(Op::REPEAT_BACK, DType::f32, {1, 2}, {t})), {1 + 3 + 5 + 7, 2 + 4 + 6 + 8});
+  expect_near(r.eval(detail::make_op(Op::REPEAT_BACK, DType::f32, {1, 2}, {t})),
+              {1 + 3 + 5 + 7, 2 + 4 + 6 + 8});
   const ConcatParams c{0};
   expect_near(r.eval(detail::make_op(Op::CONCAT, DType::f32, {2, 2}, {x, x}, c)), {1, 2, 1, 2});
 }

@@ -72,7 +72,8 @@ inline std::vector<float> values(Tensor t) { return t.get<float>(); }
 
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = a.size() == b.size() ? 0.0 : INFINITY;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
   return d;
 }
 

@@ -144,7 +144,8 @@ TEST(Checkpoint, CorruptFilesAreErrors) {
   // alignment padding after it may go), and flipped bytes in the header.
   size_t data_end = 0;
   const GgufFile good(path);
-  for (const GgufTensorInfo& t : good.tensors()) data_end = std::max(data_end, size_t(t.offset + t.nbytes));
+  for (const GgufTensorInfo& t : good.tensors())
+    data_end = std::max(data_end, size_t(t.offset + t.nbytes));
   ASSERT_LE(data_end, bytes.size());
   for (size_t cut = 0; cut < data_end; cut += std::max<size_t>(1, data_end / 97)) {
     ++cases;
@@ -161,8 +162,7 @@ TEST(Checkpoint, CorruptFilesAreErrors) {
     b[pos] = char(b[pos] ^ 0x5a);
     try {
       opt.load(write(b));
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
   }
   opt.load(path);  // the good file still loads
   EXPECT_EQ(values(mlp.w1), w1);

@@ -61,7 +61,8 @@ void rewrite(const std::string& from, const std::string& to, const Edit& edit) {
 }
 
 TEST(CheckpointLoad, MismatchedFileChangesNothing) {
-  const fs::path dir = fs::temp_directory_path() / ("kiln_opt_noload_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("kiln_opt_noload_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string good = (dir / "good.gguf").string(), bad = (dir / "bad.gguf").string();
 
@@ -77,7 +78,7 @@ TEST(CheckpointLoad, MismatchedFileChangesNothing) {
   o.val_split = 0;
   fit(opt, data, o);
   opt.save(good);
-  o.epochs = 2;  // fit resumes at the context's epoch: one more epoch
+  o.epochs = 2;       // fit resumes at the context's epoch: one more epoch
   fit(opt, data, o);  // now the context differs from the file in every tensor
   const Snapshot before = snapshot(opt, mlp);
   ASSERT_NE(before.step, GgufFile(good).get("kiln.opt.step").as_int());

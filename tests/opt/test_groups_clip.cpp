@@ -15,7 +15,10 @@ struct Net : nn::Module {
   nn::LayerNorm& ln;
   nn::Linear& fc2;
   explicit Net(Context& ctx)
-      : Module(ctx), fc1(add<nn::Linear>("fc1", 3, 6)), ln(add<nn::LayerNorm>("ln", 6)), fc2(add<nn::Linear>("fc2", 6, 2)) {}
+      : Module(ctx),
+        fc1(add<nn::Linear>("fc1", 3, 6)),
+        ln(add<nn::LayerNorm>("ln", 6)),
+        fc2(add<nn::Linear>("fc2", 6, 2)) {}
   Tensor forward(Tensor x) override { return fc2(tanh(ln(fc1(x)))); }
 };
 
@@ -60,7 +63,8 @@ TEST(ParamGroups, NanoGptSplitByDims) {
   EXPECT_EQ(groups[0].weight_decay, 0.1f);
   EXPECT_EQ(groups[0].params, (std::vector<Tensor>{net.fc1.weight(), net.fc2.weight()}));
   EXPECT_EQ(groups[1].weight_decay, 0.0f);
-  EXPECT_EQ(groups[1].params, (std::vector<Tensor>{net.fc1.bias(), net.ln.weight(), net.ln.bias(), net.fc2.bias()}));
+  EXPECT_EQ(groups[1].params,
+            (std::vector<Tensor>{net.fc1.bias(), net.ln.weight(), net.ln.bias(), net.fc2.bias()}));
   const auto e = weight_decay_groups(emb, 0.2f);  // embeddings decay; no empty group
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].params, std::vector<Tensor>{emb.weight()});
@@ -104,7 +108,8 @@ TEST(ParamGroups, EachGroupStepsWithItsOwnWeightDecay) {
     const double decay = params[i].ndim() >= 2 ? wd : 0.25;
     const auto now = get(params[i]);
     for (size_t k = 0; k < now.size(); ++k)
-      EXPECT_NEAR(now[k], p0[i][k] - lr * (g0[i][k] + decay * p0[i][k]), 1e-6) << params[i].name() << "[" << k << "]";
+      EXPECT_NEAR(now[k], p0[i][k] - lr * (g0[i][k] + decay * p0[i][k]), 1e-6)
+          << params[i].name() << "[" << k << "]";
   }
 }
 
@@ -143,7 +148,8 @@ void check_clipping(float max_norm, bool expect_clipped) {
   for (size_t i = 0; i < params.size(); ++i) {
     const auto now = get(params[i]);
     for (size_t k = 0; k < now.size(); ++k)
-      EXPECT_NEAR(now[k], p0[i][k] - lr * coef * g0[i][k], 1e-6) << params[i].name() << "[" << k << "]";
+      EXPECT_NEAR(now[k], p0[i][k] - lr * coef * g0[i][k], 1e-6)
+          << params[i].name() << "[" << k << "]";
   }
 }
 

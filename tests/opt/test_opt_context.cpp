@@ -155,7 +155,8 @@ TEST(OptContext, MseAndUserLoss) {
   }
   for (bool user : {false, true}) {
     Context ctx;
-    Tensor x = ctx.input(f32, {B, 2}, "x"), w = ctx.param(f32, {2, 1}, "w"), b = ctx.param(f32, {1}, "b");
+    Tensor x = ctx.input(f32, {B, 2}, "x"), w = ctx.param(f32, {2, 1}, "w"),
+           b = ctx.param(f32, {1}, "b");
     Tensor y = matmul(x, w) + b;
     OptConfig cfg;
     cfg.inputs = x;
@@ -253,8 +254,9 @@ TEST(OptContext, ConfigurationErrors) {
   };
   {
     Mlp mlp(30);
-    EXPECT_EQ(msg([&] { OptContext o(mlp.config(100)); }),
-              "[opt] the logical batch 100 is not a multiple of the physical batch 30 (inputs [30, 2])");
+    EXPECT_EQ(
+        msg([&] { OptContext o(mlp.config(100)); }),
+        "[opt] the logical batch 100 is not a multiple of the physical batch 30 (inputs [30, 2])");
   }
   {
     Mlp mlp(30);
@@ -267,13 +269,15 @@ TEST(OptContext, ConfigurationErrors) {
     OptConfig c = mlp.config();
     Tensor frozen = mlp.ctx->tensor(f32, {2, 16}, "frozen");
     c.params = {mlp.w1, frozen};
-    EXPECT_EQ(msg([&] { OptContext o(c); }), "[opt] 'frozen' is not a param: create it with Context::param");
+    EXPECT_EQ(msg([&] { OptContext o(c); }),
+              "[opt] 'frozen' is not a param: create it with Context::param");
   }
   {
     Mlp mlp(30);
     OptConfig c = mlp.config();
     c.outputs = mlp.logits.narrow(1, 0, 1).reshape({30});
-    EXPECT_NE(msg([&] { OptContext o(c); }).find("cross-entropy needs logits [30, classes]"), std::string::npos);
+    EXPECT_NE(msg([&] { OptContext o(c); }).find("cross-entropy needs logits [30, classes]"),
+              std::string::npos);
   }
   {
     // Only some params trained: the others keep their values.
@@ -330,7 +334,8 @@ TEST(OptContext, ForwardOnlyEvaluation) {
   OptContext e(c);
   EXPECT_EQ(e.n_forward_nodes(), e.graph().size());
   EXPECT_LT(e.static_bytes(), t.static_bytes());
-  for (size_t i = 0; i < eval.params().size(); ++i) eval.params()[i].set(values(trained.params()[i]));
+  for (size_t i = 0; i < eval.params().size(); ++i)
+    eval.params()[i].set(values(trained.params()[i]));
   const Result got = evaluate(e, data, data.all());
   EXPECT_EQ(got.loss(), want.loss());
   EXPECT_EQ(got.n_correct, want.n_correct);

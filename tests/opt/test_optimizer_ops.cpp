@@ -21,11 +21,12 @@ std::vector<float> random_vec(size_t n, std::mt19937_64& rng, double lo, double 
   return v;
 }
 
-void expect_close(const std::vector<double>& want, const std::vector<float>& got, double tol, const char* what,
-                  int step) {
+void expect_close(const std::vector<double>& want, const std::vector<float>& got, double tol,
+                  const char* what, int step) {
   ASSERT_EQ(want.size(), got.size());
   for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(want[i], got[i], tol * std::max(1.0, std::fabs(want[i]))) << what << "[" << i << "] at step " << step;
+    ASSERT_NEAR(want[i], got[i], tol * std::max(1.0, std::fabs(want[i])))
+        << what << "[" << i << "] at step " << step;
 }
 
 TEST(OptimizerOps, AdamWMatchesTorchOverSteps) {
@@ -44,7 +45,10 @@ TEST(OptimizerOps, AdamWMatchesTorchOverSteps) {
   p.set(p0);
   m.fill_zero();
   v.fill_zero();
-  Host h{std::vector<double>(p0.begin(), p0.end()), std::vector<double>(n), std::vector<double>(n), {}};
+  Host h{std::vector<double>(p0.begin(), p0.end()),
+         std::vector<double>(n),
+         std::vector<double>(n),
+         {}};
   AdamWParams ap;
   ap.lr = 0.01f;
   ap.weight_decay = 0.05f;
@@ -111,7 +115,8 @@ TEST(OptimizerOps, SgdMatchesTorchOverSteps) {
 
 TEST(OptimizerOps, PlainSgd) {
   Context ctx;
-  Tensor p = ctx.tensor(f32, {4}, "w"), g = ctx.tensor(f32, {4}, "g"), hp = ctx.tensor(f32, {8}, "hp");
+  Tensor p = ctx.tensor(f32, {4}, "w"), g = ctx.tensor(f32, {4}, "g"),
+         hp = ctx.tensor(f32, {8}, "hp");
   Graph gr = Graph::forward(sgd_step(p, g, Tensor(), hp));
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
@@ -129,7 +134,7 @@ TEST(OptimizerOps, HyperParameters) {
   AdamWParams ap;
   const auto h = adamw_hyper(ap, 1, 0.25f);
   EXPECT_FLOAT_EQ(h[0], 1e-3f);
-  EXPECT_FLOAT_EQ(h[5], 10.0f);    // 1 / (1 - 0.9)
+  EXPECT_FLOAT_EQ(h[5], 10.0f);      // 1 / (1 - 0.9)
   EXPECT_NEAR(h[6], 1000.0f, 0.05);  // 1 / (1 - 0.999f)
   EXPECT_FLOAT_EQ(h[7], 0.25f);
   EXPECT_NEAR(adamw_hyper(ap, 100000, 1)[6], 1.0f, 1e-6);
@@ -153,12 +158,17 @@ TEST(OptimizerOps, BuilderErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(msg([&] { adamw_step(p, g, m, v, hp); }), "[adamw_step] v is [3, 4] but param 'w' is [4, 3]");
-  EXPECT_EQ(msg([&] { adamw_step(p, g, m, m, hp7); }), "[adamw_step] hyper-parameters must be f32 [8], got [7]");
+  EXPECT_EQ(msg([&] { adamw_step(p, g, m, v, hp); }),
+            "[adamw_step] v is [3, 4] but param 'w' is [4, 3]");
+  EXPECT_EQ(msg([&] { adamw_step(p, g, m, m, hp7); }),
+            "[adamw_step] hyper-parameters must be f32 [8], got [7]");
   EXPECT_NE(msg([&] { sgd_step(p.T().contiguous(), g, Tensor(), hp); }), "no error");
-  EXPECT_NE(msg([&] { sgd_step(p.narrow(0, 0, 2), g.narrow(0, 0, 2), Tensor(), hp); }).find("is a view"),
-            std::string::npos);
-  EXPECT_NE(msg([&] { sgd_step(p, ctx.tensor(i32, {4, 3}), Tensor(), hp); }).find("[sgd_step] grad must be f32"),
+  EXPECT_NE(
+      msg([&] { sgd_step(p.narrow(0, 0, 2), g.narrow(0, 0, 2), Tensor(), hp); }).find("is a view"),
+      std::string::npos);
+  EXPECT_NE(msg([&] {
+              sgd_step(p, ctx.tensor(i32, {4, 3}), Tensor(), hp);
+            }).find("[sgd_step] grad must be f32"),
             std::string::npos);
   // An optimizer step is an in-place op: never on a gradient path.
   Tensor x = ctx.input(f32, {4, 3});

@@ -25,8 +25,7 @@ struct FakeHook : ParallelHook {
     std::vector<size_t> cuts;
     if (cut_each_)
       for (size_t i = 1; i <= g.size(); ++i) cuts.push_back(i);
-    else
-      cuts.push_back(g.size());
+    else cuts.push_back(g.size());
     return cuts;
   }
   void grads_ready(size_t count) override {
@@ -107,7 +106,8 @@ TEST(ParallelHook, StepAveragesOverRanks) {
     EXPECT_EQ(hook.finishes, 4);
     EXPECT_EQ(hook.notified.size(), 4u);  // only the backward before a step reports
     for (size_t i = 0; i < 4; ++i)
-      EXPECT_LT(max_abs_diff(values(a.params()[i]), values(b.params()[i])), 1e-6) << "accumulate " << accumulate;
+      EXPECT_LT(max_abs_diff(values(a.params()[i]), values(b.params()[i])), 1e-6)
+          << "accumulate " << accumulate;
   }
 }
 
@@ -151,8 +151,8 @@ TEST(ParallelHook, FitTakesThisRanksSliceOfEveryBatch) {
   };
   const std::vector<EpochResult> h = fit(opt, data, o);
   ASSERT_EQ(h.size(), 1u);
-  EXPECT_EQ(opt.step(), 96 / 16);        // 6 global batches of 2 x 8
-  EXPECT_EQ(h[0].train.n_samples, 96);   // 48 here, doubled by the fake sum
+  EXPECT_EQ(opt.step(), 96 / 16);       // 6 global batches of 2 x 8
+  EXPECT_EQ(h[0].train.n_samples, 96);  // 48 here, doubled by the fake sum
   const std::span<const float> x = data.data<float>();
   ASSERT_EQ(first_inputs.size(), size_t(8 * kFeatures));
   for (size_t i = 0; i < first_inputs.size(); ++i) EXPECT_EQ(first_inputs[i], x[8 * kFeatures + i]);

@@ -75,7 +75,9 @@ TEST(Progress, DurationsAndLines) {
   const std::string l = bar.line(28500, r, 3.0);
   EXPECT_LE(l.size(), 79u) << l;
   EXPECT_EQ(l.rfind("train [", 0), 0u) << l;
-  EXPECT_NE(l.find("28500/57000 loss 0.0120+-0.0010 acc 99.70+-0.17% 0:03 eta 0:03"), std::string::npos) << l;
+  EXPECT_NE(l.find("28500/57000 loss 0.0120+-0.0010 acc 99.70+-0.17% 0:03 eta 0:03"),
+            std::string::npos)
+      << l;
   // Extreme values never exceed 80 columns (the bar shrinks, then the text is cut).
   Result huge;
   huge.add(123456789.0, 1000000000, 1);

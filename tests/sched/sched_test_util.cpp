@@ -44,14 +44,17 @@ Model make_cnn(int64_t batch, int64_t channels, int64_t hw, int64_t classes) {
 
 void fill(Model& m, uint32_t seed) {
   uint32_t state = seed * 2654435761u + 12345u;
-  auto next = [&] { return float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
+  auto next = [&] {
+    return float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f;
+  };
   auto rand = [&](Tensor t, float scale) {
     std::vector<float> v(size_t(t.numel()));
     for (float& f : v) f = next() * scale;
     t.set(v);
   };
   rand(m.x, 2.0f);
-  for (Tensor p : m.params) rand(p, 1.0f / std::sqrt(float(std::max<int64_t>(p.numel() / p.size(-1), 1))));
+  for (Tensor p : m.params)
+    rand(p, 1.0f / std::sqrt(float(std::max<int64_t>(p.numel() / p.size(-1), 1))));
   std::vector<int32_t> lab(size_t(m.labels.numel()));
   const int64_t classes = m.logits.size(-1);
   for (size_t i = 0; i < lab.size(); ++i) lab[i] = int32_t((i * 7 + seed) % size_t(classes));

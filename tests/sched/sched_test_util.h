@@ -61,7 +61,9 @@ class DeviceBufferType final : public BufferType {
   const char* name() const override { return "test-device"; }
   size_t alignment() const override { return 32; }
   bool is_host() const override { return false; }
-  std::unique_ptr<Buffer> alloc(size_t size) override { return std::make_unique<DeviceBuffer>(*this, size); }
+  std::unique_ptr<Buffer> alloc(size_t size) override {
+    return std::make_unique<DeviceBuffer>(*this, size);
+  }
 };
 
 inline DeviceBufferType& device_buffer_type() {
@@ -91,7 +93,8 @@ class SubsetBackend final : public Backend {
   using Backend::compute;
   void compute(std::span<TensorNode* const> nodes) override {
     for (const TensorNode* n : nodes) {
-      if (!supports_op(n)) throw std::runtime_error(std::string("TEST got unsupported op ") + op_name(n->op));
+      if (!supports_op(n))
+        throw std::runtime_error(std::string("TEST got unsupported op ") + op_name(n->op));
       check(n);
       for (int i = 0; i < n->n_src; ++i)
         if (n->src[i]) check(n->src[i]);
@@ -105,8 +108,8 @@ class SubsetBackend final : public Backend {
   void check(const TensorNode* t) {
     const Buffer* b = buffer_of(t);
     if (!b || &b->type() != &buffer_type())
-      throw std::runtime_error("TEST backend handed tensor #" + std::to_string(t->id) + " (" + op_name(t->op) +
-                               ") outside device memory");
+      throw std::runtime_error("TEST backend handed tensor #" + std::to_string(t->id) + " (" +
+                               op_name(t->op) + ") outside device memory");
   }
   std::set<Op> ops_;
   bool host_;

@@ -19,7 +19,8 @@ constexpr double kTol = 1e-5;
 
 std::vector<float> ramp(int64_t n, float scale, int seed) {
   std::vector<float> v(size_t(n), 0.0f);
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = scale * float(((i * 37 + seed * 11) % 23) - 11) / 11.0f;
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = scale * float(((i * 37 + seed * 11) % 23) - 11) / 11.0f;
   return v;
 }
 
@@ -36,7 +37,8 @@ bool check_matmul(Make make, const char* what) {
     Graph g = Graph::forward(z);
     CpuBackend cpu(1);
     BlasBackend blas(1);
-    std::vector<Backend*> list = k == 0 ? std::vector<Backend*>{&cpu} : std::vector<Backend*>{&blas, &cpu};
+    std::vector<Backend*> list =
+        k == 0 ? std::vector<Backend*>{&cpu} : std::vector<Backend*>{&blas, &cpu};
     Scheduler s(list);
     s.alloc(g);
     x.set(ramp(x.node()->view_src ? x.node()->view_src->numel() : x.numel(), 1.0f, 1));
@@ -46,7 +48,8 @@ bool check_matmul(Make make, const char* what) {
     if (k == 1) on_blas = s.backend_of(z) == &blas;
   }
   EXPECT_LE(rel_diff(out[0], out[1]), kTol) << what;
-  EXPECT_GT(rel_diff(out[0], std::vector<float>(out[0].size(), 0.0f)), 0.5) << what << ": all zero?";
+  EXPECT_GT(rel_diff(out[0], std::vector<float>(out[0].size(), 0.0f)), 0.5)
+      << what << ": all zero?";
   return on_blas;
 }
 
@@ -55,47 +58,65 @@ bool check_matmul(Make make, const char* what) {
 TEST(Blas, SgemmTakesEveryLayoutMatmulsProduce) {
   using T3 = std::tuple<Tensor, Tensor, Tensor>;
   // Plain row-major.
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {7, 5}), b = c.input(f32, {5, 3});
-    return T3{a, b, matmul(a, b)};
-  }, "plain"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {7, 5}), b = c.input(f32, {5, 3});
+        return T3{a, b, matmul(a, b)};
+      },
+      "plain"));
   // a.T() @ b and a @ b.T(): the products of matmul's backward.
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {5, 7}), b = c.input(f32, {5, 3});
-    return T3{a, b, matmul(a.T(), b)};
-  }, "a.T() @ b"));
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {7, 5}), b = c.input(f32, {3, 5});
-    return T3{a, b, matmul(a, b.T())};
-  }, "a @ b.T()"));
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {5, 7}), b = c.input(f32, {3, 5});
-    return T3{a, b, matmul(a.T(), b.T())};
-  }, "a.T() @ b.T()"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {5, 7}), b = c.input(f32, {5, 3});
+        return T3{a, b, matmul(a.T(), b)};
+      },
+      "a.T() @ b"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {7, 5}), b = c.input(f32, {3, 5});
+        return T3{a, b, matmul(a, b.T())};
+      },
+      "a @ b.T()"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {5, 7}), b = c.input(f32, {3, 5});
+        return T3{a, b, matmul(a.T(), b.T())};
+      },
+      "a.T() @ b.T()"));
   // Batched, with broadcast batch dims (one operand 2-D, or size-1 batch).
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {2, 3, 4, 5}), b = c.input(f32, {5, 6});
-    return T3{a, b, matmul(a, b)};
-  }, "batched @ 2-D"));
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {1, 4, 5}), b = c.input(f32, {3, 6, 5});
-    return T3{a, b, matmul(a, b.transpose(-2, -1))};
-  }, "broadcast batch @ transposed batch"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {2, 3, 4, 5}), b = c.input(f32, {5, 6});
+        return T3{a, b, matmul(a, b)};
+      },
+      "batched @ 2-D"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {1, 4, 5}), b = c.input(f32, {3, 6, 5});
+        return T3{a, b, matmul(a, b.transpose(-2, -1))};
+      },
+      "broadcast batch @ transposed batch"));
   // A column slice: rows longer than K (lda > K).
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {4, 9}), b = c.input(f32, {5, 3});
-    return T3{a, b, matmul(a.narrow(1, 2, 5), b)};
-  }, "narrowed a"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {4, 9}), b = c.input(f32, {5, 3});
+        return T3{a, b, matmul(a.narrow(1, 2, 5), b)};
+      },
+      "narrowed a"));
   // Vectors: M = 1, N = 1.
-  EXPECT_TRUE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {1, 8}), b = c.input(f32, {8, 1});
-    return T3{a, b, matmul(a, b)};
-  }, "1x8 @ 8x1"));
+  EXPECT_TRUE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {1, 8}), b = c.input(f32, {8, 1});
+        return T3{a, b, matmul(a, b)};
+      },
+      "1x8 @ 8x1"));
   // Broadcast rows (stride 0) cannot be described to sgemm: the CPU runs it.
-  EXPECT_FALSE(check_matmul([](Context& c) {
-    Tensor a = c.input(f32, {1, 5}), b = c.input(f32, {5, 3});
-    return T3{a, b, matmul(a.expand({4, 5}), b)};
-  }, "expanded rows"));
+  EXPECT_FALSE(check_matmul(
+      [](Context& c) {
+        Tensor a = c.input(f32, {1, 5}), b = c.input(f32, {5, 3});
+        return T3{a, b, matmul(a.expand({4, 5}), b)};
+      },
+      "expanded rows"));
 }
 
 TEST(Blas, ResultsDoNotDependOnTheThreadCount) {
@@ -103,7 +124,8 @@ TEST(Blas, ResultsDoNotDependOnTheThreadCount) {
   auto run = [](int threads, BlasThreads mode, bool ta, bool tb) {
     Context c;
     const int64_t M = 200, K = 150, N = 120;
-    Tensor a = c.input(f32, ta ? Shape{K, M} : Shape{M, K}), b = c.input(f32, tb ? Shape{N, K} : Shape{K, N});
+    Tensor a = c.input(f32, ta ? Shape{K, M} : Shape{M, K}),
+           b = c.input(f32, tb ? Shape{N, K} : Shape{K, N});
     Tensor z = matmul(ta ? a.T() : a, tb ? b.T() : b);
     Graph g = Graph::forward(z);
     BlasBackend blas(threads, false, mode);
@@ -180,7 +202,8 @@ TEST(Blas, SchedulesMlpTrainingLikeTheCpu) {
   EXPECT_LE(rel_diff(values(ref.loss), values(m.loss)), kTol);
   EXPECT_LE(rel_diff(values(ref.logits), values(m.logits)), kTol);
   std::vector<Tensor> gr = ref.grads(), gm = m.grads();
-  for (size_t i = 0; i < gr.size(); ++i) EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
+  for (size_t i = 0; i < gr.size(); ++i)
+    EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
 }
 
 TEST(Blas, SchedulesCnnTrainingLikeTheCpu) {
@@ -195,13 +218,15 @@ TEST(Blas, SchedulesCnnTrainingLikeTheCpu) {
   only_cpu.compute(ref.graph);
   both.compute(m.graph);
   int on_blas = 0;
-  for (const TensorNode* n : m.graph.nodes()) on_blas += both.backend_of(n) == &blas && n->op == Op::MATMUL;
+  for (const TensorNode* n : m.graph.nodes())
+    on_blas += both.backend_of(n) == &blas && n->op == Op::MATMUL;
   // The dense layer's forward, d input and d weight products (the convolutions
   // are CONV2D nodes, which only the CPU backend runs).
   EXPECT_EQ(on_blas, 3) << both.dump();
   EXPECT_LE(rel_diff(values(ref.loss), values(m.loss)), kTol);
   std::vector<Tensor> gr = ref.grads(), gm = m.grads();
-  for (size_t i = 0; i < gr.size(); ++i) EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
+  for (size_t i = 0; i < gr.size(); ++i)
+    EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
 }
 
 TEST(Blas, TheRegistryBackendRunsWholeGraphsAlone) {
@@ -218,7 +243,8 @@ TEST(Blas, TheRegistryBackendRunsWholeGraphsAlone) {
   blas->compute(m.graph);
   EXPECT_LE(rel_diff(values(ref.loss), values(m.loss)), kTol);
   std::vector<Tensor> gr = ref.grads(), gm = m.grads();
-  for (size_t i = 0; i < gr.size(); ++i) EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
+  for (size_t i = 0; i < gr.size(); ++i)
+    EXPECT_LE(rel_diff(values(gr[i]), values(gm[i])), kTol) << "grad " << i;
 }
 
 #endif  // KILN_HAVE_BLAS

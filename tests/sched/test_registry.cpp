@@ -46,7 +46,8 @@ TEST(Registry, UnknownNamesListWhatIsAvailable) {
     FAIL() << "expected kiln::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("[make_backend] unknown backend 'tpu' (available: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[make_backend] unknown backend 'tpu' (available: "), std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
   }
   EXPECT_THROW(make_backends(""), Error);
@@ -54,7 +55,9 @@ TEST(Registry, UnknownNamesListWhatIsAvailable) {
 
 TEST(Registry, RegisteredBackendsCanBePreferred) {
   register_backend({"cpu1", "a one-thread CPU backend",
-                    [](const BackendOptions&) -> std::unique_ptr<Backend> { return std::make_unique<CpuBackend>(1); }},
+                    [](const BackendOptions&) -> std::unique_ptr<Backend> {
+                      return std::make_unique<CpuBackend>(1);
+                    }},
                    /*preferred=*/true);
   EXPECT_EQ(backend_names().front(), "cpu1");
   EXPECT_EQ(dynamic_cast<CpuBackend&>(*make_backend("cpu1", {.n_threads = 4})).n_threads(), 1);

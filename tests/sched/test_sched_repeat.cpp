@@ -21,7 +21,8 @@ struct NodeShape {
 
 std::vector<NodeShape> snapshot(const Graph& g) {
   std::vector<NodeShape> s;
-  for (const TensorNode* n : g.nodes()) s.push_back({n->op, n->n_src, n->src, n->view_src, n->stride, n->flags});
+  for (const TensorNode* n : g.nodes())
+    s.push_back({n->op, n->n_src, n->src, n->view_src, n->stride, n->flags});
   return s;
 }
 

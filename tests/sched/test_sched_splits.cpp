@@ -151,7 +151,8 @@ TEST(SchedulerSplits, OpsReadingPreallocatedTensorsRunWhereTheyLive) {
     CheckedCpu cpu(1);
     Scheduler s({&dev, &cpu});
     Model m = make_mlp(8, 10, 12, 3);
-    BufferType& bt = on_device ? static_cast<BufferType&>(device_buffer_type()) : host_buffer_type();
+    BufferType& bt =
+        on_device ? static_cast<BufferType&>(device_buffer_type()) : host_buffer_type();
     std::unique_ptr<Buffer> params = bt.alloc(1 << 16);
     TensorAllocator ta(*params);
     for (Tensor p : m.params) ta.place(p.node());

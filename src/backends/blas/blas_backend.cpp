@@ -62,14 +62,16 @@ struct Gemm {
 std::optional<Gemm> plan_gemm(const TensorNode* n) {
   if (n->op != Op::MATMUL || n->n_src < 2) return std::nullopt;
   const TensorNode *a = n->src[0], *b = n->src[1];
-  if (a->dtype != DType::f32 || b->dtype != DType::f32 || n->dtype != DType::f32) return std::nullopt;
+  if (a->dtype != DType::f32 || b->dtype != DType::f32 || n->dtype != DType::f32)
+    return std::nullopt;
   const int nd = n->shape.ndim(), na = a->shape.ndim(), nb = b->shape.ndim();
   if (nd < 2 || na < 2 || nb < 2) return std::nullopt;
   const int64_t M = n->shape[nd - 2], N = n->shape[nd - 1], K = a->shape[na - 1];
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return std::nullopt;
   // dst rows must be contiguous; ldc is its row stride.
   const int64_t ldc = n->stride[nd - 2] / 4;
-  if ((N > 1 && n->stride[nd - 1] != 4) || (M > 1 && (ldc < N || ldc > INT_MAX))) return std::nullopt;
+  if ((N > 1 && n->stride[nd - 1] != 4) || (M > 1 && (ldc < N || ldc > INT_MAX)))
+    return std::nullopt;
   auto la = operand_layout(M, K, a->stride[na - 2] / 4, a->stride[na - 1] / 4);
   auto lb = operand_layout(K, N, b->stride[nb - 2] / 4, b->stride[nb - 1] / 4);
   if (!la || !lb) return std::nullopt;
@@ -118,23 +120,26 @@ void run_sgemm(TensorNode* n, const Gemm& g, int ith, int nth, bool cut) {
       oc += idx[size_t(d)] * n->stride[size_t(d)];
     }
     const bool batch_mine = nblocks > 1 || i % nth == ith;
-    for (int64_t blk = nblocks > 1 ? ith : 0; batch_mine && blk < nblocks; blk += nblocks > 1 ? nth : 1) {
+    for (int64_t blk = nblocks > 1 ? ith : 0;
+         batch_mine && blk<nblocks; blk += nblocks> 1 ? nth : 1) {
       const int64_t lo = blk * bs, hi = std::min(total, lo + bs);
       const int m = by_rows ? int(hi - lo) : g.M, nn = by_rows ? g.N : int(hi - lo);
       // Element offsets of the block's first row (column) in A (B) and C.
       const int64_t off_a = by_rows ? (g.a.trans ? lo : lo * g.a.ld) : 0;
       const int64_t off_b = by_rows ? 0 : (g.b.trans ? lo * g.b.ld : lo);
-      float* c = reinterpret_cast<float*>(static_cast<char*>(n->data) + oc) + (by_rows ? lo * g.ldc : lo);
+      float* c =
+          reinterpret_cast<float*>(static_cast<char*>(n->data) + oc) + (by_rows ? lo * g.ldc : lo);
       if (g.K == 0) {
         // Empty sum: C = 0 (rows may be padded by ldc, so row by row).
         for (int r = 0; r < m; ++r) std::memset(c + int64_t(r) * g.ldc, 0, size_t(nn) * 4);
         continue;
       }
-      cblas_sgemm(CblasRowMajor, g.a.trans ? CblasTrans : CblasNoTrans, g.b.trans ? CblasTrans : CblasNoTrans,
-                  m, nn, g.K, 1.0f,
-                  reinterpret_cast<const float*>(static_cast<const char*>(a->data) + oa) + off_a, g.a.ld,
-                  reinterpret_cast<const float*>(static_cast<const char*>(b->data) + ob) + off_b, g.b.ld, 0.0f, c,
-                  g.ldc);
+      cblas_sgemm(CblasRowMajor, g.a.trans ? CblasTrans : CblasNoTrans,
+                  g.b.trans ? CblasTrans : CblasNoTrans, m, nn, g.K, 1.0f,
+                  reinterpret_cast<const float*>(static_cast<const char*>(a->data) + oa) + off_a,
+                  g.a.ld,
+                  reinterpret_cast<const float*>(static_cast<const char*>(b->data) + ob) + off_b,
+                  g.b.ld, 0.0f, c, g.ldc);
     }
     for (int d = nbd - 1; d >= 0; --d) {  // next batch index, last dim fastest
       if (++idx[size_t(d)] < n->shape[d]) break;
@@ -158,15 +163,16 @@ struct BlasBackend::Impl {
     const int want = threads == BlasThreads::openblas ? n_threads : 1;
     if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
     const bool cut = threads == BlasThreads::pool;
-    const double work = double(g.M) * g.N * std::max(g.K, 1) * double(n->numel() / (int64_t(g.M) * g.N));
+    const double work =
+        double(g.M) * g.N * std::max(g.K, 1) * double(n->numel() / (int64_t(g.M) * g.N));
     if (pool && work >= kParallelWork)
       pool->run([&](cpu::ThreadCtx& t) { run_sgemm(n, g, t.ith, t.nth, cut); });
-    else
-      run_sgemm(n, g, 0, 1, cut);
+    else run_sgemm(n, g, 0, 1, cut);
   }
 };
 
-BlasBackend::BlasBackend(int n_threads, bool cpu_kernels, BlasThreads threads) : impl_(std::make_unique<Impl>()) {
+BlasBackend::BlasBackend(int n_threads, bool cpu_kernels, BlasThreads threads)
+    : impl_(std::make_unique<Impl>()) {
   impl_->threads = threads;
   if (cpu_kernels) impl_->cpu = std::make_unique<CpuBackend>(n_threads);
   set_n_threads(n_threads);

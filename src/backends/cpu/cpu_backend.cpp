@@ -58,7 +58,9 @@ struct CpuBackend::Impl {
   std::vector<Step> steps;
 };
 
-CpuBackend::CpuBackend(int n_threads) : impl_(std::make_unique<Impl>()) { set_n_threads(n_threads); }
+CpuBackend::CpuBackend(int n_threads) : impl_(std::make_unique<Impl>()) {
+  set_n_threads(n_threads);
+}
 CpuBackend::~CpuBackend() = default;
 
 int CpuBackend::n_threads() const { return impl_->pool->size(); }

@@ -158,7 +158,8 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
   int64_t max_chunk_rows = MR;
   for (int i = 0; i < nth; ++i) {  // any thread may run any thread's chunks
     const Plan::Rect r = pl.rect(i);
-    if (r.chunks > 0) max_chunk_rows = std::max(max_chunk_rows, ceil_div(r.p1 - r.p0, r.chunks) * MR);
+    if (r.chunks > 0)
+      max_chunk_rows = std::max(max_chunk_rows, ceil_div(r.p1 - r.p0, r.chunks) * MR);
   }
   const size_t a_bytes = size_t(max_chunk_rows * std::min(pl.K, pl.kcb)) * sizeof(float);
   char* shared;
@@ -222,9 +223,11 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
   const bool solo = nth == 1 || double(M) * double(N) * double(K) < kSoloWork;
   const int tn = solo ? 1 : nth;  // threads that work
   if (small_m_applicable(g)) {
-    if (ith < tn) gemm_small_m(g, ith, tn, static_cast<float*>(t.scratch(size_t(M * K) * sizeof(float))));
+    if (ith < tn)
+      gemm_small_m(g, ith, tn, static_cast<float*>(t.scratch(size_t(M * K) * sizeof(float))));
   } else if (small_n_applicable(g)) {
-    if (ith < tn) gemm_small_n(g, ith, tn, static_cast<float*>(t.scratch(size_t(N * K) * sizeof(float))));
+    if (ith < tn)
+      gemm_small_n(g, ith, tn, static_cast<float*>(t.scratch(size_t(N * K) * sizeof(float))));
   } else if (ith < tn) {
     blocked(g, ith, tn, t);
   }

@@ -20,11 +20,11 @@ struct GemmOperand {
 
 struct GemmArgs {
   int64_t M, N, K;
-  GemmOperand A;             // M x K
-  GemmOperand B;             // K x N
-  float* C;                  // M x N, C(i, j) at C[i*ldc + j]
+  GemmOperand A;  // M x K
+  GemmOperand B;  // K x N
+  float* C;       // M x N, C(i, j) at C[i*ldc + j]
   int64_t ldc;
-  bool accumulate = false;   // C += A@B instead of C = A@B
+  bool accumulate = false;  // C += A@B instead of C = A@B
 };
 
 // Called by every thread of a pool run, with the same args on all threads (a

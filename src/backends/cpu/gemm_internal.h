@@ -12,8 +12,7 @@
 
 #include "backends/cpu/gemm.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #define KILN_GEMM_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KILN_GEMM_AVX2 1
@@ -55,15 +54,13 @@ void pack_b(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc
 // Instruction-set specific fast paths of the packing routines (unit-stride
 // cases); return false when they do not handle the case (then the portable
 // code in gemm_pack.cpp runs).
-bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc,
-                 float* dst);
-bool pack_b_simd(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
-                 float* dst);
+bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst);
+bool pack_b_simd(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst);
 
 // GEMMs without packing for a few rows or columns. gemm_small_m.cpp: M <=
-// kSmallM (or kSmallMShortK with a short K) and B's rows contiguous; thread ith of nth computes its share of N;
-// a32 is scratch for M*K floats. gemm_small_n.cpp: N <= kSmallN (or a small C
-// with a long K) and A's rows contiguous; threads split M; b32 is scratch for N*K floats.
+// kSmallM (or kSmallMShortK with a short K) and B's rows contiguous; thread ith of nth computes its
+// share of N; a32 is scratch for M*K floats. gemm_small_n.cpp: N <= kSmallN (or a small C with a
+// long K) and A's rows contiguous; threads split M; b32 is scratch for N*K floats.
 inline constexpr int64_t kSmallM = 4, kSmallN = 4;
 // With K <= kShortK the unpacked path also wins up to kSmallMShortK rows: packing
 // B would cost as much as the product (conv2d with few channels).

@@ -17,8 +17,8 @@ inline __m256i lane_mask(int r) {  // lanes < r all ones
 
 }  // namespace
 
-void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-            int64_t ldc, int m, int n, bool add_c) {
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+            int m, int n, bool add_c) {
   __m256 acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)

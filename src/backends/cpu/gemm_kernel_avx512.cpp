@@ -11,8 +11,8 @@ constexpr int NV = NR / 16;
 static_assert(NR % 16 == 0);
 
 template <bool kAdd, bool kFull>
-inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], float* c,
-                                                      int64_t ldc, int m, int n) {
+inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], float* c, int64_t ldc,
+                                                      int m, int n) {
   if constexpr (kFull) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -47,8 +47,8 @@ inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], flo
 
 }  // namespace
 
-void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-            int64_t ldc, int m, int n, bool add_c) {
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+            int m, int n, bool add_c) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)

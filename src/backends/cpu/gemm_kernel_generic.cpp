@@ -5,8 +5,8 @@
 
 namespace kiln::cpu::gemm_detail {
 
-void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-            int64_t ldc, int m, int n, bool add_c) {
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+            int m, int n, bool add_c) {
   float acc[MR][NR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     for (int i = 0; i < MR; ++i) {

@@ -22,8 +22,7 @@ struct LoadBF16 {
 };
 
 template <class L>
-void pack_a_any(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc,
-                float* dst) {
+void pack_a_any(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst) {
   using E = typename L::E;
   const int64_t rs = A.rs, cs = A.cs;
   for (int64_t p = 0; p < mc; p += MR, dst += kc * MR) {
@@ -47,8 +46,7 @@ void pack_a_any(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_
 }
 
 template <class L>
-void pack_b_any(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
-                float* dst) {
+void pack_b_any(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst) {
   using E = typename L::E;
   const int64_t rs = B.rs, cs = B.cs;
   for (int64_t s0 = 0; s0 < nc; s0 += NR, dst += kc * NR) {

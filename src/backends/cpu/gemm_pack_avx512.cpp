@@ -117,9 +117,8 @@ void pack_a_t(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t 
       for (int64_t kb = 0; kb < kc; kb += 16) {
         const int kn = int(kc - kb < 16 ? kc - kb : 16);
         float* d = dst + kb * MR;
-        transpose_block<T>(src + kb * es, ld, mv, kn, [&](int c, __m512 v) {
-          _mm512_mask_storeu_ps(d + c * MR, mr_mask, v);
-        });
+        transpose_block<T>(src + kb * es, ld, mv, kn,
+                           [&](int c, __m512 v) { _mm512_mask_storeu_ps(d + c * MR, mr_mask, v); });
       }
     }
   }
@@ -138,14 +137,16 @@ void pack_b_t(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t 
       for (int64_t k = 0; k < kc; ++k) {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-          _mm512_store_ps(dst + k * NR + 16 * v, load_n<T>(src + k * ld + 16 * v * es, nv - 16 * v));
+          _mm512_store_ps(dst + k * NR + 16 * v,
+                          load_n<T>(src + k * ld + 16 * v * es, nv - 16 * v));
       }
     } else {  // columns contiguous in k: transpose 16x16 blocks
       const int64_t ld = B.cs * es;
       for (int v = 0; v < NV; ++v) {
         const int cols = nv - 16 * v;
         if (cols <= 0) {
-          for (int64_t k = 0; k < kc; ++k) _mm512_store_ps(dst + k * NR + 16 * v, _mm512_setzero_ps());
+          for (int64_t k = 0; k < kc; ++k)
+            _mm512_store_ps(dst + k * NR + 16 * v, _mm512_setzero_ps());
           continue;
         }
         for (int64_t kb = 0; kb < kc; kb += 16) {

@@ -25,7 +25,8 @@ constexpr int64_t kChunk = 64;  // columns per register block
 // A[0:M, 0:K] -> a32[i*K + k] in f32.
 void convert_a(const GemmOperand& A, int64_t M, int64_t K, float* a32) {
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) a32[i * K + k] = load_as_f32(A.data, A.type, i * A.rs + k * A.cs);
+    for (int64_t k = 0; k < K; ++k)
+      a32[i * K + k] = load_as_f32(A.data, A.type, i * A.rs + k * A.cs);
 }
 
 #if defined(KILN_GEMM_AVX512)

@@ -36,7 +36,8 @@ void rows(const GemmArgs& g, const float* b32, int64_t ldb, int64_t i0, int64_t 
   for (int64_t i = i0; i < i1; i += 4) {
     const int mr = int(std::min<int64_t>(4, i1 - i));
     const char* a[4];
-    for (int r = 0; r < 4; ++r) a[r] = base + (i + std::min(r, mr - 1)) * g.A.rs * es;  // repeat the last row
+    for (int r = 0; r < 4; ++r)
+      a[r] = base + (i + std::min(r, mr - 1)) * g.A.rs * es;  // repeat the last row
     __m512 acc[4][NN];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
@@ -123,7 +124,8 @@ void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32) {
     ldb = g.B.cs;
   } else {
     for (int64_t j = 0; j < g.N; ++j)
-      for (int64_t k = 0; k < g.K; ++k) b32[j * g.K + k] = load_as_f32(g.B.data, g.B.type, k * g.B.rs + j * g.B.cs);
+      for (int64_t k = 0; k < g.K; ++k)
+        b32[j * g.K + k] = load_as_f32(g.B.data, g.B.type, k * g.B.rs + j * g.B.cs);
   }
   for (int64_t j0 = 0; j0 < g.N; j0 += 4) {  // columns in groups of 4 (the register block)
     GemmArgs cols = g;

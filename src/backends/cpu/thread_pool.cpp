@@ -80,7 +80,8 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
   if (adapt) *budget_ns = std::max(*budget_ns / 2, kMinSpinNs);
   // Dekker with wake(): either we see the new value or the waker sees us.
   sleepers.fetch_add(1, std::memory_order_seq_cst);
-  while (!pred(cur = word.load(std::memory_order_seq_cst))) word.wait(cur, std::memory_order_seq_cst);
+  while (!pred(cur = word.load(std::memory_order_seq_cst)))
+    word.wait(cur, std::memory_order_seq_cst);
   sleepers.fetch_sub(1, std::memory_order_relaxed);
   return cur;
 }
@@ -144,7 +145,8 @@ struct PoolState {
     uint32_t seen = 0;
     for (;;) {
       int64_t budget = kIdleSpinNs;
-      seen = wait_until(gen, gen_sleepers, &budget, false, [seen](uint32_t g) { return g != seen; });
+      seen =
+          wait_until(gen, gen_sleepers, &budget, false, [seen](uint32_t g) { return g != seen; });
       if (stop) return;
       call(*ctx[ith]);
       if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1) wake(pending, pending_sleepers);
@@ -258,7 +260,8 @@ void ThreadPool::run(const std::function<void(ThreadCtx&)>& fn) {
   s.publish();
 
   s.call(*s.ctx[0]);
-  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true, [](int p) { return p == 0; });
+  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true,
+             [](int p) { return p == 0; });
   s.fn = nullptr;
   if (s.exc) {
     std::exception_ptr e = std::move(s.exc);

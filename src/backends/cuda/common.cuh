@@ -24,8 +24,9 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return unsigned(std::clamp<int64_t>(b, 1, int64_t(1) << 20));
 }
 
-#define KILN_GRID_LOOP(i, n) \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+#define KILN_GRID_LOOP(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
 
 // Linear (row-major) index over a shape -> byte offset with per-dim byte strides.
 // `dense` > 0: the strides are the dense ones of that element size (fast path).
@@ -61,7 +62,9 @@ inline Idx make_idx(const Shape& s, const int64_t* stride, int64_t esize) {
   return x;
 }
 // t with its own shape and strides.
-inline Idx idx_of(const TensorNode* t) { return make_idx(t->shape, t->stride.data(), int64_t(t->elem_size())); }
+inline Idx idx_of(const TensorNode* t) {
+  return make_idx(t->shape, t->stride.data(), int64_t(t->elem_size()));
+}
 // t broadcast (numpy, right-aligned) to `out`: stretched and missing dims get stride 0.
 inline Idx bcast_idx(const TensorNode* t, const Shape& out) {
   int64_t st[kMaxDims] = {};
@@ -120,15 +123,19 @@ __device__ inline void store_from_f32(char* p, DType t, float v) {
 }
 // Copies one element of es (2 or 4) bytes.
 __device__ inline void copy_elem(char* d, const char* s, int es) {
-  if (es == 4)
-    *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(s);
-  else
-    *reinterpret_cast<uint16_t*>(d) = *reinterpret_cast<const uint16_t*>(s);
+  if (es == 4) *reinterpret_cast<uint32_t*>(d) = *reinterpret_cast<const uint32_t*>(s);
+  else *reinterpret_cast<uint16_t*>(d) = *reinterpret_cast<const uint16_t*>(s);
 }
 
-__device__ inline float ldf(const char* base, int64_t off) { return *reinterpret_cast<const float*>(base + off); }
-__device__ inline float& atf(char* base, int64_t off) { return *reinterpret_cast<float*>(base + off); }
-__device__ inline int32_t ldi(const char* base, int64_t off) { return *reinterpret_cast<const int32_t*>(base + off); }
+__device__ inline float ldf(const char* base, int64_t off) {
+  return *reinterpret_cast<const float*>(base + off);
+}
+__device__ inline float& atf(char* base, int64_t off) {
+  return *reinterpret_cast<float*>(base + off);
+}
+__device__ inline int32_t ldi(const char* base, int64_t off) {
+  return *reinterpret_cast<const int32_t*>(base + off);
+}
 
 // NaN-propagating max (as torch.max and the CPU kernels).
 __host__ __device__ inline float fmax_nan(float a, float b) {
@@ -159,7 +166,9 @@ __device__ T block_reduce(T v, T identity, Op op, T* shm) {
 
 struct SumOp {
   template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 struct MaxNanOp {
   __device__ float operator()(float a, float b) const { return fmax_nan(a, b); }

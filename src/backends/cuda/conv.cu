@@ -27,8 +27,12 @@ struct Geom {
   __host__ __device__ int64_t ckk() const { return c * kk(); }
 };
 
-int64_t out_h(const Window& w, int64_t h) { return (h + 2 * w.ph - w.dh * (w.kh - 1) - 1) / w.sh + 1; }
-int64_t out_w(const Window& w, int64_t x) { return (x + 2 * w.pw - w.dw * (w.kw - 1) - 1) / w.sw + 1; }
+int64_t out_h(const Window& w, int64_t h) {
+  return (h + 2 * w.ph - w.dh * (w.kh - 1) - 1) / w.sh + 1;
+}
+int64_t out_w(const Window& w, int64_t x) {
+  return (x + 2 * w.pw - w.dw * (w.kw - 1) - 1) / w.sw + 1;
+}
 
 Geom geom(const Shape& x, const Window& win) {
   return {x[0], x[1], x[2], x[3], out_h(win, x[2]), out_w(win, x[3]), win};
@@ -39,7 +43,8 @@ struct Planes {  // byte strides of a strided [N, C, H, W] tensor
   int64_t sn, sc, sh, sw;
 };
 Planes planes(const TensorNode* t) {
-  return {static_cast<const char*>(t->data), t->stride[0], t->stride[1], t->stride[2], t->stride[3]};
+  return {static_cast<const char*>(t->data), t->stride[0], t->stride[1], t->stride[2],
+          t->stride[3]};
 }
 
 // Unfolded element (n, r, q) -> out[n*on + r*orow + q], r = (c*KH + kh)*KW + kw,
@@ -52,16 +57,19 @@ __global__ void k_im2col(Planes x, Geom g, int64_t on, int64_t orow, float* out,
     const int64_t ih = (q / g.ow) * g.win.sh - g.win.ph + kh * g.win.dh;
     const int64_t iw = (q % g.ow) * g.win.sw - g.win.pw + kw * g.win.dw;
     float v = 0.0f;
-    if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w) v = ldf(x.p, n * x.sn + c * x.sc + ih * x.sh + iw * x.sw);
+    if (ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
+      v = ldf(x.p, n * x.sn + c * x.sc + ih * x.sh + iw * x.sw);
     out[n * on + r * orow + q] = v;
   }
 }
 
 // dx[n, c, ih, iw] = sum over (kh, kw) of the column element that reads it.
 // cols: byte strides cn (image), cr (row r), cq (column q).
-__global__ void k_col2im(const char* cols, int64_t cn, int64_t cr, int64_t cq, Geom g, float* dx, int64_t total) {
+__global__ void k_col2im(const char* cols, int64_t cn, int64_t cr, int64_t cq, Geom g, float* dx,
+                         int64_t total) {
   KILN_GRID_LOOP(i, total) {
-    const int64_t iw = i % g.w, ih = (i / g.w) % g.h, c = (i / (g.w * g.h)) % g.c, n = i / (g.w * g.h * g.c);
+    const int64_t iw = i % g.w, ih = (i / g.w) % g.h, c = (i / (g.w * g.h)) % g.c,
+                  n = i / (g.w * g.h * g.c);
     float acc = 0.0f;
     for (int64_t kh = 0; kh < g.win.kh; ++kh) {
       const int64_t yh = ih + g.win.ph - kh * g.win.dh;
@@ -69,7 +77,8 @@ __global__ void k_col2im(const char* cols, int64_t cn, int64_t cr, int64_t cq, G
       for (int64_t kw = 0; kw < g.win.kw; ++kw) {
         const int64_t yw = iw + g.win.pw - kw * g.win.dw;
         if (yw < 0 || yw % g.win.sw != 0 || yw / g.win.sw >= g.ow) continue;
-        const int64_t r = (c * g.win.kh + kh) * g.win.kw + kw, q = (yh / g.win.sh) * g.ow + yw / g.win.sw;
+        const int64_t r = (c * g.win.kh + kh) * g.win.kw + kw,
+                      q = (yh / g.win.sh) * g.ow + yw / g.win.sw;
         acc += ldf(cols, n * cn + r * cr + q * cq);
       }
     }
@@ -79,8 +88,8 @@ __global__ void k_col2im(const char* cols, int64_t cn, int64_t cr, int64_t cq, G
 
 // Row-major position (ih*W + iw) of the first maximum of window (oh, ow) of one
 // plane; padding never wins, NaN wins (PyTorch). -1 for an empty window.
-__device__ int64_t window_argmax(const char* plane, const Planes& x, const Geom& g, int64_t oh, int64_t ow,
-                                 float* value) {
+__device__ int64_t window_argmax(const char* plane, const Planes& x, const Geom& g, int64_t oh,
+                                 int64_t ow, float* value) {
   float best = -INFINITY;
   int64_t arg = -1;
   const int64_t h0 = oh * g.win.sh - g.win.ph, w0 = ow * g.win.sw - g.win.pw;
@@ -110,15 +119,16 @@ __global__ void k_pool(Planes x, Geom g, float* out, int64_t total) {
       const int64_t h0 = oh * g.win.sh - g.win.ph, w0 = ow * g.win.sw - g.win.pw;
       float s = 0.0f;
       for (int64_t ih = max(h0, int64_t(0)); ih < min(h0 + g.win.kh, g.h); ++ih)
-        for (int64_t iw = max(w0, int64_t(0)); iw < min(w0 + g.win.kw, g.w); ++iw) s += ldf(plane, ih * x.sh + iw * x.sw);
+        for (int64_t iw = max(w0, int64_t(0)); iw < min(w0 + g.win.kw, g.w); ++iw)
+          s += ldf(plane, ih * x.sh + iw * x.sw);
       out[i] = s * inv;
     }
   }
 }
 
 // The output rows (cols) whose windows contain input row ih: [lo, hi].
-__device__ inline void windows_over(int64_t i, int64_t pad, int64_t k, int64_t s, int64_t n_out, int64_t* lo,
-                                    int64_t* hi) {
+__device__ inline void windows_over(int64_t i, int64_t pad, int64_t k, int64_t s, int64_t n_out,
+                                    int64_t* lo, int64_t* hi) {
   const int64_t first = i + pad - k + 1;  // o*s >= first
   *lo = first <= 0 ? 0 : (first + s - 1) / s;
   *hi = min(n_out - 1, (i + pad) / s);
@@ -142,7 +152,8 @@ __global__ void k_pool_back(Planes x, Planes gr, Geom g, float* dx, int64_t tota
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         if (kMax) {
           float v;
-          if (window_argmax(xp, x, g, oh, ow, &v) == ih * g.w + iw) acc += ldf(gp, oh * gr.sh + ow * gr.sw);
+          if (window_argmax(xp, x, g, oh, ow, &v) == ih * g.w + iw)
+            acc += ldf(gp, oh * gr.sh + ow * gr.sw);
         } else {
           acc += ldf(gp, oh * gr.sh + ow * gr.sw) * inv;
         }
@@ -168,7 +179,8 @@ Mat as_matrix(const TensorNode* t, int rd, float* buf, const Launch& L) {
     expect *= t->shape[d];
   }
   if (merged)
-    return {static_cast<const float*>(t->data), t->stride[size_t(rd)] / 4, rd > 0 ? t->stride[0] / 4 : 0};
+    return {static_cast<const float*>(t->data), t->stride[size_t(rd)] / 4,
+            rd > 0 ? t->stride[0] / 4 : 0};
   gather_f32(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->numel(), buf, L);
   int64_t cols = 1;
   for (int d = nd - 1; d > rd; --d) cols *= t->shape[d];
@@ -200,9 +212,11 @@ void conv2d_back_input(TensorNode* dst, const Launch& L) {
   const Mat wm = as_matrix(wt, 0, wbuf, L);
   const Mat dm = as_matrix(dy, 1, dybuf, L);  // per image [O, P]
   // cols[n] [CKK, P] = W^T [CKK, O] @ dy[n] [O, P]
-  gemm(L, ckk, p, o, g.n, {wm.p, CUDA_R_32F, 1, wm.rs, 0}, {dm.p, CUDA_R_32F, dm.rs, 1, dm.bs}, cols, p, ckk * p);
+  gemm(L, ckk, p, o, g.n, {wm.p, CUDA_R_32F, 1, wm.rs, 0}, {dm.p, CUDA_R_32F, dm.rs, 1, dm.bs},
+       cols, p, ckk * p);
   const int64_t total = dst->numel();
-  k_col2im<<<grid_for(total), kThreads, 0, L.stream>>>(reinterpret_cast<const char*>(cols), ckk * p * 4, p * 4, 4, g,
+  k_col2im<<<grid_for(total), kThreads, 0, L.stream>>>(reinterpret_cast<const char*>(cols),
+                                                       ckk * p * 4, p * 4, 4, g,
                                                        static_cast<float*>(dst->data), total);
   check_launch("conv2d_back_input");
 }
@@ -212,7 +226,7 @@ void conv2d_back_weight(TensorNode* dst, const Launch& L) {
   const Geom g = geom(x->shape, prm::window(dst, true));
   const int64_t p = g.p(), ckk = g.ckk(), o = dst->shape[0], np = g.n * p;
   float* cols = reinterpret_cast<float*>(L.ws);  // [CKK, N*P]: images side by side
-  float* dys = cols + ckk * np;                   // [O, N*P]
+  float* dys = cols + ckk * np;                  // [O, N*P]
   const int64_t total = g.n * ckk * p;
   k_im2col<<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, p, np, cols, total);
   check_launch("conv2d_back_weight");
@@ -221,8 +235,8 @@ void conv2d_back_weight(TensorNode* dst, const Launch& L) {
   Idx di = make_idx(Shape{o, g.n, g.oh, g.ow}, st, int64_t(dy->elem_size()));
   gather_f32(static_cast<const char*>(dy->data), dy->dtype, di, o * np, dys, L);
   // dW [O, CKK] = dys [O, N*P] @ cols^T [N*P, CKK]
-  gemm(L, o, ckk, np, 1, {dys, CUDA_R_32F, np, 1, 0}, {cols, CUDA_R_32F, 1, np, 0}, static_cast<float*>(dst->data),
-       ckk, 0);
+  gemm(L, o, ckk, np, 1, {dys, CUDA_R_32F, np, 1, 0}, {cols, CUDA_R_32F, 1, np, 0},
+       static_cast<float*>(dst->data), ckk, 0);
 }
 
 }  // namespace
@@ -253,14 +267,16 @@ void conv_ops(TensorNode* dst, const Launch& L) {
     case Op::IM2COL: {
       const TensorNode* x = dst->src[0];
       const Geom g = geom(x->shape, prm::window(dst, true));
-      k_im2col<<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, g.ckk() * g.p(), g.p(), out, total);
+      k_im2col<<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, g.ckk() * g.p(), g.p(),
+                                                           out, total);
       return check_launch("im2col");
     }
     case Op::COL2IM: {
       const TensorNode* c = dst->src[0];
       const Geom g = geom(dst->shape, prm::window(dst, true));
-      k_col2im<<<grid_for(total), kThreads, 0, L.stream>>>(static_cast<const char*>(c->data), c->stride[0],
-                                                           c->stride[1], c->stride[2], g, out, total);
+      k_col2im<<<grid_for(total), kThreads, 0, L.stream>>>(static_cast<const char*>(c->data),
+                                                           c->stride[0], c->stride[1], c->stride[2],
+                                                           g, out, total);
       return check_launch("col2im");
     }
     case Op::CONV2D: return conv2d(dst, L);
@@ -274,8 +290,7 @@ void conv_ops(TensorNode* dst, const Launch& L) {
       g.ow = dst->shape[3];
       if (dst->op == Op::MAX_POOL2D)
         k_pool<true><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, out, total);
-      else
-        k_pool<false><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, out, total);
+      else k_pool<false><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, out, total);
       return check_launch(op_name(dst->op));
     }
     case Op::MAX_POOL2D_BACK: {
@@ -283,7 +298,8 @@ void conv_ops(TensorNode* dst, const Launch& L) {
       Geom g = geom(dst->shape, prm::window(dst, false));
       g.oh = gr->shape[2];
       g.ow = gr->shape[3];
-      k_pool_back<true><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), planes(gr), g, out, total);
+      k_pool_back<true>
+          <<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), planes(gr), g, out, total);
       return check_launch("max_pool2d_back");
     }
     case Op::AVG_POOL2D_BACK: {
@@ -291,7 +307,8 @@ void conv_ops(TensorNode* dst, const Launch& L) {
       Geom g = geom(dst->shape, prm::window(dst, false));
       g.oh = gr->shape[2];
       g.ow = gr->shape[3];
-      k_pool_back<false><<<grid_for(total), kThreads, 0, L.stream>>>(Planes{}, planes(gr), g, out, total);
+      k_pool_back<false>
+          <<<grid_for(total), kThreads, 0, L.stream>>>(Planes{}, planes(gr), g, out, total);
       return check_launch("avg_pool2d_back");
     }
     default: fail("cuda", "conv_ops got ", op_name(dst->op));

@@ -32,7 +32,9 @@ void* open_cublas(std::string* tried) {
 template <class F>
 void resolve(void* lib, const char* symbol, F* out) {
   void* p = dlsym(lib, symbol);
-  if (!p) fail("cuda", "cuBLAS has no symbol ", symbol, " (a cuBLAS older than the headers kiln was built with?)");
+  if (!p)
+    fail("cuda", "cuBLAS has no symbol ", symbol,
+         " (a cuBLAS older than the headers kiln was built with?)");
   *out = reinterpret_cast<F>(p);
 }
 

@@ -16,10 +16,12 @@ struct CublasApi {
   cublasStatus_t (*destroy)(cublasHandle_t);
   cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
   cublasStatus_t (*set_workspace)(cublasHandle_t, void*, size_t);
-  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                            const void*, const void*, cudaDataType, int, long long int, const void*,
-                                            cudaDataType, int, long long int, const void*, void*, cudaDataType, int,
-                                            long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                            int, int, int, const void*, const void*, cudaDataType,
+                                            int, long long int, const void*, cudaDataType, int,
+                                            long long int, const void*, void*, cudaDataType, int,
+                                            long long int, int, cublasComputeType_t,
+                                            cublasGemmAlgo_t);
   const char* (*status_name)(cublasStatus_t);
   const char* (*status_string)(cublasStatus_t);
 };

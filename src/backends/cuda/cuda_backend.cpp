@@ -95,7 +95,8 @@ struct CudaBackend::Impl {
   // kernels' message for the first node with a bad index.
   void raise_index_errors() {
     std::vector<unsigned long long> got(checked.size());
-    check(cudaMemcpy(got.data(), err, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(got.data(), err, got.size() * sizeof(unsigned long long),
+                     cudaMemcpyDeviceToHost),
           "reading the index error slots");
     for (size_t k = 0; k < checked.size(); ++k) {
       if (got[k] == cuda::kNoError) continue;
@@ -103,16 +104,19 @@ struct CudaBackend::Impl {
       const int64_t pos = int64_t(got[k]);
       const TensorNode* ind = n->op == Op::ONE_HOT ? n->src[0] : n->src[1];
       int32_t v = 0;
-      check(cudaMemcpy(&v, static_cast<const char*>(ind->data) + element_offset(ind, pos), 4, cudaMemcpyDeviceToHost),
+      check(cudaMemcpy(&v, static_cast<const char*>(ind->data) + element_offset(ind, pos), 4,
+                       cudaMemcpyDeviceToHost),
             "reading a bad index");
       switch (n->op) {
         case Op::ONE_HOT:
-          fail(cuda::prm::one_hot_op_name(n), "label ", v, " at position ", pos, " is out of range [0, ",
-               cuda::prm::one_hot_classes(n), ")");
+          fail(cuda::prm::one_hot_op_name(n), "label ", v, " at position ", pos,
+               " is out of range [0, ", cuda::prm::one_hot_classes(n), ")");
         case Op::GET_ROWS:
-          fail("embedding", "index ", v, " at position ", pos, " is out of range for ", n->src[0]->shape[0], " rows");
+          fail("embedding", "index ", v, " at position ", pos, " is out of range for ",
+               n->src[0]->shape[0], " rows");
         default:
-          fail("scatter_add_rows", "index ", v, " at position ", pos, " is out of range for ", n->shape[0], " rows");
+          fail("scatter_add_rows", "index ", v, " at position ", pos, " is out of range for ",
+               n->shape[0], " rows");
       }
     }
   }
@@ -124,8 +128,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
   const int count = cuda_device_count();
   if (opt.device < 0 || opt.device >= count) {
     const std::string why = cuda_unavailable_reason();
-    fail("cuda", "device ", opt.device, " does not exist (", count, " CUDA device", count == 1 ? "" : "s",
-         why.empty() ? "" : ": " + why, ")");
+    fail("cuda", "device ", opt.device, " does not exist (", count, " CUDA device",
+         count == 1 ? "" : "s", why.empty() ? "" : ": " + why, ")");
   }
   check(cudaSetDevice(opt.device), "cudaSetDevice");
   // A blocking stream: the legacy default stream (buffer reads and writes) waits for it.
@@ -134,7 +138,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
   cuda::check_blas(cuda::cublas().set_stream(m.blas, m.stream), "cublasSetStream");
   check(cudaMalloc(&m.blas_ws, kBlasWorkspace), "allocating cuBLAS's workspace");
   // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
-  cuda::check_blas(cuda::cublas().set_workspace(m.blas, m.blas_ws, kBlasWorkspace), "cublasSetWorkspace");
+  cuda::check_blas(cuda::cublas().set_workspace(m.blas, m.blas_ws, kBlasWorkspace),
+                   "cublasSetWorkspace");
 }
 
 CudaBackend::~CudaBackend() {
@@ -174,7 +179,8 @@ void CudaBackend::compute(std::span<TensorNode* const> nodes) {
     detail::check_memory(n);
     if (!cuda::supported(n))
       fail("cuda", "node #", n->id, " (", op_name(n->op), " ", dtype_name(n->dtype), n->shape.str(),
-           ") is not supported by the CUDA backend: run the graph with a kiln::Scheduler that has a CPU "
+           ") is not supported by the CUDA backend: run the graph with a kiln::Scheduler that has "
+           "a CPU "
            "backend after it");
     if (n->numel() == 0) continue;
     m.work.push_back(n);
@@ -230,8 +236,8 @@ std::string cuda_unavailable_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return std::string("no usable CUDA device: cudaGetDeviceCount failed with ") + cudaGetErrorName(e) + " (" +
-           cudaGetErrorString(e) + ")";
+    return std::string("no usable CUDA device: cudaGetDeviceCount failed with ") +
+           cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   }
   if (n == 0) return "no CUDA device found (cudaGetDeviceCount returned 0)";
   return "";

@@ -29,8 +29,8 @@ class DeviceBuffer final : public Buffer {
     const cudaError_t e = cudaMalloc(&data_, size);
     if (e != cudaSuccess) {
       cudaGetLastError();  // an allocation failure is not sticky; clear it
-      fail("alloc", "out of CUDA device memory allocating ", size, " bytes on device ", type.device(), " (",
-           cudaGetErrorString(e), ")");
+      fail("alloc", "out of CUDA device memory allocating ", size, " bytes on device ",
+           type.device(), " (", cudaGetErrorString(e), ")");
     }
   }
   ~DeviceBuffer() override {
@@ -40,7 +40,9 @@ class DeviceBuffer final : public Buffer {
   void* base() override { return data_; }
   size_t size() const override { return size_; }
   void set(TensorNode* t, const void* src, size_t offset, size_t n) override {
-    if (n) check(cudaMemcpy(static_cast<char*>(t->data) + offset, src, n, cudaMemcpyHostToDevice), "set: cudaMemcpy");
+    if (n)
+      check(cudaMemcpy(static_cast<char*>(t->data) + offset, src, n, cudaMemcpyHostToDevice),
+            "set: cudaMemcpy");
   }
   void get(const TensorNode* t, void* dst, size_t offset, size_t n) const override {
     if (n)
@@ -54,7 +56,8 @@ class DeviceBuffer final : public Buffer {
     if (data_) check(cudaMemset(data_, value, size_), "clear: cudaMemset");
   }
   bool copy_from(const TensorNode* src, TensorNode* dst) override {
-    if (!src->buffer || src->buffer->is_host() || !is_device_buffer_type(src->buffer->type())) return false;
+    if (!src->buffer || src->buffer->is_host() || !is_device_buffer_type(src->buffer->type()))
+      return false;
     const size_t n = src->nbytes();
     if (n) check(cudaMemcpy(dst->data, src->data, n, cudaMemcpyDeviceToDevice), "copy: cudaMemcpy");
     return true;
@@ -68,11 +71,14 @@ class DeviceBuffer final : public Buffer {
 
 }  // namespace
 
-DeviceBufferType::DeviceBufferType(int device) : device_(device), name_("cuda" + std::to_string(device)) {}
+DeviceBufferType::DeviceBufferType(int device)
+    : device_(device), name_("cuda" + std::to_string(device)) {}
 
 size_t DeviceBufferType::alignment() const { return kAlignment; }
 
-std::unique_ptr<Buffer> DeviceBufferType::alloc(size_t size) { return std::make_unique<DeviceBuffer>(*this, size); }
+std::unique_ptr<Buffer> DeviceBufferType::alloc(size_t size) {
+  return std::make_unique<DeviceBuffer>(*this, size);
+}
 
 DeviceBufferType& device_buffer_type(int device) {
   static std::array<std::unique_ptr<DeviceBufferType>, kMaxDevices> types;
@@ -83,6 +89,8 @@ DeviceBufferType& device_buffer_type(int device) {
   return *types[size_t(device)];
 }
 
-bool is_device_buffer_type(const BufferType& t) { return dynamic_cast<const DeviceBufferType*>(&t) != nullptr; }
+bool is_device_buffer_type(const BufferType& t) {
+  return dynamic_cast<const DeviceBufferType*>(&t) != nullptr;
+}
 
 }  // namespace kiln::cuda

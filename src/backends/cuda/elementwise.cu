@@ -25,24 +25,21 @@ __global__ void k_copy(char* d, Idx di, const char* s, Idx si, DType dt, DType s
   KILN_GRID_LOOP(i, n) {
     const char* sp = s + si.off(i);
     char* dp = d + di.off(i);
-    if (dt == st)
-      copy_elem(dp, sp, es);  // same dtype: the bits (i32 beyond 2^24 stays exact)
-    else
-      store_from_f32(dp, dt, load_as_f32(sp, st));
+    if (dt == st) copy_elem(dp, sp, es);  // same dtype: the bits (i32 beyond 2^24 stays exact)
+    else store_from_f32(dp, dt, load_as_f32(sp, st));
   }
 }
 
 __global__ void k_fill(char* d, Idx di, uint32_t bits, int es, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     char* p = d + di.off(i);
-    if (es == 4)
-      *reinterpret_cast<uint32_t*>(p) = bits;
-    else
-      *reinterpret_cast<uint16_t*>(p) = uint16_t(bits);
+    if (es == 4) *reinterpret_cast<uint32_t*>(p) = bits;
+    else *reinterpret_cast<uint16_t*>(p) = uint16_t(bits);
   }
 }
 
-__global__ void k_rand_mask(char* d, Idx di, uint64_t seed, const int32_t* seed_t, float p, int64_t n) {
+__global__ void k_rand_mask(char* d, Idx di, uint64_t seed, const int32_t* seed_t, float p,
+                            int64_t n) {
   if (seed_t) seed ^= uint64_t(int64_t(*seed_t));
   KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = detail::rng_uniform(seed, uint64_t(i)) < p ? 1.0f : 0.0f;
 }
@@ -58,7 +55,10 @@ uint32_t fill_bits(DType t, float v) {
     case DType::f16: return f32_to_f16(v);
     case DType::bf16: return f32_to_bf16(v);
     case DType::i32: {
-      int32_t i = !(v == v) ? 0 : v >= 2147483648.0f ? INT_MAX : v < -2147483648.0f ? INT_MIN : int32_t(v);
+      int32_t i = !(v == v)            ? 0
+                  : v >= 2147483648.0f ? INT_MAX
+                  : v < -2147483648.0f ? INT_MIN
+                                       : int32_t(v);
       uint32_t b;
       std::memcpy(&b, &i, 4);
       return b;
@@ -95,20 +95,19 @@ __device__ inline bool compare(int mode, T x, T y) {
   }
 }
 
-__global__ void k_cmp(char* d, Idx di, const char* a, Idx ai, const char* b, Idx bi, int mode, bool ints, int64_t n) {
+__global__ void k_cmp(char* d, Idx di, const char* a, Idx ai, const char* b, Idx bi, int mode,
+                      bool ints, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     bool r;
-    if (ints)
-      r = compare(mode, ldi(a, ai.off(i)), ldi(b, bi.off(i)));
-    else
-      r = compare(mode, ldf(a, ai.off(i)), ldf(b, bi.off(i)));
+    if (ints) r = compare(mode, ldi(a, ai.off(i)), ldi(b, bi.off(i)));
+    else r = compare(mode, ldf(a, ai.off(i)), ldf(b, bi.off(i)));
     atf(d, di.off(i)) = r ? 1.0f : 0.0f;
   }
 }
 
 // cond != 0 ? x : y; an f32 cond that is NaN counts as true, -0 as false.
-__global__ void k_where(char* d, Idx di, const char* c, Idx ci, bool cint, const char* x, Idx xi, const char* y,
-                        Idx yi, int64_t n) {
+__global__ void k_where(char* d, Idx di, const char* c, Idx ci, bool cint, const char* x, Idx xi,
+                        const char* y, Idx yi, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     const bool cond = cint ? ldi(c, ci.off(i)) != 0 : ldf(c, ci.off(i)) != 0.0f;
     const char* s = cond ? x + xi.off(i) : y + yi.off(i);
@@ -127,7 +126,8 @@ template <Op O>
 __device__ inline float unary(float x, float a, float b) {
   if constexpr (O == Op::NEG) return -x;
   else if constexpr (O == Op::ABS) return fabsf(x);
-  else if constexpr (O == Op::SIGN) return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;  // NaN: 0 (torch)
+  else if constexpr (O == Op::SIGN)
+    return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;  // NaN: 0 (torch)
   else if constexpr (O == Op::SQR) return x * x;
   else if constexpr (O == Op::SQRT) return sqrtf(x);
   else if constexpr (O == Op::EXP) return expf(x);
@@ -155,7 +155,8 @@ __device__ inline float unary(float x, float a, float b) {
   else if constexpr (O == Op::SILU) return x * sigmoid(x);
   else if constexpr (O == Op::SIGMOID) return sigmoid(x);
   else if constexpr (O == Op::TANH) return tanhf(x);
-  else if constexpr (O == Op::SOFTPLUS) return x != x ? x : fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+  else if constexpr (O == Op::SOFTPLUS)
+    return x != x ? x : fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
   else return x;
 }
 
@@ -182,8 +183,10 @@ struct Hp {
   __device__ float operator[](int k) const { return ldf(p, k * stride); }
 };
 
-__global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi, char* v, Idx vi, Hp hp, int64_t n) {
-  const float lr = hp[0], b1 = hp[1], b2 = hp[2], eps = hp[3], wd = hp[4], bc1 = hp[5], bc2 = hp[6], gs = hp[7];
+__global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi, char* v, Idx vi,
+                        Hp hp, int64_t n) {
+  const float lr = hp[0], b1 = hp[1], b2 = hp[2], eps = hp[3], wd = hp[4], bc1 = hp[5], bc2 = hp[6],
+              gs = hp[7];
   const float keep = 1.0f - lr * wd, c1 = 1.0f - b1, c2 = 1.0f - b2;
   KILN_GRID_LOOP(i, n) {
     float& p = atf(pd, pi.off(i));
@@ -198,7 +201,8 @@ __global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi
   }
 }
 
-__global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi, Hp hp, int64_t n) {
+__global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi, Hp hp,
+                      int64_t n) {
   const float lr = hp[0], mu = hp[1], damp = hp[2], wd = hp[4], gs = hp[7];
   const bool nesterov = hp[3] != 0.0f, first = hp[5] != 0.0f;
   const float c = 1.0f - damp;
@@ -215,7 +219,8 @@ __global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi
 }
 
 Hp hp_of(const TensorNode* t) {
-  return {static_cast<const char*>(t->data), t->shape.ndim() ? t->stride[size_t(t->shape.ndim() - 1)] : 4};
+  return {static_cast<const char*>(t->data),
+          t->shape.ndim() ? t->stride[size_t(t->shape.ndim() - 1)] : 4};
 }
 
 __global__ void k_gather_f32(const char* s, DType t, Idx si, int64_t n, float* out) {
@@ -238,20 +243,22 @@ void copy_ops(TensorNode* dst, const Launch& L) {
       const TensorNode* src = dst->src[0];
       // dst has src's shape (any strides) or is contiguous with another shape
       // (a copy feeding a reshape): elements go in src's row-major order.
-      const Idx di = dst->shape == src->shape ? idx_of(dst) : dense_idx(src->shape, int64_t(dst->elem_size()));
-      k_copy<<<grid_for(n), kThreads, 0, L.stream>>>(d, di, static_cast<const char*>(src->data), idx_of(src),
-                                                     dst->dtype, src->dtype, src->numel());
+      const Idx di =
+          dst->shape == src->shape ? idx_of(dst) : dense_idx(src->shape, int64_t(dst->elem_size()));
+      k_copy<<<grid_for(n), kThreads, 0, L.stream>>>(d, di, static_cast<const char*>(src->data),
+                                                     idx_of(src), dst->dtype, src->dtype,
+                                                     src->numel());
       return check_launch("copy");
     }
     case Op::FILL:
-      k_fill<<<grid_for(n), kThreads, 0, L.stream>>>(d, idx_of(dst), fill_bits(dst->dtype, prm::fill_value(dst)),
-                                                     int(dst->elem_size()), n);
+      k_fill<<<grid_for(n), kThreads, 0, L.stream>>>(
+          d, idx_of(dst), fill_bits(dst->dtype, prm::fill_value(dst)), int(dst->elem_size()), n);
       return check_launch("full");
     case Op::RAND_MASK: {
       const int32_t* seed_t =
           dst->n_src > 0 && dst->src[0] ? static_cast<const int32_t*>(dst->src[0]->data) : nullptr;
-      k_rand_mask<<<grid_for(n), kThreads, 0, L.stream>>>(d, idx_of(dst), prm::rand_seed(dst), seed_t,
-                                                          prm::rand_p(dst), n);
+      k_rand_mask<<<grid_for(n), kThreads, 0, L.stream>>>(d, idx_of(dst), prm::rand_seed(dst),
+                                                          seed_t, prm::rand_p(dst), n);
       return check_launch("rand_mask");
     }
     default: fail("cuda", "copy_ops got ", op_name(dst->op));
@@ -269,26 +276,31 @@ void binary_ops(TensorNode* dst, const Launch& L) {
   switch (dst->op) {
     case Op::ADD:
     case Op::ACCUMULATE:
-      k_binary<kAdd><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp, bcast_idx(b, s), n);
+      k_binary<kAdd><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp,
+                                                      bcast_idx(b, s), n);
       break;
     case Op::SUB:
-      k_binary<kSub><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp, bcast_idx(b, s), n);
+      k_binary<kSub><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp,
+                                                      bcast_idx(b, s), n);
       break;
     case Op::MUL:
-      k_binary<kMul><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp, bcast_idx(b, s), n);
+      k_binary<kMul><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp,
+                                                      bcast_idx(b, s), n);
       break;
     case Op::DIV:
-      k_binary<kDiv><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp, bcast_idx(b, s), n);
+      k_binary<kDiv><<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp,
+                                                      bcast_idx(b, s), n);
       break;
     case Op::CMP:
-      k_cmp<<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp, bcast_idx(b, s),
-                                             prm::cmp_mode(dst), a->dtype == DType::i32, n);
+      k_cmp<<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), bp,
+                                             bcast_idx(b, s), prm::cmp_mode(dst),
+                                             a->dtype == DType::i32, n);
       break;
     case Op::WHERE: {
       const TensorNode* y = dst->src[2];
-      k_where<<<grid, kThreads, 0, L.stream>>>(d, idx_of(dst), ap, bcast_idx(a, s), a->dtype == DType::i32, bp,
-                                               bcast_idx(b, s), static_cast<const char*>(y->data),
-                                               bcast_idx(y, s), n);
+      k_where<<<grid, kThreads, 0, L.stream>>>(
+          d, idx_of(dst), ap, bcast_idx(a, s), a->dtype == DType::i32, bp, bcast_idx(b, s),
+          static_cast<const char*>(y->data), bcast_idx(y, s), n);
       break;
     }
     default: fail("cuda", "binary_ops got ", op_name(dst->op));
@@ -335,17 +347,17 @@ void optim_ops(TensorNode* dst, const Launch& L) {
   const char* gp = static_cast<const char*>(g->data);
   if (dst->op == Op::OPT_STEP_ADAMW) {
     TensorNode *m = dst->src[2], *v = dst->src[3];
-    k_adamw<<<grid_for(n), kThreads, 0, L.stream>>>(pd, idx_of(p), gp, idx_of(g), static_cast<char*>(m->data),
-                                                    idx_of(m), static_cast<char*>(v->data), idx_of(v),
-                                                    hp_of(dst->src[4]), n);
+    k_adamw<<<grid_for(n), kThreads, 0, L.stream>>>(
+        pd, idx_of(p), gp, idx_of(g), static_cast<char*>(m->data), idx_of(m),
+        static_cast<char*>(v->data), idx_of(v), hp_of(dst->src[4]), n);
     return check_launch("adamw_step");
   }
   if (dst->op == Op::OPT_STEP_SGD) {
     const bool has_buf = dst->n_src == 4;
     TensorNode* b = has_buf ? dst->src[2] : nullptr;
-    k_sgd<<<grid_for(n), kThreads, 0, L.stream>>>(pd, idx_of(p), gp, idx_of(g),
-                                                  b ? static_cast<char*>(b->data) : nullptr, b ? idx_of(b) : Idx{},
-                                                  hp_of(dst->src[dst->n_src - 1]), n);
+    k_sgd<<<grid_for(n), kThreads, 0, L.stream>>>(
+        pd, idx_of(p), gp, idx_of(g), b ? static_cast<char*>(b->data) : nullptr,
+        b ? idx_of(b) : Idx{}, hp_of(dst->src[dst->n_src - 1]), n);
     return check_launch("sgd_step");
   }
   fail("cuda", "optim_ops got ", op_name(dst->op));

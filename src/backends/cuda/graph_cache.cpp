@@ -23,8 +23,8 @@ void add_tensor(std::vector<int64_t>& s, const TensorNode* t) {
 
 }  // namespace
 
-std::vector<int64_t> GraphCache::signature(const std::vector<TensorNode*>& nodes, const void* ws, const void* err,
-                                           bool tf32) {
+std::vector<int64_t> GraphCache::signature(const std::vector<TensorNode*>& nodes, const void* ws,
+                                           const void* err, bool tf32) {
   std::vector<int64_t> s;
   s.reserve(nodes.size() * 40 + 3);
   s.push_back(reinterpret_cast<intptr_t>(ws));
@@ -41,10 +41,8 @@ std::vector<int64_t> GraphCache::signature(const std::vector<TensorNode*>& nodes
     }
     s.push_back(n->n_src);
     for (int i = 0; i < n->n_src; ++i) {
-      if (n->src[i])
-        add_tensor(s, n->src[i]);
-      else
-        s.push_back(0);
+      if (n->src[i]) add_tensor(s, n->src[i]);
+      else s.push_back(0);
     }
   }
   return s;

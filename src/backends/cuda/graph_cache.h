@@ -34,8 +34,8 @@ class GraphCache {
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
 
-  static std::vector<int64_t> signature(const std::vector<TensorNode*>& nodes, const void* ws, const void* err,
-                                        bool tf32);
+  static std::vector<int64_t> signature(const std::vector<TensorNode*>& nodes, const void* ws,
+                                        const void* err, bool tf32);
   // The entry for sig (most recently used first); created when new.
   Entry& lookup(std::vector<int64_t> sig);
   static Action action(const Entry& e) {

@@ -46,8 +46,9 @@ __global__ void k_one_hot(const char* lab, Idx li, int64_t classes, float* out, 
   }
 }
 
-__global__ void k_get_rows(const char* table, int64_t rs, int64_t cs, int64_t rows, const char* ind, Idx ii,
-                           int64_t dim, int es, char* out, int64_t n, unsigned long long* err) {
+__global__ void k_get_rows(const char* table, int64_t rs, int64_t cs, int64_t rows, const char* ind,
+                           Idx ii, int64_t dim, int es, char* out, int64_t n,
+                           unsigned long long* err) {
   KILN_GRID_LOOP(i, n) {
     const int64_t k = i / dim, c = i % dim;
     const int32_t r = ldi(ind, ii.off(k));
@@ -60,9 +61,9 @@ __global__ void k_get_rows(const char* table, int64_t rs, int64_t cs, int64_t ro
 }
 
 // Thread (c, g): column c of the dst rows [g*per, (g+1)*per).
-__global__ void k_scatter_add_rows(const char* vals, Idx vrow, int64_t vs, const char* ind, Idx ii, int64_t count,
-                                   int64_t rows, int64_t dim, int64_t per, int64_t groups, float* out,
-                                   unsigned long long* err) {
+__global__ void k_scatter_add_rows(const char* vals, Idx vrow, int64_t vs, const char* ind, Idx ii,
+                                   int64_t count, int64_t rows, int64_t dim, int64_t per,
+                                   int64_t groups, float* out, unsigned long long* err) {
   KILN_GRID_LOOP(t, dim * groups) {
     const int64_t c = t % dim, g = t / dim;
     const int64_t r0 = g * per, r1 = min(rows, r0 + per);
@@ -191,7 +192,8 @@ void index_ops(TensorNode* dst, const Launch& L) {
       const TensorNode* lab = dst->src[0];
       const int64_t classes = prm::one_hot_classes(dst), n = dst->numel();
       if (n == 0) return;
-      k_one_hot<<<grid_for(n), kThreads, 0, L.stream>>>(static_cast<const char*>(lab->data), idx_of(lab), classes,
+      k_one_hot<<<grid_for(n), kThreads, 0, L.stream>>>(static_cast<const char*>(lab->data),
+                                                        idx_of(lab), classes,
                                                         static_cast<float*>(dst->data), n, L.err);
       return check_launch("one_hot");
     }
@@ -200,9 +202,9 @@ void index_ops(TensorNode* dst, const Launch& L) {
       const int64_t dim = table->shape[1], n = ind->numel() * dim;
       if (n == 0) return;
       k_get_rows<<<grid_for(n), kThreads, 0, L.stream>>>(
-          static_cast<const char*>(table->data), table->stride[0], table->stride[1], table->shape[0],
-          static_cast<const char*>(ind->data), idx_of(ind), dim, int(table->elem_size()),
-          static_cast<char*>(dst->data), n, L.err);
+          static_cast<const char*>(table->data), table->stride[0], table->stride[1],
+          table->shape[0], static_cast<const char*>(ind->data), idx_of(ind), dim,
+          int(table->elem_size()), static_cast<char*>(dst->data), n, L.err);
       return check_launch("embedding");
     }
     case Op::SCATTER_ADD_ROWS: {
@@ -211,7 +213,8 @@ void index_ops(TensorNode* dst, const Launch& L) {
       check(cudaMemsetAsync(dst->data, 0, dst->nbytes(), L.stream), "scatter_add_rows: zero dst");
       if (rows == 0 || dim == 0) return;
       // Enough (column, row group) threads to fill the GPU, each scanning all indices.
-      const int64_t groups = std::clamp<int64_t>(65536 / dim, 1, rows), per = (rows + groups - 1) / groups;
+      const int64_t groups = std::clamp<int64_t>(65536 / dim, 1, rows),
+                    per = (rows + groups - 1) / groups;
       k_scatter_add_rows<<<grid_for(dim * groups), kThreads, 0, L.stream>>>(
           static_cast<const char*>(vals->data), rows_idx(vals), last_stride(vals),
           static_cast<const char*>(ind->data), idx_of(ind), count, rows, dim, per, groups,
@@ -240,7 +243,8 @@ void layout_ops(TensorNode* dst, const Launch& L) {
       }
       g.aux[0] = dim;
       g.aux[1] = a->shape[dim];
-      k_concat<<<grid_for(n), kThreads, 0, L.stream>>>(ap, static_cast<const char*>(b->data), g, es, out, n);
+      k_concat<<<grid_for(n), kThreads, 0, L.stream>>>(ap, static_cast<const char*>(b->data), g, es,
+                                                       out, n);
       return check_launch("concat");
     }
     case Op::PAD:
@@ -249,7 +253,8 @@ void layout_ops(TensorNode* dst, const Launch& L) {
         g.s1[d] = a->shape[d];
         g.aux[d] = prm::pad_before(dst, d);
       }
-      k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, pad_bits(dst->dtype, prm::pad_value(dst)), es, out, n);
+      k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(
+          ap, g, pad_bits(dst->dtype, prm::pad_value(dst)), es, out, n);
       return check_launch("pad");
     case Op::REPEAT:
       for (int d = 0; d < g.nd; ++d) {
@@ -265,7 +270,8 @@ void layout_ops(TensorNode* dst, const Launch& L) {
         g.s1[d] = a->shape[d];
         tiles *= a->shape[d] / dst->shape[d];
       }
-      k_repeat_back<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, tiles, reinterpret_cast<float*>(out), n);
+      k_repeat_back<<<grid_for(n), kThreads, 0, L.stream>>>(ap, g, tiles,
+                                                            reinterpret_cast<float*>(out), n);
       return check_launch("repeat_back");
     }
     default: fail("cuda", "layout_ops got ", op_name(dst->op));

@@ -70,8 +70,8 @@ struct GemmView {
   cudaDataType_t type;
   int64_t rs, cs, batch_stride;
 };
-void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmView A, GemmView B, float* C,
-          int64_t ldc, int64_t c_batch_stride, bool accumulate = false);
+void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmView A, GemmView B,
+          float* C, int64_t ldc, int64_t c_batch_stride, bool accumulate = false);
 // True when (rs, cs) of a rows x cols matrix is a layout cuBLAS reads directly.
 bool gemm_layout_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs);
 

@@ -71,8 +71,8 @@ struct Batch {
   int64_t size[kMaxDims] = {};
   int64_t sa[kMaxDims] = {}, sb[kMaxDims] = {}, sc[kMaxDims] = {};
 };
-Batch batch_dims(const TensorNode* dst, const TensorNode* a, const TensorNode* b, const int64_t* a_st,
-                 const int64_t* b_st) {
+Batch batch_dims(const TensorNode* dst, const TensorNode* a, const TensorNode* b,
+                 const int64_t* a_st, const int64_t* b_st) {
   const int nb = dst->shape.ndim() - 2;
   Batch r;
   for (int d = 0; d < nb; ++d) {
@@ -83,7 +83,8 @@ Batch batch_dims(const TensorNode* dst, const TensorNode* a, const TensorNode* b
       return sd >= 0 && t->shape[sd] != 1 ? st[sd] : 0;
     };
     const int64_t sa = stride_of(a, a_st), sb = stride_of(b, b_st), sc = dst->stride[size_t(d)] / 4;
-    if (r.n > 0 && r.sa[r.n - 1] == sa * size && r.sb[r.n - 1] == sb * size && r.sc[r.n - 1] == sc * size) {
+    if (r.n > 0 && r.sa[r.n - 1] == sa * size && r.sb[r.n - 1] == sb * size &&
+        r.sc[r.n - 1] == sc * size) {
       // the previous (outer) dim continues this one: merge
       r.size[r.n - 1] *= size;
       r.sa[r.n - 1] = sa;
@@ -109,8 +110,8 @@ bool gemm_layout_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return operand(rows, cols, rs, cs, &o);
 }
 
-void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmView A, GemmView B, float* C,
-          int64_t ldc, int64_t c_batch_stride, bool accumulate) {
+void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmView A, GemmView B,
+          float* C, int64_t ldc, int64_t c_batch_stride, bool accumulate) {
   if (M == 0 || N == 0 || batch == 0) return;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX || ldc > INT_MAX)
     fail("matmul", "sizes beyond cuBLAS's int range: M ", M, " N ", N, " K ", K, " batch ", batch);
@@ -130,9 +131,10 @@ void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmV
   const cublasComputeType_t ct =
       A.type == CUDA_R_32F && L.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // C^T [N, M] = op(B) [N, K] @ op(A) [K, M], column-major.
-  check_blas(cublas().gemm_strided_batched_ex(L.blas, ob.op, oa.op, int(N), int(M), int(K), &alpha, B.p, B.type,
-                                        int(ob.ld), B.batch_stride, A.p, A.type, int(oa.ld), A.batch_stride, &beta, C,
-                                        CUDA_R_32F, int(ldc), c_batch_stride, int(batch), ct, CUBLAS_GEMM_DEFAULT),
+  check_blas(cublas().gemm_strided_batched_ex(
+                 L.blas, ob.op, oa.op, int(N), int(M), int(K), &alpha, B.p, B.type, int(ob.ld),
+                 B.batch_stride, A.p, A.type, int(oa.ld), A.batch_stride, &beta, C, CUDA_R_32F,
+                 int(ldc), c_batch_stride, int(batch), ct, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 

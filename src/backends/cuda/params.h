@@ -9,12 +9,20 @@
 
 namespace kiln::cuda::prm {
 
-inline int64_t axis(const TensorNode* n) { return op_params<ReduceParams>(*n).axis; }  // SUM MAX ARGMAX; -1: all
-inline int cmp_mode(const TensorNode* n) { return int(op_params<Op::CMP>(*n).mode); }  // 0 eq .. 5 ge
+inline int64_t axis(const TensorNode* n) {
+  return op_params<ReduceParams>(*n).axis;
+}  // SUM MAX ARGMAX; -1: all
+inline int cmp_mode(const TensorNode* n) {
+  return int(op_params<Op::CMP>(*n).mode);
+}  // 0 eq .. 5 ge
 inline float fill_value(const TensorNode* n) { return op_params<Op::FILL>(*n).value; }
 inline float pad_value(const TensorNode* n) { return op_params<Op::PAD>(*n).value; }
-inline int64_t pad_before(const TensorNode* n, int d) { return op_params<Op::PAD>(*n).before[size_t(d)]; }
-inline uint64_t rand_seed(const TensorNode* n) { return uint64_t(op_params<Op::RAND_MASK>(*n).seed); }
+inline int64_t pad_before(const TensorNode* n, int d) {
+  return op_params<Op::PAD>(*n).before[size_t(d)];
+}
+inline uint64_t rand_seed(const TensorNode* n) {
+  return uint64_t(op_params<Op::RAND_MASK>(*n).seed);
+}
 inline float rand_p(const TensorNode* n) { return op_params<Op::RAND_MASK>(*n).keep; }
 inline float pow_exp(const TensorNode* n) { return op_params<Op::POW>(*n).exponent; }
 inline float scale_mul(const TensorNode* n) { return op_params<Op::SCALE>(*n).mul; }  // mul*x + add

@@ -32,12 +32,11 @@ __global__ void k_reduce_chunks(const char* s, Idx si, int64_t n, void* partial)
     const float v = ldf(s, si.off(i));
     acc = kMax ? fmax_nan(acc, v) : acc + v;
   }
-  const float r = kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
+  const float r =
+      kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
   if (threadIdx.x == 0) {
-    if (kMax)
-      static_cast<float*>(partial)[blockIdx.x] = r;
-    else
-      static_cast<double*>(partial)[blockIdx.x] = double(r);
+    if (kMax) static_cast<float*>(partial)[blockIdx.x] = r;
+    else static_cast<double*>(partial)[blockIdx.x] = double(r);
   }
 }
 
@@ -46,13 +45,15 @@ __global__ void k_reduce_final(const void* partial, int64_t nb, float* d) {
   if (kMax) {
     __shared__ float shm[33];
     float acc = -INFINITY;
-    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) acc = fmax_nan(acc, static_cast<const float*>(partial)[i]);
+    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x)
+      acc = fmax_nan(acc, static_cast<const float*>(partial)[i]);
     const float r = block_reduce(acc, -INFINITY, MaxNanOp{}, shm);
     if (threadIdx.x == 0) *d = r;
   } else {
     __shared__ double shm[33];
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) acc += static_cast<const double*>(partial)[i];
+    for (int64_t i = threadIdx.x; i < nb; i += blockDim.x)
+      acc += static_cast<const double*>(partial)[i];
     const double r = block_reduce(acc, 0.0, SumOp{}, shm);
     if (threadIdx.x == 0) *d = float(r);
   }
@@ -60,7 +61,8 @@ __global__ void k_reduce_final(const void* partial, int64_t nb, float* d) {
 
 // ---- axis reductions: output o reads s + oi.off(o) + k*step for k < len.
 template <bool kMax>
-__global__ void k_axis_thread(const char* s, Idx oi, int64_t step, int64_t len, float* d, int64_t n_out) {
+__global__ void k_axis_thread(const char* s, Idx oi, int64_t step, int64_t len, float* d,
+                              int64_t n_out) {
   KILN_GRID_LOOP(o, n_out) {
     const char* p = s + oi.off(o);
     float acc = kMax ? -INFINITY : 0.0f;
@@ -81,12 +83,14 @@ __global__ void k_axis_block(const char* s, Idx oi, int64_t step, int64_t len, f
     const float v = ldf(p, k * step);
     acc = kMax ? fmax_nan(acc, v) : acc + v;
   }
-  const float r = kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
+  const float r =
+      kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
   if (threadIdx.x == 0) d[blockIdx.x] = r;
 }
 
 // First maximum along the axis; a NaN counts as the maximum (torch.argmax).
-__global__ void k_argmax(const char* s, Idx oi, int64_t step, int64_t len, bool ints, int32_t* d, int64_t n_out) {
+__global__ void k_argmax(const char* s, Idx oi, int64_t step, int64_t len, bool ints, int32_t* d,
+                         int64_t n_out) {
   KILN_GRID_LOOP(o, n_out) {
     const char* p = s + oi.off(o);
     int32_t best = 0;
@@ -113,7 +117,8 @@ __global__ void k_argmax(const char* s, Idx oi, int64_t step, int64_t len, bool 
   }
 }
 
-__global__ void k_count_equal(const char* a, Idx ai, const char* b, Idx bi, DType t, int64_t n, int32_t* d) {
+__global__ void k_count_equal(const char* a, Idx ai, const char* b, Idx bi, DType t, int64_t n,
+                              int32_t* d) {
   __shared__ long long shm[33];
   long long c = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -121,8 +126,7 @@ __global__ void k_count_equal(const char* a, Idx ai, const char* b, Idx bi, DTyp
     const char* pb = b + bi.off(i);
     if (t == DType::i32)
       c += *reinterpret_cast<const int32_t*>(pa) == *reinterpret_cast<const int32_t*>(pb);
-    else
-      c += load_as_f32(pa, t) == load_as_f32(pb, t);
+    else c += load_as_f32(pa, t) == load_as_f32(pb, t);
   }
   const long long r = block_reduce(c, 0ll, SumOp{}, shm);
   if (threadIdx.x == 0) *d = int32_t(r);
@@ -136,8 +140,8 @@ struct RowGeom {
 };
 
 template <bool kLog>
-__global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t cols, int64_t nrows_causal, float scale,
-                          bool causal, float* out) {
+__global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t cols,
+                          int64_t nrows_causal, float scale, bool causal, float* out) {
   __shared__ float shm[33];
   const int64_t r = blockIdx.x;
   int64_t rem = r, xoff = 0, moff = 0, row_in_mat = 0;
@@ -228,7 +232,8 @@ void reduce(TensorNode* dst, const Launch& L) {
   if (a.len >= kLongAxis && a.n_out <= kFewOutputs)
     k_axis_block<kMax><<<unsigned(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d);
   else
-    k_axis_thread<kMax><<<grid_for(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d, a.n_out);
+    k_axis_thread<kMax>
+        <<<grid_for(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d, a.n_out);
   check_launch(kMax ? "max" : "sum");
 }
 
@@ -247,16 +252,16 @@ void reduce_ops(TensorNode* dst, const Launch& L) {
       const TensorNode* src = dst->src[0];
       const AxisPlan a = plan_axis(src, int(prm::axis(dst)));
       if (a.n_out == 0) return;
-      k_argmax<<<grid_for(a.n_out), kThreads, 0, L.stream>>>(static_cast<const char*>(src->data), a.oi, a.step,
-                                                             a.len, src->dtype == DType::i32,
-                                                             static_cast<int32_t*>(dst->data), a.n_out);
+      k_argmax<<<grid_for(a.n_out), kThreads, 0, L.stream>>>(
+          static_cast<const char*>(src->data), a.oi, a.step, a.len, src->dtype == DType::i32,
+          static_cast<int32_t*>(dst->data), a.n_out);
       return check_launch("argmax");
     }
     case Op::COUNT_EQUAL: {
       const TensorNode *a = dst->src[0], *b = dst->src[1];
-      k_count_equal<<<1, 1024, 0, L.stream>>>(static_cast<const char*>(a->data), idx_of(a),
-                                               static_cast<const char*>(b->data), idx_of(b), a->dtype, a->numel(),
-                                               static_cast<int32_t*>(dst->data));
+      k_count_equal<<<1, 1024, 0, L.stream>>>(
+          static_cast<const char*>(a->data), idx_of(a), static_cast<const char*>(b->data),
+          idx_of(b), a->dtype, a->numel(), static_cast<int32_t*>(dst->data));
       return check_launch("count_equal");
     }
     default: fail("cuda", "reduce_ops got ", op_name(dst->op));
@@ -288,11 +293,11 @@ void softmax_ops(TensorNode* dst, const Launch& L) {
   float* out = static_cast<float*>(dst->data);
   if (rows > INT32_MAX) fail("softmax", "too many rows for one CUDA launch: ", rows);
   if (dst->op == Op::SOFTMAX)
-    k_softmax<false><<<unsigned(rows), threads, 0, L.stream>>>(xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst),
-                                                               prm::softmax_causal(dst), out);
+    k_softmax<false><<<unsigned(rows), threads, 0, L.stream>>>(
+        xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst), prm::softmax_causal(dst), out);
   else
-    k_softmax<true><<<unsigned(rows), threads, 0, L.stream>>>(xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst),
-                                                              prm::softmax_causal(dst), out);
+    k_softmax<true><<<unsigned(rows), threads, 0, L.stream>>>(
+        xp, mp, g, cols, nrows_causal, prm::softmax_scale(dst), prm::softmax_causal(dst), out);
   check_launch(op_name(dst->op));
 }
 

@@ -12,16 +12,20 @@
 namespace kiln::cuda {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("cuda", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  if (e != cudaSuccess)
+    fail("cuda", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
 }
 
 void check_blas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail("cuda", what, ": ", cublas().status_name(s), " (", cublas().status_string(s), ")");
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail("cuda", what, ": ", cublas().status_name(s), " (", cublas().status_string(s), ")");
 }
 
 void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail("cuda", "launching the ", kernel, " kernel: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  if (e != cudaSuccess)
+    fail("cuda", "launching the ", kernel, " kernel: ", cudaGetErrorName(e), " (",
+         cudaGetErrorString(e), ")");
 }
 
 namespace {
@@ -44,50 +48,56 @@ bool supported(const TensorNode* n) {
   const TensorNode* s1 = n->n_src > 1 ? n->src[1] : nullptr;
   switch (n->op) {
     case Op::CPY:
-    case Op::FILL:
-      return true;
-    case Op::RAND_MASK:
-      return n->dtype == DType::f32 && (!s0 || s0->dtype == DType::i32);
+    case Op::FILL: return true;
+    case Op::RAND_MASK: return n->dtype == DType::f32 && (!s0 || s0->dtype == DType::i32);
     case Op::ADD:
     case Op::SUB:
     case Op::MUL:
     case Op::DIV:
-    case Op::ACCUMULATE:
-      return all_f32(n);
+    case Op::ACCUMULATE: return all_f32(n);
     case Op::CMP:
       return n->dtype == DType::f32 && s0 && s1 && s0->dtype == s1->dtype && is_4byte(s0->dtype);
     case Op::WHERE:
       return n->n_src == 3 && is_4byte(s0->dtype) && is_4byte(n->dtype) && s1->dtype == n->dtype &&
              n->src[2]->dtype == n->dtype;
-    case Op::NEG: case Op::ABS: case Op::SIGN: case Op::SQR: case Op::SQRT: case Op::EXP:
-    case Op::LOG: case Op::SIN: case Op::COS: case Op::POW: case Op::SCALE: case Op::CLAMP:
-    case Op::RELU: case Op::LEAKY_RELU: case Op::GELU: case Op::GELU_ERF: case Op::ERF:
-    case Op::SILU: case Op::SIGMOID: case Op::TANH: case Op::SOFTPLUS:
-      return all_f32(n);
+    case Op::NEG:
+    case Op::ABS:
+    case Op::SIGN:
+    case Op::SQR:
+    case Op::SQRT:
+    case Op::EXP:
+    case Op::LOG:
+    case Op::SIN:
+    case Op::COS:
+    case Op::POW:
+    case Op::SCALE:
+    case Op::CLAMP:
+    case Op::RELU:
+    case Op::LEAKY_RELU:
+    case Op::GELU:
+    case Op::GELU_ERF:
+    case Op::ERF:
+    case Op::SILU:
+    case Op::SIGMOID:
+    case Op::TANH:
+    case Op::SOFTPLUS: return all_f32(n);
     case Op::SUM:
-    case Op::MAX:
-      return all_f32(n);
-    case Op::ARGMAX:
-      return n->dtype == DType::i32 && is_4byte(s0->dtype);
-    case Op::COUNT_EQUAL:
-      return n->dtype == DType::i32 && s1 && s0->dtype == s1->dtype;
+    case Op::MAX: return all_f32(n);
+    case Op::ARGMAX: return n->dtype == DType::i32 && is_4byte(s0->dtype);
+    case Op::COUNT_EQUAL: return n->dtype == DType::i32 && s1 && s0->dtype == s1->dtype;
     case Op::MATMUL:
-      return n->dtype == DType::f32 && is_float(s0->dtype) && is_float(s1->dtype) && n->shape.ndim() >= 2 &&
-             n->stride[size_t(n->shape.ndim() - 1)] == 4;
+      return n->dtype == DType::f32 && is_float(s0->dtype) && is_float(s1->dtype) &&
+             n->shape.ndim() >= 2 && n->stride[size_t(n->shape.ndim() - 1)] == 4;
     case Op::SOFTMAX:
-    case Op::LOG_SOFTMAX:
-      return all_f32(n);
-    case Op::ONE_HOT:
-      return n->dtype == DType::f32 && s0->dtype == DType::i32;
+    case Op::LOG_SOFTMAX: return all_f32(n);
+    case Op::ONE_HOT: return n->dtype == DType::f32 && s0->dtype == DType::i32;
     case Op::GET_ROWS:
       return s0->shape.ndim() == 2 && s1->dtype == DType::i32 && n->dtype == s0->dtype;
     case Op::SCATTER_ADD_ROWS:
       return n->dtype == DType::f32 && s0->dtype == DType::f32 && s1->dtype == DType::i32;
-    case Op::CONCAT:
-      return s0->dtype == n->dtype && s1->dtype == n->dtype;
+    case Op::CONCAT: return s0->dtype == n->dtype && s1->dtype == n->dtype;
     case Op::PAD:
-    case Op::REPEAT:
-      return s0->dtype == n->dtype;
+    case Op::REPEAT: return s0->dtype == n->dtype;
     case Op::REPEAT_BACK:
     case Op::IM2COL:
     case Op::COL2IM:
@@ -99,14 +109,14 @@ bool supported(const TensorNode* n) {
     case Op::AVG_POOL2D:
     case Op::AVG_POOL2D_BACK:
     case Op::OPT_STEP_ADAMW:
-    case Op::OPT_STEP_SGD:
-      return all_f32(n);
-    default:
-      return false;  // an op without a CUDA kernel (yet): the scheduler runs it elsewhere
+    case Op::OPT_STEP_SGD: return all_f32(n);
+    default: return false;  // an op without a CUDA kernel (yet): the scheduler runs it elsewhere
   }
 }
 
-bool checks_indices(Op op) { return op == Op::ONE_HOT || op == Op::GET_ROWS || op == Op::SCATTER_ADD_ROWS; }
+bool checks_indices(Op op) {
+  return op == Op::ONE_HOT || op == Op::GET_ROWS || op == Op::SCATTER_ADD_ROWS;
+}
 
 size_t workspace_bytes(const TensorNode* n) {
   switch (n->op) {
@@ -122,32 +132,63 @@ size_t workspace_bytes(const TensorNode* n) {
 
 void run_node(TensorNode* n, const Launch& L) {
   switch (n->op) {
-    case Op::CPY: case Op::FILL: case Op::RAND_MASK:
-      return copy_ops(n, L);
-    case Op::ADD: case Op::SUB: case Op::MUL: case Op::DIV: case Op::CMP: case Op::WHERE: case Op::ACCUMULATE:
-      return binary_ops(n, L);
-    case Op::NEG: case Op::ABS: case Op::SIGN: case Op::SQR: case Op::SQRT: case Op::EXP:
-    case Op::LOG: case Op::SIN: case Op::COS: case Op::POW: case Op::SCALE: case Op::CLAMP:
-    case Op::RELU: case Op::LEAKY_RELU: case Op::GELU: case Op::GELU_ERF: case Op::ERF:
-    case Op::SILU: case Op::SIGMOID: case Op::TANH: case Op::SOFTPLUS:
-      return unary_ops(n, L);
-    case Op::SUM: case Op::MAX: case Op::ARGMAX: case Op::COUNT_EQUAL:
-      return reduce_ops(n, L);
-    case Op::MATMUL:
-      return matmul_op(n, L);
-    case Op::SOFTMAX: case Op::LOG_SOFTMAX:
-      return softmax_ops(n, L);
-    case Op::ONE_HOT: case Op::GET_ROWS: case Op::SCATTER_ADD_ROWS:
-      return index_ops(n, L);
-    case Op::CONCAT: case Op::PAD: case Op::REPEAT: case Op::REPEAT_BACK:
-      return layout_ops(n, L);
-    case Op::IM2COL: case Op::COL2IM: case Op::CONV2D: case Op::CONV2D_BACK_INPUT: case Op::CONV2D_BACK_WEIGHT:
-    case Op::MAX_POOL2D: case Op::MAX_POOL2D_BACK: case Op::AVG_POOL2D: case Op::AVG_POOL2D_BACK:
-      return conv_ops(n, L);
-    case Op::OPT_STEP_ADAMW: case Op::OPT_STEP_SGD:
-      return optim_ops(n, L);
-    default:
-      fail("cuda", "no kernel for ", op_name(n->op));
+    case Op::CPY:
+    case Op::FILL:
+    case Op::RAND_MASK: return copy_ops(n, L);
+    case Op::ADD:
+    case Op::SUB:
+    case Op::MUL:
+    case Op::DIV:
+    case Op::CMP:
+    case Op::WHERE:
+    case Op::ACCUMULATE: return binary_ops(n, L);
+    case Op::NEG:
+    case Op::ABS:
+    case Op::SIGN:
+    case Op::SQR:
+    case Op::SQRT:
+    case Op::EXP:
+    case Op::LOG:
+    case Op::SIN:
+    case Op::COS:
+    case Op::POW:
+    case Op::SCALE:
+    case Op::CLAMP:
+    case Op::RELU:
+    case Op::LEAKY_RELU:
+    case Op::GELU:
+    case Op::GELU_ERF:
+    case Op::ERF:
+    case Op::SILU:
+    case Op::SIGMOID:
+    case Op::TANH:
+    case Op::SOFTPLUS: return unary_ops(n, L);
+    case Op::SUM:
+    case Op::MAX:
+    case Op::ARGMAX:
+    case Op::COUNT_EQUAL: return reduce_ops(n, L);
+    case Op::MATMUL: return matmul_op(n, L);
+    case Op::SOFTMAX:
+    case Op::LOG_SOFTMAX: return softmax_ops(n, L);
+    case Op::ONE_HOT:
+    case Op::GET_ROWS:
+    case Op::SCATTER_ADD_ROWS: return index_ops(n, L);
+    case Op::CONCAT:
+    case Op::PAD:
+    case Op::REPEAT:
+    case Op::REPEAT_BACK: return layout_ops(n, L);
+    case Op::IM2COL:
+    case Op::COL2IM:
+    case Op::CONV2D:
+    case Op::CONV2D_BACK_INPUT:
+    case Op::CONV2D_BACK_WEIGHT:
+    case Op::MAX_POOL2D:
+    case Op::MAX_POOL2D_BACK:
+    case Op::AVG_POOL2D:
+    case Op::AVG_POOL2D_BACK: return conv_ops(n, L);
+    case Op::OPT_STEP_ADAMW:
+    case Op::OPT_STEP_SGD: return optim_ops(n, L);
+    default: fail("cuda", "no kernel for ", op_name(n->op));
   }
 }
 

@@ -31,9 +31,8 @@ int64_t out_size(const char* op, const char* what, int64_t in, int64_t k, int64_
   const int64_t num = in + 2 * p - d * (k - 1) - 1;
   const int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
   if (o <= 0)
-    fail(op, "output ", what, " would be ", o, " for input ", xs.str(),
-         " (", what, " ", in, ", kernel ", k, ", stride ", s, ", padding ", p, ", dilation ", d,
-         ")");
+    fail(op, "output ", what, " would be ", o, " for input ", xs.str(), " (", what, " ", in,
+         ", kernel ", k, ", stride ", s, ", padding ", p, ", dilation ", d, ")");
   return o;
 }
 
@@ -69,12 +68,18 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
            ", ", opt.dilation[1], ") must be >= 1 and padding (", opt.padding[0], ", ",
            opt.padding[1], ") >= 0");
   }
-  const int64_t oh = out_size(op, "height", xs[2], kh, opt.stride[0], opt.padding[0],
-                              opt.dilation[0], xs);
-  const int64_t ow = out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1],
-                              opt.dilation[1], xs);
-  const Conv2dParams p{kh, kw, opt.stride[0], opt.stride[1], opt.padding[0], opt.padding[1],
-                       opt.dilation[0], opt.dilation[1]};
+  const int64_t oh =
+      out_size(op, "height", xs[2], kh, opt.stride[0], opt.padding[0], opt.dilation[0], xs);
+  const int64_t ow =
+      out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1], opt.dilation[1], xs);
+  const Conv2dParams p{kh,
+                       kw,
+                       opt.stride[0],
+                       opt.stride[1],
+                       opt.padding[0],
+                       opt.padding[1],
+                       opt.dilation[0],
+                       opt.dilation[1]};
   Tensor y(detail::new_op(Op::CONV2D, f32, {n, o, oh, ow}, {x.node(), weight.node()}, p));
   if (bias.defined()) y = add(y, bias.reshape({1, o, 1, 1}));
   return y;
@@ -83,17 +88,18 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
 namespace {
 
 // The window geometry of unfold/fold, checked; fills the output size.
-Conv2dParams window_params(const char* op, const UnfoldOptions& opt, int64_t h, int64_t w, const Shape& xs,
-                           int64_t* oh, int64_t* ow) {
+Conv2dParams window_params(const char* op, const UnfoldOptions& opt, int64_t h, int64_t w,
+                           const Shape& xs, int64_t* oh, int64_t* ow) {
   for (int i = 0; i < 2; ++i) {
     if (opt.kernel[i] < 1 || opt.stride[i] < 1 || opt.padding[i] < 0 || opt.dilation[i] < 1)
       fail(op, "kernel (", opt.kernel[0], ", ", opt.kernel[1], "), stride (", opt.stride[0], ", ",
            opt.stride[1], ") and dilation (", opt.dilation[0], ", ", opt.dilation[1],
            ") must be >= 1 and padding (", opt.padding[0], ", ", opt.padding[1], ") >= 0");
   }
-  *oh = out_size(op, "height", h, opt.kernel[0], opt.stride[0], opt.padding[0], opt.dilation[0], xs);
+  *oh =
+      out_size(op, "height", h, opt.kernel[0], opt.stride[0], opt.padding[0], opt.dilation[0], xs);
   *ow = out_size(op, "width", w, opt.kernel[1], opt.stride[1], opt.padding[1], opt.dilation[1], xs);
-  return Conv2dParams{opt.kernel[0], opt.kernel[1], opt.stride[0], opt.stride[1],
+  return Conv2dParams{opt.kernel[0],  opt.kernel[1],  opt.stride[0],   opt.stride[1],
                       opt.padding[0], opt.padding[1], opt.dilation[0], opt.dilation[1]};
 }
 
@@ -106,7 +112,8 @@ Tensor unfold(Tensor x, const UnfoldOptions& opt) {
   const Shape& xs = x.shape();
   int64_t oh = 0, ow = 0;
   const Conv2dParams p = window_params(op, opt, xs[2], xs[3], xs, &oh, &ow);
-  return Tensor(detail::new_op(Op::IM2COL, f32, {xs[0], xs[1] * p.kh * p.kw, oh * ow}, {x.node()}, p));
+  return Tensor(
+      detail::new_op(Op::IM2COL, f32, {xs[0], xs[1] * p.kh * p.kw, oh * ow}, {x.node()}, p));
 }
 
 Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt) {
@@ -121,11 +128,13 @@ Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt)
   const Conv2dParams p = window_params(op, opt, out_h, out_w, img_for_errors, &oh, &ow);
   const int64_t k = p.kh * p.kw;
   if (cs[1] % k != 0)
-    fail(op, "cols ", cs.str(), ": dim 1 (", cs[1], ") must be a multiple of the kernel size ", p.kh, "x", p.kw);
+    fail(op, "cols ", cs.str(), ": dim 1 (", cs[1], ") must be a multiple of the kernel size ",
+         p.kh, "x", p.kw);
   if (cs[2] != oh * ow)
-    fail(op, "cols ", cs.str(), " has ", cs[2], " windows but an output of (", out_h, ", ", out_w, ") with these ",
-         "options has ", oh, "x", ow, " = ", oh * ow);
-  return Tensor(detail::new_op(Op::COL2IM, f32, {cs[0], cs[1] / k, out_h, out_w}, {cols.node()}, p));
+    fail(op, "cols ", cs.str(), " has ", cs[2], " windows but an output of (", out_h, ", ", out_w,
+         ") with these ", "options has ", oh, "x", ow, " = ", oh * ow);
+  return Tensor(
+      detail::new_op(Op::COL2IM, f32, {cs[0], cs[1] / k, out_h, out_w}, {cols.node()}, p));
 }
 
 namespace {
@@ -206,12 +215,14 @@ void backward_CONV2D_BACK_WEIGHT(GradCtx& g) {
 // IM2COL and COL2IM are adjoint linear maps: each one's gradient is the other.
 void backward_IM2COL(GradCtx& g) {
   if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::COL2IM, f32, g.src(0).shape(), {g.grad().node()}, g.params<Op::IM2COL>())));
+  g.add(0, Tensor(new_op(Op::COL2IM, f32, g.src(0).shape(), {g.grad().node()},
+                         g.params<Op::IM2COL>())));
 }
 
 void backward_COL2IM(GradCtx& g) {
   if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()}, g.params<Op::COL2IM>())));
+  g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()},
+                         g.params<Op::COL2IM>())));
 }
 
 void backward_MAX_POOL2D(GradCtx& g) {

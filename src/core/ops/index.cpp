@@ -27,8 +27,7 @@ Tensor embedding(Tensor weight, Tensor indices) {
   detail::check_same_ctx("embedding", {weight, indices});
   detail::check_float32("embedding", "weight", weight);
   detail::check_dtype("embedding", "indices", indices, i32);
-  if (weight.ndim() != 2)
-    fail("embedding", "weight must be [V, D], got ", weight.shape().str());
+  if (weight.ndim() != 2) fail("embedding", "weight must be [V, D], got ", weight.shape().str());
   if (indices.ndim() >= kMaxDims)
     fail("embedding", "indices ", indices.shape().str(), " have ", indices.ndim(),
          " dimensions; at most ", kMaxDims - 1, " are supported");
@@ -42,8 +41,7 @@ namespace {
 Tensor concat_pair(Tensor a, Tensor b, int dim) {
   Shape s = a.shape();
   s[dim] += b.shape()[dim];
-  return Tensor(
-      detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, ConcatParams{dim}));
+  return Tensor(detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, ConcatParams{dim}));
 }
 
 template <class It>

@@ -46,8 +46,7 @@ Tensor softmax_like(Op op, const char* name, Tensor x, const SoftmaxOptions& opt
       const int64_t md = ms[ms.ndim() - 1 - i], xd = x.shape()[x.ndim() - 1 - i];
       ok = md == xd || md == 1;
     }
-    if (!ok)
-      fail(name, "mask ", ms.str(), " cannot be broadcast to x ", x.shape().str());
+    if (!ok) fail(name, "mask ", ms.str(), " cannot be broadcast to x ", x.shape().str());
   }
   return Tensor(detail::new_op(op, f32, x.shape(), {x.node(), opt.mask.node()},
                                SoftmaxParams{opt.scale, opt.causal}));
@@ -80,16 +79,15 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
   detail::check_defined(op, {logits, target});
   detail::check_same_ctx(op, {logits, target});
   detail::check_float32(op, "logits", logits);
-  if (logits.ndim() != 2)
-    fail(op, "logits must be [N, C], got ", logits.shape().str());
+  if (logits.ndim() != 2) fail(op, "logits must be [N, C], got ", logits.shape().str());
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   Tensor probs;
   if (target.dtype() == i32) {
     if (target.ndim() != 1 || target.shape()[0] != n)
       fail(op, "labels are ", target.shape().str(), " but logits are ", logits.shape().str(),
            " (labels must be [", n, "])");
-    probs = Tensor(detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()},
-                                  OneHotParams{c, true}));
+    probs = Tensor(
+        detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()}, OneHotParams{c, true}));
   } else if (target.dtype() == f32) {
     if (!(target.shape() == logits.shape()))
       fail(op, "target probabilities are ", target.shape().str(), " but logits are ",
@@ -103,7 +101,8 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
   // -inf logit of another class (a masked class) adds 0, not 0 * -inf = NaN (as
   // PyTorch's nll_loss). With probabilities, 0 * -inf is NaN as in PyTorch.
   const Tensor ls = log_softmax(logits);
-  const Tensor picked = target.dtype() == i32 ? where(probs, ls, zeros(logits.ctx(), Shape{})) : mul(probs, ls);
+  const Tensor picked =
+      target.dtype() == i32 ? where(probs, ls, zeros(logits.ctx(), Shape{})) : mul(probs, ls);
   return scale(sum(picked), -1.0f / float(n));
 }
 
@@ -126,8 +125,8 @@ void check_affine(const char* op, const char* what, Tensor x, Tensor p) {
   detail::check_float32(op, what, p);
   const int64_t d = x.shape()[x.ndim() - 1];
   if (p.ndim() != 1 || p.shape()[0] != d)
-    fail(op, what, " is ", p.shape().str(), " but x is ", x.shape().str(), " (", what,
-         " must be [", d, "])");
+    fail(op, what, " is ", p.shape().str(), " but x is ", x.shape().str(), " (", what, " must be [",
+         d, "])");
 }
 
 void check_norm_input(const char* op, Tensor x, float eps) {

@@ -23,7 +23,8 @@ Tensor reduce_all(Op op, Tensor x) {
   const char* name = op_name(op);
   detail::check_defined(name, {x});
   detail::check_float32(name, "x", x);
-  if (x.numel() == 0 && op == Op::MAX) fail(name, "cannot reduce an empty tensor ", x.shape().str());
+  if (x.numel() == 0 && op == Op::MAX)
+    fail(name, "cannot reduce an empty tensor ", x.shape().str());
   return Tensor(detail::new_op(op, f32, Shape{}, {x.node()}, ReduceParams{-1, false}));
 }
 
@@ -87,8 +88,7 @@ Tensor sum_to(Tensor x, const Shape& shape) {
   for (int d = 0; d < nd; ++d) {
     const int64_t want = d < off ? 1 : shape[d - off];
     if (r.shape()[d] == want) continue;
-    if (want != 1)
-      fail("sum_to", "cannot sum ", x.shape().str(), " to ", shape.str());
+    if (want != 1) fail("sum_to", "cannot sum ", x.shape().str(), " to ", shape.str());
     r = sum(r, d, true);
   }
   return r.reshape(shape);

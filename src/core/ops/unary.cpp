@@ -17,8 +17,7 @@ Tensor unary(Op op, Tensor x, const P& p = {}) {
   detail::check_float32(name, "x", x);
   if constexpr (std::is_same_v<P, NoParams>)
     return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}));
-  else
-    return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}, p));
+  else return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}, p));
 }
 
 // 1.0 where x >= lo (or x > lo when strict), else 0.0
@@ -51,7 +50,9 @@ Tensor clamp(Tensor x, float lo, float hi) {
   return unary(Op::CLAMP, x, ClampParams{lo, hi});
 }
 Tensor relu(Tensor x) { return unary(Op::RELU, x); }
-Tensor leaky_relu(Tensor x, float slope) { return unary(Op::LEAKY_RELU, x, LeakyReluParams{slope}); }
+Tensor leaky_relu(Tensor x, float slope) {
+  return unary(Op::LEAKY_RELU, x, LeakyReluParams{slope});
+}
 Tensor gelu(Tensor x, GeluApprox approx) {
   return unary(approx == GeluApprox::tanh ? Op::GELU : Op::GELU_ERF, x);
 }
@@ -124,8 +125,8 @@ void backward_GELU(GradCtx& g) {
   const Tensor x2 = sqr(x);
   const Tensor t = tanh(scale(x + scale(x2 * x, kGeluC), kSqrt2OverPi));
   const Tensor left = scale(t, 0.5f, 0.5f);
-  const Tensor right = scale(x * scale(sqr(t), -1.0f, 1.0f) * scale(x2, 3.0f * kGeluC, 1.0f),
-                             0.5f * kSqrt2OverPi);
+  const Tensor right =
+      scale(x * scale(sqr(t), -1.0f, 1.0f) * scale(x2, 3.0f * kGeluC, 1.0f), 0.5f * kSqrt2OverPi);
   g.add(0, g.grad() * (left + right));
 }
 

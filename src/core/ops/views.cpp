@@ -12,8 +12,9 @@ namespace {
 
 // A view node of `src` with the given layout; data is resolved now if the
 // source already has memory (allocate_tensors resolves the rest later).
-Tensor make_view(Op op, TensorNode* src, const Shape& s, const std::array<int64_t, kMaxDims>& stride,
-                 int64_t offs, const detail::OpParamBytes& p = {}) {
+Tensor make_view(Op op, TensorNode* src, const Shape& s,
+                 const std::array<int64_t, kMaxDims>& stride, int64_t offs,
+                 const detail::OpParamBytes& p = {}) {
   TensorNode* n = detail::new_op(op, src->dtype, s, {src}, p);
   n->stride = stride;
   TensorNode* owner = src->view_src ? src->view_src : src;
@@ -23,7 +24,6 @@ Tensor make_view(Op op, TensorNode* src, const Shape& s, const std::array<int64_
   if (owner->data) n->data = static_cast<char*>(owner->data) + n->view_offs;
   return Tensor(n);
 }
-
 
 // Replaces one -1 in `s` by the size that keeps numel (PyTorch's reshape(-1, n)).
 Shape infer_dim(const char* op, const Shape& s, const Shape& from, int64_t numel) {
@@ -35,7 +35,8 @@ Shape infer_dim(const char* op, const Shape& s, const Shape& from, int64_t numel
       if (infer >= 0) fail(op, "only one dim of ", s.str(), " may be -1");
       infer = d;
     } else if (__builtin_mul_overflow(known, s[d], &known)) {
-      fail(op, "cannot reshape ", from.str(), " to ", s.str(), ": the element count overflows int64");
+      fail(op, "cannot reshape ", from.str(), " to ", s.str(),
+           ": the element count overflows int64");
     }
   }
   if (infer >= 0) {
@@ -140,7 +141,8 @@ Tensor Tensor::expand(const Shape& s) const {
   for (int i = off; i < nd; ++i)
     if (out[i] == -1) out[i] = shape()[i - off];
   for (int i = 0; i < off; ++i)
-    if (out[i] < 0) fail("expand", "-1 is not allowed for the new leading dim ", i, " in ", s.str());
+    if (out[i] < 0)
+      fail("expand", "-1 is not allowed for the new leading dim ", i, " in ", s.str());
   if (out == shape()) return *this;
   return make_view(Op::EXPAND, node(), out, st, 0);
 }

@@ -32,8 +32,7 @@ int main() {
         return 1;
       }
     }
-    std::printf("consumer: relu(a + b) on %s is correct (%zu nodes)\n", backend.name(),
-                g.size());
+    std::printf("consumer: relu(a + b) on %s is correct (%zu nodes)\n", backend.name(), g.size());
     return 0;
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "consumer: kiln::Error: %s\n", e.what());

@@ -26,19 +26,26 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   cs.push_back(mk("matmul_bcast_a", in("a", {M, K}), in("b", {2, K, N}), true));
   cs.push_back(mk("matmul_bcast_4d", in("a", {2, 1, M, K}), in("b", {3, K, N}), true));
   cs.push_back(mk("matmul_bcast_size1_batch", in("a", {1, M, K}), in("b", {2, K, N}), true));
-  cs.push_back(mk("matmul_a_transposed", with(in("a", {M, K}), Layout::transposed), in("b", {K, N}), true));
-  cs.push_back(mk("matmul_b_transposed", in("a", {M, K}), with(in("b", {K, N}), Layout::transposed), true));
+  cs.push_back(
+      mk("matmul_a_transposed", with(in("a", {M, K}), Layout::transposed), in("b", {K, N}), true));
+  cs.push_back(
+      mk("matmul_b_transposed", in("a", {M, K}), with(in("b", {K, N}), Layout::transposed), true));
   cs.push_back(mk("matmul_both_transposed_batched", with(in("a", {2, M, K}), Layout::transposed),
                   with(in("b", {2, K, N}), Layout::transposed), true));
-  cs.push_back(mk("matmul_a_narrowed", with(in("a", {M, K}), Layout::narrowed), in("b", {K, N}), true));
-  cs.push_back(mk("matmul_b_permuted_3d", in("a", {2, M, K}), with(in("b", {2, K, N}), Layout::permuted), true));
-  cs.push_back(mk("matmul_b_expanded_batch", in("a", {2, M, K}), expanded(in("b", {2, K, N}), {1, K, N}), true));
+  cs.push_back(
+      mk("matmul_a_narrowed", with(in("a", {M, K}), Layout::narrowed), in("b", {K, N}), true));
+  cs.push_back(mk("matmul_b_permuted_3d", in("a", {2, M, K}),
+                  with(in("b", {2, K, N}), Layout::permuted), true));
+  cs.push_back(mk("matmul_b_expanded_batch", in("a", {2, M, K}),
+                  expanded(in("b", {2, K, N}), {1, K, N}), true));
   cs.push_back(mk("matmul_row_vector", in("a", {1, z(7, 1024)}), in("b", {z(7, 1024), N}), true));
   cs.push_back(mk("matmul_col_vector", in("a", {M, z(7, 1024)}), in("b", {z(7, 1024), 1}), true));
   cs.push_back(mk("matmul_k1_outer", in("a", {M, 1}), in("b", {1, N}), true));
   // Sizes that are no multiple of any vector width or block size.
-  cs.push_back(mk("matmul_odd_sizes", in("a", {z(7, 257), z(13, 263)}), in("b", {z(13, 263), z(9, 129)}), true));
-  cs.push_back(mk("matmul_odd_sizes_transposed", with(in("a", {z(11, 255), z(17, 127)}), Layout::transposed),
+  cs.push_back(mk("matmul_odd_sizes", in("a", {z(7, 257), z(13, 263)}),
+                  in("b", {z(13, 263), z(9, 129)}), true));
+  cs.push_back(mk("matmul_odd_sizes_transposed",
+                  with(in("a", {z(11, 255), z(17, 127)}), Layout::transposed),
                   with(in("b", {z(17, 127), z(6, 65)}), Layout::transposed), false));
   // Past the GEMM's blocking: several K blocks (KC = 256), partial MR x NR edge
   // tiles, several column strips; transposed and batched variants (eval only).
@@ -48,18 +55,23 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
     cs.push_back(c);
   };
   blocked("matmul_blocked", in("a", {z(33, 512), z(300, 512)}), in("b", {z(300, 512), z(70, 512)}));
-  blocked("matmul_blocked_transposed_batched", with(in("a", {2, z(29, 256), z(270, 512)}), Layout::transposed),
+  blocked("matmul_blocked_transposed_batched",
+          with(in("a", {2, z(29, 256), z(270, 512)}), Layout::transposed),
           in("b", {z(270, 512), z(45, 256)}));
   blocked("matmul_blocked_b_transposed", in("a", {z(17, 512), z(513, 1024)}),
           with(in("b", {z(513, 1024), z(40, 512)}), Layout::transposed));
   blocked("matmul_blocked_f16", as(in("a", {2, z(20, 256), z(300, 512)}), DType::f16),
           as(in("b", {z(300, 512), z(40, 256)}), DType::f16));
-  blocked("matmul_blocked_bf16_transposed", with(as(in("a", {z(30, 256), z(260, 512)}), DType::bf16), Layout::transposed),
+  blocked("matmul_blocked_bf16_transposed",
+          with(as(in("a", {z(30, 256), z(260, 512)}), DType::bf16), Layout::transposed),
           with(as(in("b", {z(260, 512), z(33, 256)}), DType::bf16), Layout::transposed));
   // Many small batched products (dealt out whole to threads).
-  blocked("matmul_many_small", in("a", {4, 3, z(5, 64), z(6, 64)}), in("b", {3, z(6, 64), z(7, 64)}));
-  cs.push_back(mk("matmul_medium", in("a", {z(15, 512), z(20, 512)}), in("b", {z(20, 512), z(33, 512)}), true));
-  Case big = mk("matmul_larger_k", in("a", {z(5, 128), z(70, 2048)}), in("b", {z(70, 2048), z(6, 128)}), false);
+  blocked("matmul_many_small", in("a", {4, 3, z(5, 64), z(6, 64)}),
+          in("b", {3, z(6, 64), z(7, 64)}));
+  cs.push_back(mk("matmul_medium", in("a", {z(15, 512), z(20, 512)}),
+                  in("b", {z(20, 512), z(33, 512)}), true));
+  Case big = mk("matmul_larger_k", in("a", {z(5, 128), z(70, 2048)}),
+                in("b", {z(70, 2048), z(6, 128)}), false);
   big.tol = {1e-5, 1e-4};
   cs.push_back(big);
 
@@ -86,14 +98,16 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
     cs.push_back(c);
   }
   // f32 params converted to f16 inside the graph, then matmul (eval only).
-  Case conv = make_case("matmul_of_f16_copies", {Op::MATMUL, Op::CPY}, {in("a", {M, K}), in("b", {K, N})},
-                        [](Context&, X x) { return matmul(x[0].to(DType::f16), x[1].to(DType::bf16)); }, false);
+  Case conv = make_case(
+      "matmul_of_f16_copies", {Op::MATMUL, Op::CPY}, {in("a", {M, K}), in("b", {K, N})},
+      [](Context&, X x) { return matmul(x[0].to(DType::f16), x[1].to(DType::bf16)); }, false);
   conv.tol = {1e-5, 1e-4};
   cs.push_back(conv);
   // A small MLP layer: matmul + bias + relu (the composition training uses).
-  cs.push_back(make_case("linear_relu", {Op::MATMUL, Op::ADD, Op::RELU},
-                         {in("x", {M, K}), in("w", {N, K}), in("b", {N}, gen::uniform(0.5, 1))},
-                         [](Context&, X x) { return relu(matmul(x[0], x[1].T()) + x[2]); }, true));
+  cs.push_back(make_case(
+      "linear_relu", {Op::MATMUL, Op::ADD, Op::RELU},
+      {in("x", {M, K}), in("w", {N, K}), in("b", {N}, gen::uniform(0.5, 1))},
+      [](Context&, X x) { return relu(matmul(x[0], x[1].T()) + x[2]); }, true));
 }
 
 }  // namespace kiln::test

@@ -14,7 +14,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // log-softmax of each last-dim row of (scale*x + mask) with the causal rule,
 // written independently of the reference (PyTorch semantics).
-std::vector<double> log_softmax_rows(const RefValue& x, double scale, const RefValue* mask, bool causal) {
+std::vector<double> log_softmax_rows(const RefValue& x, double scale, const RefValue* mask,
+                                     bool causal) {
   const int nd = x.shape.ndim();
   const int64_t C = x.shape[nd - 1], R = nd >= 2 ? x.shape[nd - 2] : 1;
   std::vector<double> out(x.v.size());
@@ -64,11 +65,22 @@ void add_softmax(std::vector<Case>& cs, Sz z) {
       {"mask_grad", {in("x", {R, C}), in("mask", {R, C}, mg)}, 1.0f, true, false},
       {"causal_square", {in("x", {S, S})}, 1.0f, false, true},
       {"causal_rect", {in("x", {R, C})}, 1.0f, false, true},
-      {"causal_3d_scale_mask", {in("x", {2, R, C}), constant(in("mask", {R, C}, mg))}, 0.7f, true, true},
-      {"transposed", {with(in("x", {R, C}, gen::uniform(-3, 3)), Layout::transposed)}, 1.0f, false, false},
+      {"causal_3d_scale_mask",
+       {in("x", {2, R, C}), constant(in("mask", {R, C}, mg))},
+       0.7f,
+       true,
+       true},
+      {"transposed",
+       {with(in("x", {R, C}, gen::uniform(-3, 3)), Layout::transposed)},
+       1.0f,
+       false,
+       false},
       {"narrowed_3d", {with(in("x", {2, R, C}), Layout::narrowed)}, 1.0f, false, false},
-      {"neg_inf_mask", {in("x", {R, C}), constant(in("mask", {C}, gen::values({0, -kInf, -1, 0, -kInf, 0.5})))},
-       1.0f, true, false},
+      {"neg_inf_mask",
+       {in("x", {R, C}), constant(in("mask", {C}, gen::values({0, -kInf, -1, 0, -kInf, 0.5})))},
+       1.0f,
+       true,
+       false},
       {"large_values", {in("x", {R, C}, gen::uniform(-100, 100))}, 1.0f, false, false, false},
   };
   for (const Sm& sm : sms) {
@@ -110,35 +122,42 @@ void add_losses(std::vector<Case>& cs, Sz z) {
   };
   auto ce = [](Context&, X x) { return cross_entropy(x[0], x[1]); };
   const Input labels = in_i32("labels", {N}, gen::integers(0, C - 1));
-  Case a = make_case("cross_entropy_labels", {}, {in("logits", {N, C}, gen::uniform(-3, 3)), labels}, ce, true);
+  Case a = make_case("cross_entropy_labels", {},
+                     {in("logits", {N, C}, gen::uniform(-3, 3)), labels}, ce, true);
   a.spec = ce_labels_spec;
   cs.push_back(a);
-  Case b = make_case("cross_entropy_labels_transposed", {}, {with(in("logits", {N, C}), Layout::transposed), labels},
-                     ce, true);
+  Case b = make_case("cross_entropy_labels_transposed", {},
+                     {with(in("logits", {N, C}), Layout::transposed), labels}, ce, true);
   b.spec = ce_labels_spec;
   cs.push_back(b);
   // Probabilities as targets: the target gets a gradient too (as in PyTorch).
-  Case p = make_case("cross_entropy_probs", {}, {in("logits", {N, C}, gen::uniform(-3, 3)), in("probs", {N, C}, gen::prob_rows())},
-                     ce, true);
+  Case p = make_case(
+      "cross_entropy_probs", {},
+      {in("logits", {N, C}, gen::uniform(-3, 3)), in("probs", {N, C}, gen::prob_rows())}, ce, true);
   p.spec = ce_probs_spec;
   cs.push_back(p);
-  Case pc = make_case("cross_entropy_probs_const", {},
-                      {in("logits", {N, C}), constant(with(in("probs", {N, C}, gen::uniform(0, 0.4)), Layout::transposed))},
-                      ce, true);
+  Case pc =
+      make_case("cross_entropy_probs_const", {},
+                {in("logits", {N, C}),
+                 constant(with(in("probs", {N, C}, gen::uniform(0, 0.4)), Layout::transposed))},
+                ce, true);
   pc.spec = ce_probs_spec;
   cs.push_back(pc);
 
   auto mse_spec = [](const std::vector<RefValue>& in, const RefValue& out) {
     double s = 0;
-    for (size_t k = 0; k < in[0].v.size(); ++k) s += (in[0].v[k] - in[1].v[k]) * (in[0].v[k] - in[1].v[k]);
+    for (size_t k = 0; k < in[0].v.size(); ++k)
+      s += (in[0].v[k] - in[1].v[k]) * (in[0].v[k] - in[1].v[k]);
     return spec_compare(ref_value(out.shape, {s / double(in[0].v.size())}), out);
   };
   auto mse = [](Context&, X x) { return mse_loss(x[0], x[1]); };
   Case m = make_case("mse_loss", {}, {in("a", {N, C}), in("b", {N, C})}, mse, true);
   m.spec = mse_spec;
   cs.push_back(m);
-  Case ms = make_case("mse_loss_strided", {}, {with(in("a", {N, C}), Layout::transposed),
-                                               with(in("b", {N, C}), Layout::narrowed)}, mse, true);
+  Case ms = make_case(
+      "mse_loss_strided", {},
+      {with(in("a", {N, C}), Layout::transposed), with(in("b", {N, C}), Layout::narrowed)}, mse,
+      true);
   ms.spec = mse_spec;
   cs.push_back(ms);
 
@@ -151,14 +170,16 @@ void add_losses(std::vector<Case>& cs, Sz z) {
       return spec_compare(w, out);
     };
   };
-  Case oh = make_case("one_hot", {Op::ONE_HOT}, {in_i32("labels", {N}, gen::integers(0, 3))},
-                      [](Context&, X x) { return one_hot(x[0], 4); }, false);
+  Case oh = make_case(
+      "one_hot", {Op::ONE_HOT}, {in_i32("labels", {N}, gen::integers(0, 3))},
+      [](Context&, X x) { return one_hot(x[0], 4); }, false);
   oh.tol = {0, 0};
   oh.spec = one_hot_spec(4);
   cs.push_back(oh);
-  Case oh2 = make_case("one_hot_2d_strided", {Op::ONE_HOT},
-                       {with(in_i32("labels", {2, z(3, 256)}, gen::integers(0, 4)), Layout::transposed)},
-                       [](Context&, X x) { return one_hot(x[0], 5); }, false);
+  Case oh2 = make_case(
+      "one_hot_2d_strided", {Op::ONE_HOT},
+      {with(in_i32("labels", {2, z(3, 256)}, gen::integers(0, 4)), Layout::transposed)},
+      [](Context&, X x) { return one_hot(x[0], 5); }, false);
   oh2.tol = {0, 0};
   oh2.spec = one_hot_spec(5);
   cs.push_back(oh2);
@@ -175,7 +196,8 @@ SpecFn norm_spec(bool rms, bool has_w, bool has_b, double eps) {
       double mean = 0, var = 0;
       for (int64_t d = 0; d < D; ++d) mean += x.v[r0 + size_t(d)] / double(D);
       if (rms) mean = 0;
-      for (int64_t d = 0; d < D; ++d) var += (x.v[r0 + size_t(d)] - mean) * (x.v[r0 + size_t(d)] - mean) / double(D);
+      for (int64_t d = 0; d < D; ++d)
+        var += (x.v[r0 + size_t(d)] - mean) * (x.v[r0 + size_t(d)] - mean) / double(D);
       for (int64_t d = 0; d < D; ++d) {
         double v = (x.v[r0 + size_t(d)] - mean) / std::sqrt(var + eps);
         if (has_w) v *= in[1].v[size_t(d)];
@@ -199,13 +221,27 @@ void add_norms(std::vector<Case>& cs, Sz z) {
   };
   const Nm nms[] = {
       {"layer_norm", {in("x", {R, D}, gen::uniform(-2, 2))}, false, false, false, 0},
-      {"layer_norm_affine", {in("x", {R, D}), in("w", {D}, wg), in("b", {D})}, false, true, true, 0},
+      {"layer_norm_affine",
+       {in("x", {R, D}), in("w", {D}, wg), in("b", {D})},
+       false,
+       true,
+       true,
+       0},
       {"layer_norm_weight_only", {in("x", {R, D}), in("w", {D}, wg)}, false, true, false, 0},
-      {"layer_norm_3d_transposed_eps", {with(in("x", {2, R, D}), Layout::transposed), in("w", {D}, wg), in("b", {D})},
-       false, true, true, 1e-2f},
+      {"layer_norm_3d_transposed_eps",
+       {with(in("x", {2, R, D}), Layout::transposed), in("w", {D}, wg), in("b", {D})},
+       false,
+       true,
+       true,
+       1e-2f},
       {"rms_norm", {in("x", {R, D}, gen::uniform(-2, 2))}, true, false, false, 0},
       {"rms_norm_weight", {in("x", {R, D}), in("w", {D}, wg)}, true, true, false, 0},
-      {"rms_norm_3d_narrowed_eps", {with(in("x", {2, R, D}), Layout::narrowed), in("w", {D}, wg)}, true, true, false, 1e-2f},
+      {"rms_norm_3d_narrowed_eps",
+       {with(in("x", {2, R, D}), Layout::narrowed), in("w", {D}, wg)},
+       true,
+       true,
+       false,
+       1e-2f},
   };
   for (const Nm& n : nms) {
     const bool rms = n.rms, hw = n.w, hb = n.b;

@@ -14,7 +14,9 @@ namespace {
 
 using X = const std::vector<Tensor>&;
 
-Gen hp_values(const std::array<float, 8>& h) { return gen::values(std::vector<double>(h.begin(), h.end())); }
+Gen hp_values(const std::array<float, 8>& h) {
+  return gen::values(std::vector<double>(h.begin(), h.end()));
+}
 
 // torch.optim.AdamW, step t: decoupled weight decay, bias-corrected moments.
 SpecFn adamw_spec(AdamWParams p, int64_t t, double gscale, bool state) {
@@ -27,8 +29,10 @@ SpecFn adamw_spec(AdamWParams p, int64_t t, double gscale, bool state) {
       const double gk = g.v[k] * gscale;
       m[k] = b1 * m0.v[k] + (1 - b1) * gk;
       v[k] = b2 * v0.v[k] + (1 - b2) * gk * gk;
-      const double mh = m[k] / (1 - std::pow(b1, double(t))), vh = v[k] / (1 - std::pow(b2, double(t)));
-      pw[k] = w.v[k] - lr * double(p.weight_decay) * w.v[k] - lr * mh / (std::sqrt(vh) + double(p.eps));
+      const double mh = m[k] / (1 - std::pow(b1, double(t))),
+                   vh = v[k] / (1 - std::pow(b2, double(t)));
+      pw[k] =
+          w.v[k] - lr * double(p.weight_decay) * w.v[k] - lr * mh / (std::sqrt(vh) + double(p.eps));
     }
     std::vector<double> want = pw;
     Shape s = w.shape;
@@ -70,19 +74,23 @@ void add_adamw(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& s
   p.weight_decay = 0.1f;
   const int64_t t = 3;
   const float gscale = 0.5f;
-  std::vector<Input> ins = {in("param", {R, C}), in("grad", {R, C}), in("m", {R, C}, gen::uniform(-0.1, 0.1)),
-                            in("v", {R, C}, gen::uniform(0.01, 0.5)), in("hp", {8}, hp_values(adamw_hyper(p, t, gscale)))};
+  std::vector<Input> ins = {in("param", {R, C}), in("grad", {R, C}),
+                            in("m", {R, C}, gen::uniform(-0.1, 0.1)),
+                            in("v", {R, C}, gen::uniform(0.01, 0.5)),
+                            in("hp", {8}, hp_values(adamw_hyper(p, t, gscale)))};
   for (Input& x : ins) x.diff = false;
-  Case c = make_case("adamw_step" + suffix, {Op::OPT_STEP_ADAMW}, ins,
-                     [](Context&, X x) { return adamw_step(x[0], x[1], x[2], x[3], x[4]); }, false);
+  Case c = make_case(
+      "adamw_step" + suffix, {Op::OPT_STEP_ADAMW}, ins,
+      [](Context&, X x) { return adamw_step(x[0], x[1], x[2], x[3], x[4]); }, false);
   c.spec = adamw_spec(p, t, gscale, false);
   cs.push_back(c);
-  Case st = make_case("adamw_step_state" + suffix, {Op::OPT_STEP_ADAMW}, ins,
-                      [](Context&, X x) {
-                        Tensor s = adamw_step(x[0], x[1], x[2], x[3], x[4]);
-                        return concat({s, x[2], x[3]}, 0);  // m and v as rewritten by the step
-                      },
-                      false);
+  Case st = make_case(
+      "adamw_step_state" + suffix, {Op::OPT_STEP_ADAMW}, ins,
+      [](Context&, X x) {
+        Tensor s = adamw_step(x[0], x[1], x[2], x[3], x[4]);
+        return concat({s, x[2], x[3]}, 0);  // m and v as rewritten by the step
+      },
+      false);
   st.spec = adamw_spec(p, t, gscale, true);
   cs.push_back(st);
 }
@@ -113,12 +121,13 @@ void add_sgd(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& suf
     ins.push_back(in("hp", {8}, hp_values(sgd_hyper(p, sg.first, gscale))));
     for (Input& x : ins) x.diff = false;
     const bool buf = sg.buf;
-    Case c = make_case(sg.name + suffix, {Op::OPT_STEP_SGD}, ins,
-                       [buf](Context&, X x) {
-                         if (!buf) return sgd_step(x[0], x[1], Tensor(), x[2]);
-                         return concat({sgd_step(x[0], x[1], x[2], x[3]), x[2]}, 0);
-                       },
-                       false);
+    Case c = make_case(
+        sg.name + suffix, {Op::OPT_STEP_SGD}, ins,
+        [buf](Context&, X x) {
+          if (!buf) return sgd_step(x[0], x[1], Tensor(), x[2]);
+          return concat({sgd_step(x[0], x[1], x[2], x[3]), x[2]}, 0);
+        },
+        false);
     c.spec = sgd_spec(p, sg.first, gscale, buf);
     cs.push_back(c);
   }
@@ -132,7 +141,8 @@ void add_strided(std::vector<Case>& cs, Sz z) {
   p.lr = 0.01f;
   p.weight_decay = 0.1f;
   auto adamw = [](Context&, X x) { return adamw_step(x[0], x[1], x[2], x[3], x[4]); };
-  std::vector<Input> xs{in("param", s), with(in("grad", s, gen::uniform(-2, 2)), Layout::transposed),
+  std::vector<Input> xs{in("param", s),
+                        with(in("grad", s, gen::uniform(-2, 2)), Layout::transposed),
                         with(in("m", s, gen::uniform(-0.5, 0.5)), Layout::narrowed),
                         with(in("v", s, gen::uniform(0.01, 1.0)), Layout::permuted),
                         in("hp", {8}, hp_values(adamw_hyper(p, 3, 0.5f)))};
@@ -154,10 +164,12 @@ void add_strided(std::vector<Case>& cs, Sz z) {
   q.weight_decay = 0.01f;
   q.nesterov = true;
   xs = {in("param", s), with(in("grad", s, gen::uniform(-2, 2)), Layout::permuted),
-        with(in("buf", s, gen::uniform(-1, 1)), Layout::narrowed), in("hp", {8}, hp_values(sgd_hyper(q, false, 0.5f)))};
+        with(in("buf", s, gen::uniform(-1, 1)), Layout::narrowed),
+        in("hp", {8}, hp_values(sgd_hyper(q, false, 0.5f)))};
   for (Input& x : xs) x.diff = false;
-  Case n = make_case("sgd_step_nesterov_strided_state", {Op::OPT_STEP_SGD}, xs,
-                     [](Context&, X x) { return sgd_step(x[0], x[1], x[2], x[3]); }, false);
+  Case n = make_case(
+      "sgd_step_nesterov_strided_state", {Op::OPT_STEP_SGD}, xs,
+      [](Context&, X x) { return sgd_step(x[0], x[1], x[2], x[3]); }, false);
   n.spec = [q](const std::vector<RefValue>& in, const RefValue& out) {
     RefValue w = in[0];
     for (size_t k = 0; k < w.v.size(); ++k) {

@@ -48,30 +48,41 @@ void add_sum(std::vector<Case>& cs, Sz z) {
       {"sum_axis1_keepdim", [](Tensor x) { return sum(x, 1, true); }, in("x", {R, C})},
       {"sum_axis_neg1_3d", [](Tensor x) { return sum(x, -1); }, in("x", {2, R, C})},
       {"sum_axis1_3d_keepdim", [](Tensor x) { return sum(x, 1, true); }, in("x", {2, R, C})},
-      {"sum_axis0_transposed", [](Tensor x) { return sum(x, 0); }, with(in("x", {R, C}), Layout::transposed)},
-      {"sum_axis1_narrowed", [](Tensor x) { return sum(x, 1); }, with(in("x", {R, C}), Layout::narrowed)},
-      {"sum_all_permuted_3d", [](Tensor x) { return sum(x); }, with(in("x", {2, R, C}), Layout::permuted)},
+      {"sum_axis0_transposed", [](Tensor x) { return sum(x, 0); },
+       with(in("x", {R, C}), Layout::transposed)},
+      {"sum_axis1_narrowed", [](Tensor x) { return sum(x, 1); },
+       with(in("x", {R, C}), Layout::narrowed)},
+      {"sum_all_permuted_3d", [](Tensor x) { return sum(x); },
+       with(in("x", {2, R, C}), Layout::permuted)},
       {"sum_axis0_expanded", [](Tensor x) { return sum(x, 0); }, expanded(in("x", {R, C}), {1, C})},
       {"sum_axis2_4d", [](Tensor x) { return sum(x, 2); }, in("x", {2, 3, R, z(3, 64)})},
   };
   for (const Red& r : reds) {
     auto f = r.f;
-    cs.push_back(make_case(r.name, {Op::SUM}, {r.x}, [f](Context&, X x) { return f(x[0]); }, true));
+    cs.push_back(make_case(
+        r.name, {Op::SUM}, {r.x}, [f](Context&, X x) { return f(x[0]); }, true));
   }
-  Case m0 = make_case("mean_all", {Op::SUM}, {in("x", {R, C})}, [](Context&, X x) { return mean(x[0]); }, true);
+  Case m0 = make_case(
+      "mean_all", {Op::SUM}, {in("x", {R, C})}, [](Context&, X x) { return mean(x[0]); }, true);
   m0.spec = mean_spec(-1, false);
   cs.push_back(m0);
-  Case m1 = make_case("mean_axis1_keepdim", {Op::SUM}, {in("x", {2, R, C})},
-                      [](Context&, X x) { return mean(x[0], 1, true); }, true);
+  Case m1 = make_case(
+      "mean_axis1_keepdim", {Op::SUM}, {in("x", {2, R, C})},
+      [](Context&, X x) { return mean(x[0], 1, true); }, true);
   m1.spec = mean_spec(1, true);
   cs.push_back(m1);
-  Case m2 = make_case("mean_axis_neg1", {Op::SUM}, {with(in("x", {R, C}), Layout::transposed)},
-                      [](Context&, X x) { return mean(x[0], -1); }, true);
+  Case m2 = make_case(
+      "mean_axis_neg1", {Op::SUM}, {with(in("x", {R, C}), Layout::transposed)},
+      [](Context&, X x) { return mean(x[0], -1); }, true);
   m2.spec = mean_spec(1, false);
   cs.push_back(m2);
   // sum_to: sums broadcast dims away (what backward rules use).
-  Case st = make_case("sum_to", {Op::SUM}, {in("x", {2, R, C})},
-                      [R](Context&, X x) { return sum_to(x[0], {R, 1}); }, true);
+  Case st = make_case(
+      "sum_to", {Op::SUM}, {in("x", {2, R, C})},
+      [R](Context&, X x) {
+        return sum_to(x[0], {R, 1});
+      },
+      true);
   st.spec = [](const std::vector<RefValue>& in, const RefValue& out) {
     const RefValue& x = in[0];
     const int64_t R = x.shape[1], C = x.shape[2];
@@ -97,16 +108,20 @@ void add_max(std::vector<Case>& cs, Sz z) {
       {"max_axis0", [](Tensor x) { return max(x, 0); }, in("x", {R, C}, g)},
       {"max_axis1_keepdim", [](Tensor x) { return max(x, 1, true); }, in("x", {R, C}, g)},
       {"max_axis1_3d", [](Tensor x) { return max(x, 1); }, in("x", {2, R, C}, g)},
-      {"max_axis_neg1_transposed", [](Tensor x) { return max(x, -1); }, with(in("x", {R, C}, g), Layout::transposed)},
-      {"max_all_narrowed", [](Tensor x) { return max(x); }, with(in("x", {R, C}, g), Layout::narrowed)},
+      {"max_axis_neg1_transposed", [](Tensor x) { return max(x, -1); },
+       with(in("x", {R, C}, g), Layout::transposed)},
+      {"max_all_narrowed", [](Tensor x) { return max(x); },
+       with(in("x", {R, C}, g), Layout::narrowed)},
   };
   for (const Red& r : reds) {
     auto f = r.f;
-    cs.push_back(make_case(r.name, {Op::MAX}, {r.x}, [f](Context&, X x) { return f(x[0]); }, true));
+    cs.push_back(make_case(
+        r.name, {Op::MAX}, {r.x}, [f](Context&, X x) { return f(x[0]); }, true));
   }
   // All-negative values (a max kernel that starts from 0 would be wrong).
-  cs.push_back(make_case("max_axis1_negative", {Op::MAX}, {in("x", {R, C}, gen::distinct(-9, -1))},
-                         [](Context&, X x) { return max(x[0], 1); }, true));
+  cs.push_back(make_case(
+      "max_axis1_negative", {Op::MAX}, {in("x", {R, C}, gen::distinct(-9, -1))},
+      [](Context&, X x) { return max(x[0], 1); }, true));
 }
 
 void add_argmax_count(std::vector<Case>& cs, Sz z) {
@@ -116,18 +131,22 @@ void add_argmax_count(std::vector<Case>& cs, Sz z) {
     c.tol = {0, 0};
     return c;
   };
-  cs.push_back(exact(make_case("argmax_axis1_ties", {Op::ARGMAX}, {in("x", {R, C}, ties)},
-                               [](Context&, X x) { return argmax(x[0], 1); }, false)));
-  cs.push_back(exact(make_case("argmax_axis0_keepdim", {Op::ARGMAX}, {in("x", {R, C}, ties)},
-                               [](Context&, X x) { return argmax(x[0], 0, true); }, false)));
-  cs.push_back(exact(make_case("argmax_3d_transposed", {Op::ARGMAX},
-                               {with(in("x", {2, R, C}, ties), Layout::transposed)},
-                               [](Context&, X x) { return argmax(x[0], 2); }, false)));
-  cs.push_back(exact(make_case("argmax_negative_axis", {Op::ARGMAX}, {in("x", {R, C}, gen::distinct(-5, -1))},
-                               [](Context&, X x) { return argmax(x[0], -1); }, false)));
+  cs.push_back(exact(make_case(
+      "argmax_axis1_ties", {Op::ARGMAX}, {in("x", {R, C}, ties)},
+      [](Context&, X x) { return argmax(x[0], 1); }, false)));
+  cs.push_back(exact(make_case(
+      "argmax_axis0_keepdim", {Op::ARGMAX}, {in("x", {R, C}, ties)},
+      [](Context&, X x) { return argmax(x[0], 0, true); }, false)));
+  cs.push_back(exact(make_case(
+      "argmax_3d_transposed", {Op::ARGMAX}, {with(in("x", {2, R, C}, ties), Layout::transposed)},
+      [](Context&, X x) { return argmax(x[0], 2); }, false)));
+  cs.push_back(exact(make_case(
+      "argmax_negative_axis", {Op::ARGMAX}, {in("x", {R, C}, gen::distinct(-5, -1))},
+      [](Context&, X x) { return argmax(x[0], -1); }, false)));
   const Gen few = gen::choice({0, 1, 2});
-  Case ce = exact(make_case("count_equal_f32", {Op::COUNT_EQUAL}, {in("a", {R, C}, few), in("b", {R, C}, few)},
-                            [](Context&, X x) { return count_equal(x[0], x[1]); }, false));
+  Case ce = exact(make_case(
+      "count_equal_f32", {Op::COUNT_EQUAL}, {in("a", {R, C}, few), in("b", {R, C}, few)},
+      [](Context&, X x) { return count_equal(x[0], x[1]); }, false));
   ce.spec = [](const std::vector<RefValue>& in, const RefValue& out) {
     double n = 0;
     for (size_t k = 0; k < in[0].v.size(); ++k) n += in[0].v[k] == in[1].v[k];
@@ -135,14 +154,16 @@ void add_argmax_count(std::vector<Case>& cs, Sz z) {
     return spec_compare(ref_value(Shape(), {n}), out);
   };
   cs.push_back(ce);
-  cs.push_back(exact(make_case("count_equal_i32_strided", {Op::COUNT_EQUAL},
-                               {in_i32("a", {R, C}, gen::integers(0, 2)),
-                                with(in_i32("b", {R, C}, gen::integers(0, 2)), Layout::transposed)},
-                               [](Context&, X x) { return count_equal(x[0], x[1]); }, false)));
+  cs.push_back(exact(make_case(
+      "count_equal_i32_strided", {Op::COUNT_EQUAL},
+      {in_i32("a", {R, C}, gen::integers(0, 2)),
+       with(in_i32("b", {R, C}, gen::integers(0, 2)), Layout::transposed)},
+      [](Context&, X x) { return count_equal(x[0], x[1]); }, false)));
   // Accuracy the way training computes it: argmax of logits vs labels.
-  cs.push_back(exact(make_case("count_equal_argmax", {Op::COUNT_EQUAL, Op::ARGMAX},
-                               {in("logits", {R, C}, gen::distinct(-2, 2)), in_i32("labels", {R}, gen::integers(0, C - 1))},
-                               [](Context&, X x) { return count_equal(argmax(x[0], 1), x[1]); }, false)));
+  cs.push_back(exact(make_case(
+      "count_equal_argmax", {Op::COUNT_EQUAL, Op::ARGMAX},
+      {in("logits", {R, C}, gen::distinct(-2, 2)), in_i32("labels", {R}, gen::integers(0, C - 1))},
+      [](Context&, X x) { return count_equal(argmax(x[0], 1), x[1]); }, false)));
 }
 
 }  // namespace

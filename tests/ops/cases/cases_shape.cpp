@@ -14,7 +14,8 @@ using X = const std::vector<Tensor>&;
 Gen repeated_rows(int64_t V) {
   return [V](const Shape& s, Rng& r) {
     std::vector<double> v(size_t(s.numel()));
-    for (size_t k = 0; k < v.size(); ++k) v[k] = k % 3 == 2 ? v[k - 1] : double(r.integer(0, V - 1));
+    for (size_t k = 0; k < v.size(); ++k)
+      v[k] = k % 3 == 2 ? v[k - 1] : double(r.integer(0, V - 1));
     return v;
   };
 }
@@ -34,16 +35,19 @@ SpecFn embedding_spec() {
 void add_rows(std::vector<Case>& cs, Sz z) {
   const int64_t V = z(6, 4096), D = z(37, 256), n = z(7, 4096);
   auto emb = [](Context&, X x) { return embedding(x[0], x[1]); };
-  Case e = make_case("embedding", {Op::GET_ROWS}, {in("weight", {V, D}), in_i32("idx", {n}, repeated_rows(V))},
-                     emb, true);
+  Case e = make_case("embedding", {Op::GET_ROWS},
+                     {in("weight", {V, D}), in_i32("idx", {n}, repeated_rows(V))}, emb, true);
   e.spec = embedding_spec();
   cs.push_back(e);
   Case e2 = make_case("embedding_2d_indices", {Op::GET_ROWS},
-                      {in("weight", {V, D}), in_i32("idx", {2, z(3, 1024)}, repeated_rows(V))}, emb, true);
+                      {in("weight", {V, D}), in_i32("idx", {2, z(3, 1024)}, repeated_rows(V))}, emb,
+                      true);
   e2.spec = embedding_spec();
   cs.push_back(e2);
-  Case e3 = make_case("embedding_strided_table", {Op::GET_ROWS},
-                      {with(in("weight", {V, D}), Layout::transposed), in_i32("idx", {n}, repeated_rows(V))}, emb, true);
+  Case e3 = make_case(
+      "embedding_strided_table", {Op::GET_ROWS},
+      {with(in("weight", {V, D}), Layout::transposed), in_i32("idx", {n}, repeated_rows(V))}, emb,
+      true);
   e3.spec = embedding_spec();
   cs.push_back(e3);
 
@@ -53,7 +57,8 @@ void add_rows(std::vector<Case>& cs, Sz z) {
                            ScatterAddRowsParams{V});
   };
   cs.push_back(make_case("scatter_add_rows", {Op::SCATTER_ADD_ROWS},
-                         {in("values", {n, D}), in_i32("idx", {n}, repeated_rows(V))}, scatter, true));
+                         {in("values", {n, D}), in_i32("idx", {n}, repeated_rows(V))}, scatter,
+                         true));
   cs.push_back(make_case("scatter_add_rows_strided_3d", {Op::SCATTER_ADD_ROWS},
                          {with(in("values", {2, z(3, 1024), D}), Layout::permuted),
                           in_i32("idx", {2, z(3, 1024)}, repeated_rows(V))},
@@ -62,13 +67,25 @@ void add_rows(std::vector<Case>& cs, Sz z) {
 
 void add_concat(std::vector<Case>& cs, Sz z) {
   const int64_t R = z(3, 256), C = z(37, 512);
-  cs.push_back(make_case("concat_dim0", {Op::CONCAT}, {in("a", {R, C}), in("b", {2, C})},
-                         [](Context&, X x) { return concat({x[0], x[1]}, 0); }, true));
-  cs.push_back(make_case("concat_dim1", {Op::CONCAT}, {in("a", {R, C}), in("b", {R, 1})},
-                         [](Context&, X x) { return concat({x[0], x[1]}, 1); }, true));
-  Case three = make_case("concat_three_neg_dim_3d", {Op::CONCAT},
-                         {in("a", {2, R, C}), in("b", {2, R, 1}), in("c", {2, R, 3})},
-                         [](Context&, X x) { return concat(std::vector<Tensor>{x[0], x[1], x[2]}, -1); }, true);
+  cs.push_back(make_case(
+      "concat_dim0", {Op::CONCAT}, {in("a", {R, C}), in("b", {2, C})},
+      [](Context&, X x) {
+        return concat({x[0], x[1]}, 0);
+      },
+      true));
+  cs.push_back(make_case(
+      "concat_dim1", {Op::CONCAT}, {in("a", {R, C}), in("b", {R, 1})},
+      [](Context&, X x) {
+        return concat({x[0], x[1]}, 1);
+      },
+      true));
+  Case three = make_case(
+      "concat_three_neg_dim_3d", {Op::CONCAT},
+      {in("a", {2, R, C}), in("b", {2, R, 1}), in("c", {2, R, 3})},
+      [](Context&, X x) {
+        return concat(std::vector<Tensor>{x[0], x[1], x[2]}, -1);
+      },
+      true);
   three.spec = [](const std::vector<RefValue>& in, const RefValue& out) {
     const int64_t rows = in[0].shape[0] * in[0].shape[1];
     RefValue w = ref_value({in[0].shape[0], in[0].shape[1], in[0].shape[2] + 1 + 3}, {});
@@ -80,12 +97,20 @@ void add_concat(std::vector<Case>& cs, Sz z) {
     return spec_compare(w, out);
   };
   cs.push_back(three);
-  cs.push_back(make_case("concat_strided", {Op::CONCAT},
-                         {with(in("a", {R, C}), Layout::transposed), with(in("b", {R, C}), Layout::narrowed)},
-                         [](Context&, X x) { return concat({x[0], x[1]}, 0); }, true));
-  cs.push_back(make_case("concat_dim1_4d_expanded", {Op::CONCAT},
-                         {in("a", {2, 1, R, C}), expanded(in("b", {2, 2, R, C}), {1, 2, R, 1})},
-                         [](Context&, X x) { return concat({x[0], x[1]}, 1); }, true));
+  cs.push_back(make_case(
+      "concat_strided", {Op::CONCAT},
+      {with(in("a", {R, C}), Layout::transposed), with(in("b", {R, C}), Layout::narrowed)},
+      [](Context&, X x) {
+        return concat({x[0], x[1]}, 0);
+      },
+      true));
+  cs.push_back(make_case(
+      "concat_dim1_4d_expanded", {Op::CONCAT},
+      {in("a", {2, 1, R, C}), expanded(in("b", {2, 2, R, C}), {1, 2, R, 1})},
+      [](Context&, X x) {
+        return concat({x[0], x[1]}, 1);
+      },
+      true));
 }
 
 // torch.nn.functional.pad: pairs (before, after) from the last dim backwards.
@@ -130,43 +155,74 @@ SpecFn repeat_spec(std::vector<int64_t> reps) {
 
 void add_pad_repeat(std::vector<Case>& cs, Sz z) {
   const int64_t R = z(3, 256), C = z(37, 512);
-  Case p1 = make_case("pad_last_dim", {Op::PAD}, {in("x", {R, C})},
-                      [](Context&, X x) { return pad(x[0], {1, 2}); }, true);
+  Case p1 = make_case(
+      "pad_last_dim", {Op::PAD}, {in("x", {R, C})},
+      [](Context&, X x) {
+        return pad(x[0], {1, 2});
+      },
+      true);
   p1.spec = pad_spec({1, 2}, 0);
   cs.push_back(p1);
-  Case p2 = make_case("pad_two_dims_value", {Op::PAD}, {in("x", {R, C})},
-                      [](Context&, X x) { return pad(x[0], {1, 0, 2, 1}, 0.5f); }, true);
+  Case p2 = make_case(
+      "pad_two_dims_value", {Op::PAD}, {in("x", {R, C})},
+      [](Context&, X x) {
+        return pad(x[0], {1, 0, 2, 1}, 0.5f);
+      },
+      true);
   p2.spec = pad_spec({1, 0, 2, 1}, 0.5);
   cs.push_back(p2);
-  Case p3 = make_case("pad_3d_permuted", {Op::PAD}, {with(in("x", {2, R, C}), Layout::permuted)},
-                      [](Context&, X x) { return pad(x[0], {0, 1, 1, 0, 2, 0}, -1.0f); }, true);
+  Case p3 = make_case(
+      "pad_3d_permuted", {Op::PAD}, {with(in("x", {2, R, C}), Layout::permuted)},
+      [](Context&, X x) {
+        return pad(x[0], {0, 1, 1, 0, 2, 0}, -1.0f);
+      },
+      true);
   p3.spec = pad_spec({0, 1, 1, 0, 2, 0}, -1);
   cs.push_back(p3);
-  Case p4 = make_case("pad_4d_image", {Op::PAD}, {in("x", {1, 2, R, C})},
-                      [](Context&, X x) { return pad(x[0], {2, 2, 1, 1}); }, true);
+  Case p4 = make_case(
+      "pad_4d_image", {Op::PAD}, {in("x", {1, 2, R, C})},
+      [](Context&, X x) {
+        return pad(x[0], {2, 2, 1, 1});
+      },
+      true);
   p4.spec = pad_spec({2, 2, 1, 1}, 0);
   cs.push_back(p4);
 
-  Case r1 = make_case("repeat_2d", {Op::REPEAT}, {in("x", {R, C})},
-                      [](Context&, X x) { return repeat(x[0], {2, 3}); }, true);
+  Case r1 = make_case(
+      "repeat_2d", {Op::REPEAT}, {in("x", {R, C})},
+      [](Context&, X x) {
+        return repeat(x[0], {2, 3});
+      },
+      true);
   r1.spec = repeat_spec({2, 3});
   cs.push_back(r1);
-  Case r2 = make_case("repeat_3d_transposed", {Op::REPEAT}, {with(in("x", {2, R, C}), Layout::transposed)},
-                      [](Context&, X x) { return repeat(x[0], {2, 1, 3}); }, true);
+  Case r2 = make_case(
+      "repeat_3d_transposed", {Op::REPEAT}, {with(in("x", {2, R, C}), Layout::transposed)},
+      [](Context&, X x) {
+        return repeat(x[0], {2, 1, 3});
+      },
+      true);
   r2.spec = repeat_spec({2, 1, 3});
   cs.push_back(r2);
-  Case r3 = make_case("repeat_ones", {Op::REPEAT}, {with(in("x", {R, C}), Layout::narrowed)},
-                      [](Context&, X x) { return repeat(x[0], {1, 2}) * 1.0f; }, true);
+  Case r3 = make_case(
+      "repeat_ones", {Op::REPEAT}, {with(in("x", {R, C}), Layout::narrowed)},
+      [](Context&, X x) {
+        return repeat(x[0], {1, 2}) * 1.0f;
+      },
+      true);
   r3.spec = repeat_spec({1, 2});
   cs.push_back(r3);
 
   // REPEAT_BACK directly: sums the tiles of shape dst.shape.
   auto back = [](Shape dst) {
-    return [dst](Context&, X x) { return detail::make_op(Op::REPEAT_BACK, DType::f32, dst, {x[0]}); };
+    return
+        [dst](Context&, X x) { return detail::make_op(Op::REPEAT_BACK, DType::f32, dst, {x[0]}); };
   };
-  cs.push_back(make_case("repeat_back_2d", {Op::REPEAT_BACK}, {in("x", {2 * R, 3 * C})}, back({R, C}), true));
-  cs.push_back(make_case("repeat_back_3d_strided", {Op::REPEAT_BACK}, {with(in("x", {2, 2 * R, C}), Layout::transposed)},
-                         back({1, R, C}), true));
+  cs.push_back(make_case("repeat_back_2d", {Op::REPEAT_BACK}, {in("x", {2 * R, 3 * C})},
+                         back({R, C}), true));
+  cs.push_back(make_case("repeat_back_3d_strided", {Op::REPEAT_BACK},
+                         {with(in("x", {2, 2 * R, C}), Layout::transposed)}, back({1, R, C}),
+                         true));
 }
 
 }  // namespace

@@ -34,16 +34,22 @@ double sigm(double x) { return 1 / (1 + std::exp(-x)); }
 std::vector<Un> unaries() {
   using gen::uniform;
   return {
-      {"neg", Op::NEG, [](Tensor x) { return kiln::neg(x); }, uniform(-2, 2), [](double x) { return -x; }},
+      {"neg", Op::NEG, [](Tensor x) { return kiln::neg(x); }, uniform(-2, 2),
+       [](double x) { return -x; }},
       {"abs", Op::ABS, [](Tensor x) { return kiln::abs(x); }, gen::away_from(-2, 2, {0}),
        [](double x) { return std::fabs(x); }},
-      {"sqr", Op::SQR, [](Tensor x) { return kiln::sqr(x); }, uniform(-2, 2), [](double x) { return x * x; }},
+      {"sqr", Op::SQR, [](Tensor x) { return kiln::sqr(x); }, uniform(-2, 2),
+       [](double x) { return x * x; }},
       {"sqrt", Op::SQRT, [](Tensor x) { return kiln::sqrt(x); }, uniform(0.1, 4),
        [](double x) { return std::sqrt(x); }},
-      {"exp", Op::EXP, [](Tensor x) { return kiln::exp(x); }, uniform(-3, 3), [](double x) { return std::exp(x); }},
-      {"log", Op::LOG, [](Tensor x) { return kiln::log(x); }, uniform(0.1, 5), [](double x) { return std::log(x); }},
-      {"sin", Op::SIN, [](Tensor x) { return kiln::sin(x); }, uniform(-4, 4), [](double x) { return std::sin(x); }},
-      {"cos", Op::COS, [](Tensor x) { return kiln::cos(x); }, uniform(-4, 4), [](double x) { return std::cos(x); }},
+      {"exp", Op::EXP, [](Tensor x) { return kiln::exp(x); }, uniform(-3, 3),
+       [](double x) { return std::exp(x); }},
+      {"log", Op::LOG, [](Tensor x) { return kiln::log(x); }, uniform(0.1, 5),
+       [](double x) { return std::log(x); }},
+      {"sin", Op::SIN, [](Tensor x) { return kiln::sin(x); }, uniform(-4, 4),
+       [](double x) { return std::sin(x); }},
+      {"cos", Op::COS, [](Tensor x) { return kiln::cos(x); }, uniform(-4, 4),
+       [](double x) { return std::cos(x); }},
       {"pow_2", Op::POW, [](Tensor x) { return kiln::pow(x, 2.0f); }, uniform(-2, 2),
        [](double x) { return x * x; }},
       {"pow_3", Op::POW, [](Tensor x) { return kiln::pow(x, 3.0f); }, uniform(-2, 2),
@@ -55,20 +61,24 @@ std::vector<Un> unaries() {
       {"scale", Op::SCALE, [](Tensor x) { return kiln::scale(x, 1.5f, -0.25f); }, uniform(-2, 2),
        [](double x) { return 1.5 * x - 0.25; }},
       {"clamp", Op::CLAMP, [](Tensor x) { return kiln::clamp(x, -0.5f, 0.7f); },
-       gen::away_from(-2, 2, {-0.5, 0.7}), [](double x) { return std::min(std::max(x, -0.5), 0.7); }},
+       gen::away_from(-2, 2, {-0.5, 0.7}),
+       [](double x) { return std::min(std::max(x, -0.5), 0.7); }},
       {"relu", Op::RELU, [](Tensor x) { return kiln::relu(x); }, gen::away_from(-2, 2, {0}),
        [](double x) { return std::max(x, 0.0); }},
       {"leaky_relu_default", Op::LEAKY_RELU, [](Tensor x) { return kiln::leaky_relu(x); },
        gen::away_from(-2, 2, {0}), [](double x) { return x > 0 ? x : 0.01 * x; }},
       {"leaky_relu_0_2", Op::LEAKY_RELU, [](Tensor x) { return kiln::leaky_relu(x, 0.2f); },
        gen::away_from(-2, 2, {0}), [](double x) { return x > 0 ? x : double(0.2f) * x; }},
-      {"gelu_tanh", Op::GELU, [](Tensor x) { return kiln::gelu(x, GeluApprox::tanh); }, uniform(-4, 4),
+      {"gelu_tanh", Op::GELU, [](Tensor x) { return kiln::gelu(x, GeluApprox::tanh); },
+       uniform(-4, 4),
        [](double x) {
-         return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+         return 0.5 * x *
+                (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
        }},
       {"gelu_erf", Op::GELU_ERF, [](Tensor x) { return kiln::gelu(x); }, uniform(-4, 4),
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }},
-      {"erf", Op::ERF, [](Tensor x) { return kiln::erf(x); }, uniform(-3, 3), [](double x) { return std::erf(x); }},
+      {"erf", Op::ERF, [](Tensor x) { return kiln::erf(x); }, uniform(-3, 3),
+       [](double x) { return std::erf(x); }},
       {"silu", Op::SILU, [](Tensor x) { return kiln::silu(x); }, uniform(-5, 5),
        [](double x) { return x * sigm(x); }},
       {"sigmoid", Op::SIGMOID, [](Tensor x) { return kiln::sigmoid(x); }, uniform(-5, 5), sigm},
@@ -85,30 +95,34 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
   const int64_t R = z(3, 256), C = z(37, 1024);
   for (const Un& u : unaries()) {
     UnFn f = u.f;
-    Case c = make_case(u.name, {u.op}, {in("x", {R, C}, u.g)}, [f](Context&, X x) { return f(x[0]); }, true);
+    Case c = make_case(
+        u.name, {u.op}, {in("x", {R, C}, u.g)}, [f](Context&, X x) { return f(x[0]); }, true);
     c.spec = map_spec(u.want);
     cs.push_back(c);
     // Strided source (transposed view): the kernel's generic path and the
     // view's backward rule.
-    cs.push_back(make_case(u.name + "_strided", {u.op, Op::PERMUTE},
-                           {with(in("x", {R, C}, u.g), Layout::transposed)},
-                           [f](Context&, X x) { return f(x[0]); }, true));
+    cs.push_back(make_case(
+        u.name + "_strided", {u.op, Op::PERMUTE}, {with(in("x", {R, C}, u.g), Layout::transposed)},
+        [f](Context&, X x) { return f(x[0]); }, true));
   }
   // 3-D, narrowed rows for a couple of ops with vectorised fast paths.
-  cs.push_back(make_case("exp_narrowed_3d", {Op::EXP, Op::NARROW},
-                         {with(in("x", {2, R, z(21, 1000)}), Layout::narrowed)},
-                         [](Context&, X x) { return kiln::exp(x[0]); }, true));
-  cs.push_back(make_case("tanh_expanded", {Op::TANH, Op::EXPAND},
-                         {expanded(in("x", {R, C}), {1, C})},
-                         [](Context&, X x) { return kiln::tanh(x[0]); }, true));
+  cs.push_back(make_case(
+      "exp_narrowed_3d", {Op::EXP, Op::NARROW},
+      {with(in("x", {2, R, z(21, 1000)}), Layout::narrowed)},
+      [](Context&, X x) { return kiln::exp(x[0]); }, true));
+  cs.push_back(make_case(
+      "tanh_expanded", {Op::TANH, Op::EXPAND}, {expanded(in("x", {R, C}), {1, C})},
+      [](Context&, X x) { return kiln::tanh(x[0]); }, true));
 
   // SIGN has no gradient; zeros and NaN must give 0 (torch.sign).
-  Case sg = make_case("sign", {Op::SIGN}, {in("x", {R, C}, gen::choice({-2, -0.5, 0, 0.5, 3, NAN}))},
-                      [](Context&, X x) { return kiln::sign(x[0]); }, false);
+  Case sg = make_case(
+      "sign", {Op::SIGN}, {in("x", {R, C}, gen::choice({-2, -0.5, 0, 0.5, 3, NAN}))},
+      [](Context&, X x) { return kiln::sign(x[0]); }, false);
   sg.tol = {0, 0};
   cs.push_back(sg);
-  cs.push_back(make_case("sign_strided", {Op::SIGN}, {with(in("x", {R, C}, gen::uniform(-1, 1)), Layout::transposed)},
-                         [](Context&, X x) { return kiln::sign(x[0]); }, false));
+  cs.push_back(make_case(
+      "sign_strided", {Op::SIGN}, {with(in("x", {R, C}, gen::uniform(-1, 1)), Layout::transposed)},
+      [](Context&, X x) { return kiln::sign(x[0]); }, false));
 
   // Extreme inputs: the stable formulations must not overflow or give NaN.
   const Gen extreme = gen::values({-100, -30, -20, -5, 0, 5, 20, 30, 100, -88, 88, 1e-3});
@@ -128,8 +142,8 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
   };
   for (const Ext& e : exts) {
     auto f = e.f;
-    cs.push_back(make_case(e.name, {e.op}, {in("x", {3, 4}, extreme)},
-                           [f](Context&, X x) { return f(x[0]); }, false));
+    cs.push_back(make_case(
+        e.name, {e.op}, {in("x", {3, 4}, extreme)}, [f](Context&, X x) { return f(x[0]); }, false));
   }
 }
 

@@ -45,14 +45,16 @@ void add_copy_cases(std::vector<Case>& cs, Sz z) {
   };
   for (const Conv& cv : convs) {
     const DType to = cv.to;
-    Case c = make_case(cv.name, {Op::CPY}, {as(in("x", {z(3, 256), z(37, 1024)}, cv.g), cv.from)},
-                       [to](Context&, X x) { return x[0].to(to); }, false);
+    Case c = make_case(
+        cv.name, {Op::CPY}, {as(in("x", {z(3, 256), z(37, 1024)}, cv.g), cv.from)},
+        [to](Context&, X x) { return x[0].to(to); }, false);
     c.tol = {0, 0};  // conversions are exact given the same rounding rule
     cs.push_back(c);
     // The same conversion from a transposed view (strided source).
-    Case t = make_case(std::string(cv.name) + "_strided", {Op::CPY, Op::PERMUTE},
-                       {with(as(in("x", {z(37, 256), z(3, 1024)}, cv.g), cv.from), Layout::transposed)},
-                       [to](Context&, X x) { return x[0].to(to); }, false);
+    Case t = make_case(
+        std::string(cv.name) + "_strided", {Op::CPY, Op::PERMUTE},
+        {with(as(in("x", {z(37, 256), z(3, 1024)}, cv.g), cv.from), Layout::transposed)},
+        [to](Context&, X x) { return x[0].to(to); }, false);
     t.tol = {0, 0};
     cs.push_back(t);
   }
@@ -61,67 +63,113 @@ void add_copy_cases(std::vector<Case>& cs, Sz z) {
     if (c.name == "copy_f32_i32") c.spec = map_spec([](double v) { return std::trunc(v); });
 
   // contiguous() of views: CPY with a backward rule.
-  cs.push_back(make_case("contiguous_of_transposed", {Op::CPY, Op::PERMUTE},
-                         {with(in("x", {z(3, 256), z(37, 1024)}), Layout::transposed)},
-                         [](Context&, X x) { return x[0].contiguous(); }, true));
-  cs.push_back(make_case("contiguous_of_narrowed", {Op::CPY, Op::NARROW},
-                         {with(in("x", {z(37, 256), z(3, 1024)}), Layout::narrowed)},
-                         [](Context&, X x) { return x[0].contiguous() * 2.0f; }, true));
-  cs.push_back(make_case("contiguous_of_expanded", {Op::CPY, Op::EXPAND},
-                         {expanded(in("x", {z(3, 256), z(37, 1024)}), {z(3, 256), 1})},
-                         [](Context&, X x) { return x[0].contiguous(); }, true));
+  cs.push_back(make_case(
+      "contiguous_of_transposed", {Op::CPY, Op::PERMUTE},
+      {with(in("x", {z(3, 256), z(37, 1024)}), Layout::transposed)},
+      [](Context&, X x) { return x[0].contiguous(); }, true));
+  cs.push_back(make_case(
+      "contiguous_of_narrowed", {Op::CPY, Op::NARROW},
+      {with(in("x", {z(37, 256), z(3, 1024)}), Layout::narrowed)},
+      [](Context&, X x) { return x[0].contiguous() * 2.0f; }, true));
+  cs.push_back(make_case(
+      "contiguous_of_expanded", {Op::CPY, Op::EXPAND},
+      {expanded(in("x", {z(3, 256), z(37, 1024)}), {z(3, 256), 1})},
+      [](Context&, X x) { return x[0].contiguous(); }, true));
 }
 
 void add_view_only_cases(std::vector<Case>& cs, Sz z) {
   const int64_t a = z(6, 512), b = z(4, 512);
-  cs.push_back(make_case("reshape", {Op::RESHAPE},
-                         {in("x", {a, b})},
-                         [a, b](Context&, X x) { return x[0].reshape({2, a * b / 2}) * 1.5f; }, true));
-  cs.push_back(make_case("reshape_infer_dim", {Op::RESHAPE}, {in("x", {a, b})},
-                         [](Context&, X x) { return x[0].reshape({-1, 2, 4}); }, true));
-  cs.push_back(make_case("view_3d", {Op::RESHAPE}, {in("x", {a, b})},
-                         [a, b](Context&, X x) { return x[0].view({2, a / 2, b}); }, true));
+  cs.push_back(make_case(
+      "reshape", {Op::RESHAPE}, {in("x", {a, b})},
+      [a, b](Context&, X x) {
+        return x[0].reshape({2, a * b / 2}) * 1.5f;
+      },
+      true));
+  cs.push_back(make_case(
+      "reshape_infer_dim", {Op::RESHAPE}, {in("x", {a, b})},
+      [](Context&, X x) {
+        return x[0].reshape({-1, 2, 4});
+      },
+      true));
+  cs.push_back(make_case(
+      "view_3d", {Op::RESHAPE}, {in("x", {a, b})},
+      [a, b](Context&, X x) {
+        return x[0].view({2, a / 2, b});
+      },
+      true));
   // A reshape of a non-contiguous view must copy first (CPY then RESHAPE).
-  cs.push_back(make_case("reshape_of_transposed", {Op::RESHAPE, Op::CPY, Op::PERMUTE},
-                         {with(in("x", {a, b}), Layout::transposed)},
-                         [a, b](Context&, X x) { return x[0].reshape({a * b}); }, true));
-  cs.push_back(make_case("permute_3d", {Op::PERMUTE}, {in("x", {2, z(3, 64), z(4, 256)})},
-                         [](Context&, X x) { return x[0].permute({2, 0, 1}); }, true));
-  cs.push_back(make_case("permute_4d", {Op::PERMUTE}, {in("x", {2, 3, z(2, 32), z(4, 256)})},
-                         [](Context&, X x) { return x[0].permute({1, 3, 0, 2}) * 2.0f; }, true));
-  cs.push_back(make_case("transpose_outer", {Op::PERMUTE}, {in("x", {2, z(3, 64), z(4, 256)})},
-                         [](Context&, X x) { return x[0].transpose(0, 2); }, true));
-  cs.push_back(make_case("narrow_2d", {Op::NARROW}, {in("x", {z(5, 512), z(6, 512)})},
-                         [](Context&, X x) { return x[0].narrow(0, 1, 3).narrow(1, 2, 3); }, true));
-  cs.push_back(make_case("narrow_negative_dim", {Op::NARROW}, {in("x", {2, z(3, 64), z(7, 512)})},
-                         [](Context&, X x) { return x[0].narrow(-1, 4, 3) + 1.0f; }, true));
-  cs.push_back(make_case("narrow_of_permuted", {Op::NARROW, Op::PERMUTE},
-                         {with(in("x", {z(4, 128), 3, z(5, 256)}), Layout::permuted)},
-                         [](Context&, X x) { return x[0].narrow(1, 1, 2); }, true));
-  cs.push_back(make_case("expand_leading", {Op::EXPAND}, {in("x", {z(3, 512), 1})},
-                         [z](Context&, X x) { return x[0].expand({2, x[0].size(0), z(4, 512)}); }, true));
-  cs.push_back(make_case("expand_then_transpose", {Op::EXPAND, Op::PERMUTE}, {in("x", {1, z(4, 512)})},
-                         [z](Context&, X x) { return x[0].expand({z(3, 512), x[0].size(1)}).T() * 0.5f; },
-                         true));
+  cs.push_back(make_case(
+      "reshape_of_transposed", {Op::RESHAPE, Op::CPY, Op::PERMUTE},
+      {with(in("x", {a, b}), Layout::transposed)},
+      [a, b](Context&, X x) { return x[0].reshape({a * b}); }, true));
+  cs.push_back(make_case(
+      "permute_3d", {Op::PERMUTE}, {in("x", {2, z(3, 64), z(4, 256)})},
+      [](Context&, X x) {
+        return x[0].permute({2, 0, 1});
+      },
+      true));
+  cs.push_back(make_case(
+      "permute_4d", {Op::PERMUTE}, {in("x", {2, 3, z(2, 32), z(4, 256)})},
+      [](Context&, X x) {
+        return x[0].permute({1, 3, 0, 2}) * 2.0f;
+      },
+      true));
+  cs.push_back(make_case(
+      "transpose_outer", {Op::PERMUTE}, {in("x", {2, z(3, 64), z(4, 256)})},
+      [](Context&, X x) { return x[0].transpose(0, 2); }, true));
+  cs.push_back(make_case(
+      "narrow_2d", {Op::NARROW}, {in("x", {z(5, 512), z(6, 512)})},
+      [](Context&, X x) { return x[0].narrow(0, 1, 3).narrow(1, 2, 3); }, true));
+  cs.push_back(make_case(
+      "narrow_negative_dim", {Op::NARROW}, {in("x", {2, z(3, 64), z(7, 512)})},
+      [](Context&, X x) { return x[0].narrow(-1, 4, 3) + 1.0f; }, true));
+  cs.push_back(make_case(
+      "narrow_of_permuted", {Op::NARROW, Op::PERMUTE},
+      {with(in("x", {z(4, 128), 3, z(5, 256)}), Layout::permuted)},
+      [](Context&, X x) { return x[0].narrow(1, 1, 2); }, true));
+  cs.push_back(make_case(
+      "expand_leading", {Op::EXPAND}, {in("x", {z(3, 512), 1})},
+      [z](Context&, X x) {
+        return x[0].expand({2, x[0].size(0), z(4, 512)});
+      },
+      true));
+  cs.push_back(make_case(
+      "expand_then_transpose", {Op::EXPAND, Op::PERMUTE}, {in("x", {1, z(4, 512)})},
+      [z](Context&, X x) {
+        return x[0].expand({z(3, 512), x[0].size(1)}).T() * 0.5f;
+      },
+      true));
 }
 
 void add_const_cases(std::vector<Case>& cs, Sz z) {
   const int64_t r = z(3, 512), c = z(37, 1024);
-  Case fill = make_case("full_plus_x", {Op::FILL, Op::ADD}, {in("x", {r, c})},
-                        [r, c](Context& ctx, X x) { return x[0] + full(ctx, {r, c}, 2.5f); }, true);
+  Case fill = make_case(
+      "full_plus_x", {Op::FILL, Op::ADD}, {in("x", {r, c})},
+      [r, c](Context& ctx, X x) {
+        return x[0] + full(ctx, {r, c}, 2.5f);
+      },
+      true);
   fill.spec = map_spec([](double v) { return v + 2.5; });
   cs.push_back(fill);
-  Case like = make_case("full_like_times_x", {Op::FILL, Op::MUL}, {in("x", {r, c})},
-                        [](Context&, X x) { return x[0] * full_like(x[0], -3.0f) + ones(x[0].ctx(), {1}); },
-                        true);
+  Case like = make_case(
+      "full_like_times_x", {Op::FILL, Op::MUL}, {in("x", {r, c})},
+      [](Context&, X x) { return x[0] * full_like(x[0], -3.0f) + ones(x[0].ctx(), {1}); }, true);
   like.spec = map_spec([](double v) { return -3.0 * v + 1.0; });
   cs.push_back(like);
-  Case zero = make_case("zeros_plus_x", {Op::FILL}, {in("x", {r, c})},
-                        [r, c](Context& ctx, X x) { return zeros(ctx, {r, c}) + x[0]; }, true);
+  Case zero = make_case(
+      "zeros_plus_x", {Op::FILL}, {in("x", {r, c})},
+      [r, c](Context& ctx, X x) {
+        return zeros(ctx, {r, c}) + x[0];
+      },
+      true);
   zero.spec = map_spec([](double v) { return v; });
   cs.push_back(zero);
-  Case fi = make_case("full_i32", {Op::FILL}, {},
-                      [r, c](Context& ctx, X) { return full(ctx, {r, c}, 7.0f, DType::i32); }, false);
+  Case fi = make_case(
+      "full_i32", {Op::FILL}, {},
+      [r, c](Context& ctx, X) {
+        return full(ctx, {r, c}, 7.0f, DType::i32);
+      },
+      false);
   fi.spec = [r, c](const std::vector<RefValue>&, const RefValue& out) {
     if (out.dtype != DType::i32) return std::string("full(.., i32) is not i32");
     return spec_compare(ref_value({r, c}, std::vector<double>(size_t(r * c), 7.0)), out);
@@ -141,7 +189,8 @@ std::string dropout_spec(const RefValue& x, const RefValue& out, double p) {
   }
   const double frac = double(zeros) / double(out.v.size());
   if (std::fabs(frac - p) > 0.15)
-    return "dropout: " + std::to_string(frac) + " of the elements are zero, p = " + std::to_string(p);
+    return "dropout: " + std::to_string(frac) +
+           " of the elements are zero, p = " + std::to_string(p);
   return {};
 }
 
@@ -149,13 +198,14 @@ void add_random_cases(std::vector<Case>& cs, Sz z) {
   const int64_t r = z(8, 512), c = z(37, 1024);
   // RAND_MASK directly.
   // A src-less RAND_MASK (make_op needs a source to find the context).
-  Case mask = make_case("rand_mask", {Op::RAND_MASK}, {},
-                        [r, c](Context& ctx, X) {
-                          TensorNode* n = ctx.new_node(DType::f32, {r, c}, Op::RAND_MASK);
-                          detail::set_params(*n, RandMaskParams{12345, 0.3f});
-                          return Tensor(n);
-                        },
-                        false);
+  Case mask = make_case(
+      "rand_mask", {Op::RAND_MASK}, {},
+      [r, c](Context& ctx, X) {
+        TensorNode* n = ctx.new_node(DType::f32, {r, c}, Op::RAND_MASK);
+        detail::set_params(*n, RandMaskParams{12345, 0.3f});
+        return Tensor(n);
+      },
+      false);
   mask.tol = {0, 0};
   mask.spec = [](const std::vector<RefValue>&, const RefValue& out) {
     double ones = 0;
@@ -165,28 +215,34 @@ void add_random_cases(std::vector<Case>& cs, Sz z) {
                                         : "rand_mask: " + std::to_string(frac) + " ones, want ~0.3";
   };
   cs.push_back(mask);
-  Case seeded = make_case("rand_mask_seed_tensor", {Op::RAND_MASK},
-                          {in_i32("seed", {1}, gen::integers(1, 1000000))},
-                          [r, c](Context&, X x) {
-                            return detail::make_op(Op::RAND_MASK, DType::f32, {r, c}, {x[0]},
-                                                   RandMaskParams{99, 0.6f});
-                          },
-                          false);
+  Case seeded = make_case(
+      "rand_mask_seed_tensor", {Op::RAND_MASK}, {in_i32("seed", {1}, gen::integers(1, 1000000))},
+      [r, c](Context&, X x) {
+        return detail::make_op(Op::RAND_MASK, DType::f32, {r, c}, {x[0]}, RandMaskParams{99, 0.6f});
+      },
+      false);
   seeded.tol = {0, 0};
   cs.push_back(seeded);
 
   const float p = 0.25f;
-  Case train = make_case("dropout_train", {Op::RAND_MASK, Op::MUL}, {in("x", {r, c}, gen::magnitude(0.5, 2))},
-                         [p](Context&, X x) { return dropout(x[0], p, 42, true); }, true);
-  train.spec = [p](const std::vector<RefValue>& in, const RefValue& out) { return dropout_spec(in[0], out, p); };
+  Case train = make_case(
+      "dropout_train", {Op::RAND_MASK, Op::MUL}, {in("x", {r, c}, gen::magnitude(0.5, 2))},
+      [p](Context&, X x) { return dropout(x[0], p, 42, true); }, true);
+  train.spec = [p](const std::vector<RefValue>& in, const RefValue& out) {
+    return dropout_spec(in[0], out, p);
+  };
   cs.push_back(train);
-  Case st = make_case("dropout_seed_tensor", {Op::RAND_MASK},
-                      {in("x", {r, c}, gen::magnitude(0.5, 2)), in_i32("seed", {1}, gen::integers(1, 1 << 20))},
-                      [](Context&, X x) { return dropout(x[0], 0.5f, 7, true, x[1]); }, true);
-  st.spec = [](const std::vector<RefValue>& in, const RefValue& out) { return dropout_spec(in[0], out, 0.5); };
+  Case st = make_case(
+      "dropout_seed_tensor", {Op::RAND_MASK},
+      {in("x", {r, c}, gen::magnitude(0.5, 2)), in_i32("seed", {1}, gen::integers(1, 1 << 20))},
+      [](Context&, X x) { return dropout(x[0], 0.5f, 7, true, x[1]); }, true);
+  st.spec = [](const std::vector<RefValue>& in, const RefValue& out) {
+    return dropout_spec(in[0], out, 0.5);
+  };
   cs.push_back(st);
-  Case off = make_case("dropout_not_training", {}, {in("x", {r, c})},
-                       [](Context&, X x) { return dropout(x[0], 0.5f, 7, false) * 1.0f; }, true);
+  Case off = make_case(
+      "dropout_not_training", {}, {in("x", {r, c})},
+      [](Context&, X x) { return dropout(x[0], 0.5f, 7, false) * 1.0f; }, true);
   off.spec = map_spec([](double v) { return v; });
   cs.push_back(off);
 }

@@ -206,8 +206,8 @@ std::string spec_compare(const RefValue& want, const RefValue& got, double tol) 
     if (!both_inf && !(std::fabs(w - g) <= tol * scale)) {
       std::ostringstream os;
       os.precision(10);
-      os << "spec: element " << k << " of the graph's value is " << g
-         << " but the API promises " << w << " (composite built wrongly?)";
+      os << "spec: element " << k << " of the graph's value is " << g << " but the API promises "
+         << w << " (composite built wrongly?)";
       return os.str();
     }
   }

@@ -19,9 +19,9 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : s_(seed) {}
   uint64_t next();
-  double uniform();                          // [0, 1)
-  double uniform(double lo, double hi);      // [lo, hi)
-  int64_t integer(int64_t lo, int64_t hi);   // [lo, hi] inclusive
+  double uniform();                         // [0, 1)
+  double uniform(double lo, double hi);     // [lo, hi)
+  int64_t integer(int64_t lo, int64_t hi);  // [lo, hi] inclusive
 
  private:
   uint64_t s_;
@@ -58,7 +58,7 @@ enum class Layout {
 
 struct Input {
   std::string name;
-  Shape shape;       // the shape the build function sees
+  Shape shape;  // the shape the build function sees
   DType dtype = DType::f32;
   Gen gen;
   Layout layout = Layout::contig;
@@ -82,18 +82,18 @@ using BuildFn = std::function<Tensor(Context&, const std::vector<Tensor>& x)>;
 using SpecFn = std::function<std::string(const std::vector<RefValue>& in, const RefValue& out)>;
 
 struct Case {
-  std::string name;      // unique, [a-z0-9_]
-  std::vector<Op> ops;   // ops this case is meant to cover (must appear in its graphs)
+  std::string name;     // unique, [a-z0-9_]
+  std::vector<Op> ops;  // ops this case is meant to cover (must appear in its graphs)
   std::vector<Input> inputs;
   BuildFn build;
-  Tol tol;               // eval: CPU f32 vs double reference
-  bool grad = false;     // also run grad mode (output must be f32)
+  Tol tol;            // eval: CPU f32 vs double reference
+  bool grad = false;  // also run grad mode (output must be f32)
   // Grad mode runs finite differences (the backward rules' check). Large cases
   // (big enough that kernels split work over threads) set false: their grad mode
   // compares the CPU's gradients with the reference's only.
   bool fd = true;
   Tol grad_tol{2e-5, 2e-5};  // grad mode: CPU f32 grads vs double reference grads
-  SpecFn spec;           // optional
+  SpecFn spec;               // optional
 };
 
 // Test size vs perf size of a dimension: z(4, 256) is 4 in tests, 256 in perf mode.
@@ -109,10 +109,10 @@ Case make_case(std::string name, std::vector<Op> ops, std::vector<Input> inputs,
 // Input helpers.
 Input in(std::string name, Shape shape, Gen g = gen::uniform(-1, 1));
 Input in_i32(std::string name, Shape shape, Gen g);
-Input constant(Input x);                       // diff = false
-Input as(Input x, DType t);                    // other dtype (no grad for non-f32)
-Input with(Input x, Layout l);                 // transposed / permuted / narrowed
-Input expanded(Input x, Shape stored);         // Layout::expanded from `stored`
+Input constant(Input x);                // diff = false
+Input as(Input x, DType t);             // other dtype (no grad for non-f32)
+Input with(Input x, Layout l);          // transposed / permuted / narrowed
+Input expanded(Input x, Shape stored);  // Layout::expanded from `stored`
 const char* layout_name(Layout l);
 
 // The case registry (explicit family lists, no static-init order games).

@@ -73,7 +73,8 @@ std::string localize(const Graph& g, const Tol& tol) {
     const std::string e = compare(want, download(Tensor(n)), tol, "");
     if (!e.empty())
       return "first node that disagrees given its own CPU inputs: node #" + std::to_string(n->id) +
-             " " + op_name(n->op) + " " + n->shape.str() + (n->name.empty() ? "" : " '" + n->name + "'") + e;
+             " " + op_name(n->op) + " " + n->shape.str() +
+             (n->name.empty() ? "" : " '" + n->name + "'") + e;
   }
   return "every node agrees with the reference given its own CPU inputs (error accumulates)";
 }
@@ -155,8 +156,8 @@ bool verbose() {
   return v;
 }
 
-std::string compare(const RefValue& ref, const RefValue& got, const Tol& tol, const std::string& what,
-                    double* worst_out) {
+std::string compare(const RefValue& ref, const RefValue& got, const Tol& tol,
+                    const std::string& what, double* worst_out) {
   std::ostringstream os;
   os.precision(9);
   if (!(ref.shape == got.shape) || ref.v.size() != got.v.size()) {
@@ -189,9 +190,9 @@ std::string compare(const RefValue& ref, const RefValue& got, const Tol& tol, co
   if (bad == 0) return {};
   const double r = ref.v[size_t(worst)], g = got.v[size_t(worst)];
   os << what << ": " << bad << " of " << ref.v.size() << " elements " << ref.shape.str()
-     << " out of tolerance (abs " << tol.abs << " x max(1, max|ref|)=" << scale << ", rel " << tol.rel
-     << "); worst at " << index_str(ref.shape, worst) << ": got " << g << ", expected " << r
-     << " (error " << std::fabs(g - r) << ", " << worst_ratio << "x the bound)";
+     << " out of tolerance (abs " << tol.abs << " x max(1, max|ref|)=" << scale << ", rel "
+     << tol.rel << "); worst at " << index_str(ref.shape, worst) << ": got " << g << ", expected "
+     << r << " (error " << std::fabs(g - r) << ", " << worst_ratio << "x the bound)";
   return os.str();
 }
 
@@ -365,8 +366,8 @@ CheckResult check_backend(const Case& c, const BackendSpec& spec) {
         Tol t = grad && k > 0 ? c.grad_tol : c.tol;
         t.abs *= spec.tol_scale;
         t.rel *= spec.tol_scale;
-        const std::string e = spec.bitwise ? compare_exact(want[k], got[k], what)
-                                           : compare(want[k], got[k], t, what);
+        const std::string e =
+            spec.bitwise ? compare_exact(want[k], got[k], what) : compare(want[k], got[k], t, what);
         if (!e.empty()) r.fail(e);
       }
       if (want.size() != got.size()) r.fail("different number of gradients");

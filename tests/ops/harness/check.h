@@ -60,8 +60,8 @@ RefValue download(Tensor t);
 // Compares got with ref; "" when every element is within tol, else a report
 // naming the worst element.
 // `worst`, when given, receives the largest error / bound ratio (<= 1 passes).
-std::string compare(const RefValue& ref, const RefValue& got, const Tol& tol, const std::string& what,
-                    double* worst = nullptr);
+std::string compare(const RefValue& ref, const RefValue& got, const Tol& tol,
+                    const std::string& what, double* worst = nullptr);
 // True when KILN_OPS_VERBOSE is set (checks then fill CheckResult::notes).
 bool verbose();
 // Bit-for-bit equality (as stored values); "" when equal.
@@ -87,7 +87,7 @@ CaseOps case_ops(const Case& c);
 struct PerfOptions {
   std::string filter;  // substring of case names; empty: all
   int reps = 20;
-  bool big = true;     // the cases' perf sizes
+  bool big = true;  // the cases' perf sizes
 };
 void run_perf(const PerfOptions& opt, std::ostream& os);
 

@@ -78,13 +78,13 @@ CheckResult check_grad(const Case& c) {
         fd.v[e] = (lp - lm) / (2 * h);
       }
       double worst = 0;
-      const std::string err = compare(fd, ref_grads[k], kFdTol,
-                                      input_label(c, s.params[k]) +
-                                          ": backward graph (double) vs finite differences",
-                                      &worst);
+      const std::string err = compare(
+          fd, ref_grads[k], kFdTol,
+          input_label(c, s.params[k]) + ": backward graph (double) vs finite differences", &worst);
       if (!err.empty()) r.fail(err);
       if (verbose())
-        r.notes += input_label(c, s.params[k]) + ": FD worst " + std::to_string(worst) + " x bound\n";
+        r.notes +=
+            input_label(c, s.params[k]) + ": FD worst " + std::to_string(worst) + " x bound\n";
     }
 
     // (b) The same graph on the CPU in f32.
@@ -100,7 +100,8 @@ CheckResult check_grad(const Case& c) {
                   input_label(c, s.params[k]) + ": CPU (f32) vs double reference", &worst);
       if (!err.empty()) r.fail(err);
       if (verbose())
-        r.notes += input_label(c, s.params[k]) + ": CPU worst " + std::to_string(worst) + " x bound\n";
+        r.notes +=
+            input_label(c, s.params[k]) + ": CPU worst " + std::to_string(worst) + " x bound\n";
     }
 
     // (c) Gradients accumulate over runs; reset_grads() zeroes them.

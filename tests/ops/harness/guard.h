@@ -26,9 +26,9 @@ class GuardedMemory {
 
  private:
   struct Region {
-    size_t begin, end;             // byte offsets in the buffer
-    const TensorNode* before;      // tensor ending at `begin` (null for the first)
-    const TensorNode* after;       // tensor starting at `end` (null for the last)
+    size_t begin, end;         // byte offsets in the buffer
+    const TensorNode* before;  // tensor ending at `begin` (null for the first)
+    const TensorNode* after;   // tensor starting at `end` (null for the last)
   };
   const unsigned char* base_ = nullptr;
   std::vector<Region> regions_;

@@ -31,11 +31,11 @@ struct Session {
   Context ctx;
   Built b;
   std::vector<std::vector<double>> values;  // per input, stored layout
-  Tensor R, loss;                            // grad mode only
+  Tensor R, loss;                           // grad mode only
   // R's values: random, but 0 where the reference output is +-inf (a masked
   // entry: a constant, so it takes no part in the loss the gradients are of).
   std::vector<double> r_values;
-  std::vector<size_t> params;                // grad mode: indices of inputs that are params
+  std::vector<size_t> params;  // grad mode: indices of inputs that are params
   Graph g;
   std::unique_ptr<Buffer> buf;
   bool guarded = false;  // buf came from `mem`

@@ -66,7 +66,8 @@ RefValue ref_COL2IM(const RefArgs& a) {
   const int64_t OH = out_size(H, w.KH, w.SH, w.PH, w.DH), OW = out_size(W, w.KW, w.SW, w.PW, w.DW);
   const int64_t cols = C * w.KH * w.KW;
   if (!(col.shape == Shape{N, cols, OH * OW}))
-    ref_fail(a.node, "columns are " + col.shape.str() + ", expected " + Shape{N, cols, OH * OW}.str());
+    ref_fail(a.node,
+             "columns are " + col.shape.str() + ", expected " + Shape{N, cols, OH * OW}.str());
   RefValue r = ref_out(a.node);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t oh = 0; oh < OH; ++oh)
@@ -101,7 +102,8 @@ void for_windows(const Shape& x, const Win& w, int64_t OH, int64_t OW, F&& f) {
 Shape pool_shape(const TensorNode* node, const Shape& x, const Win& w) {
   check_win(node, w);
   if (x.ndim() != 4) ref_fail(node, "input must be NCHW");
-  return Shape{x[0], x[1], out_size(x[2], w.KH, w.SH, w.PH, 1), out_size(x[3], w.KW, w.SW, w.PW, 1)};
+  return Shape{x[0], x[1], out_size(x[2], w.KH, w.SH, w.PH, 1),
+               out_size(x[3], w.KW, w.SW, w.PW, 1)};
 }
 
 }  // namespace

@@ -34,10 +34,18 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
 
-RefValue ref_ADD(const RefArgs& a) { return binary(a, [](double x, double y) { return x + y; }); }
-RefValue ref_SUB(const RefArgs& a) { return binary(a, [](double x, double y) { return x - y; }); }
-RefValue ref_MUL(const RefArgs& a) { return binary(a, [](double x, double y) { return x * y; }); }
-RefValue ref_DIV(const RefArgs& a) { return binary(a, [](double x, double y) { return x / y; }); }
+RefValue ref_ADD(const RefArgs& a) {
+  return binary(a, [](double x, double y) { return x + y; });
+}
+RefValue ref_SUB(const RefArgs& a) {
+  return binary(a, [](double x, double y) { return x - y; });
+}
+RefValue ref_MUL(const RefArgs& a) {
+  return binary(a, [](double x, double y) { return x * y; });
+}
+RefValue ref_DIV(const RefArgs& a) {
+  return binary(a, [](double x, double y) { return x / y; });
+}
 
 // CMP: i[0] 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge; result 1/0.
 RefValue ref_CMP(const RefArgs& a) {
@@ -67,24 +75,40 @@ RefValue ref_WHERE(const RefArgs& a) {
   Index it(s);
   do {
     const int nd = s.ndim();
-    const double v = ref_bcast_at(c, it.i, nd) != 0.0 ? ref_bcast_at(x, it.i, nd)
-                                                       : ref_bcast_at(y, it.i, nd);
+    const double v =
+        ref_bcast_at(c, it.i, nd) != 0.0 ? ref_bcast_at(x, it.i, nd) : ref_bcast_at(y, it.i, nd);
     r.v[size_t(ref_linear(s, it.i))] = v;
   } while (it.next());
   return r;
 }
 
-RefValue ref_NEG(const RefArgs& a) { return unary(a, [](double x) { return -x; }); }
-RefValue ref_ABS(const RefArgs& a) { return unary(a, [](double x) { return std::fabs(x); }); }
+RefValue ref_NEG(const RefArgs& a) {
+  return unary(a, [](double x) { return -x; });
+}
+RefValue ref_ABS(const RefArgs& a) {
+  return unary(a, [](double x) { return std::fabs(x); });
+}
 RefValue ref_SIGN(const RefArgs& a) {
   return unary(a, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; });
 }
-RefValue ref_SQR(const RefArgs& a) { return unary(a, [](double x) { return x * x; }); }
-RefValue ref_SQRT(const RefArgs& a) { return unary(a, [](double x) { return std::sqrt(x); }); }
-RefValue ref_EXP(const RefArgs& a) { return unary(a, [](double x) { return std::exp(x); }); }
-RefValue ref_LOG(const RefArgs& a) { return unary(a, [](double x) { return std::log(x); }); }
-RefValue ref_SIN(const RefArgs& a) { return unary(a, [](double x) { return std::sin(x); }); }
-RefValue ref_COS(const RefArgs& a) { return unary(a, [](double x) { return std::cos(x); }); }
+RefValue ref_SQR(const RefArgs& a) {
+  return unary(a, [](double x) { return x * x; });
+}
+RefValue ref_SQRT(const RefArgs& a) {
+  return unary(a, [](double x) { return std::sqrt(x); });
+}
+RefValue ref_EXP(const RefArgs& a) {
+  return unary(a, [](double x) { return std::exp(x); });
+}
+RefValue ref_LOG(const RefArgs& a) {
+  return unary(a, [](double x) { return std::log(x); });
+}
+RefValue ref_SIN(const RefArgs& a) {
+  return unary(a, [](double x) { return std::sin(x); });
+}
+RefValue ref_COS(const RefArgs& a) {
+  return unary(a, [](double x) { return std::cos(x); });
+}
 
 RefValue ref_POW(const RefArgs& a) {
   const double e = a.params<PowParams>().exponent;
@@ -103,7 +127,9 @@ RefValue ref_CLAMP(const RefArgs& a) {
   return unary(a, [lo, hi](double x) { return std::min(std::max(x, lo), hi); });
 }
 
-RefValue ref_RELU(const RefArgs& a) { return unary(a, [](double x) { return x > 0 ? x : 0.0; }); }
+RefValue ref_RELU(const RefArgs& a) {
+  return unary(a, [](double x) { return x > 0 ? x : 0.0; });
+}
 
 RefValue ref_LEAKY_RELU(const RefArgs& a) {
   const double slope = a.params<LeakyReluParams>().slope;
@@ -121,10 +147,16 @@ RefValue ref_GELU_ERF(const RefArgs& a) {
   return unary(a, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); });
 }
 
-RefValue ref_ERF(const RefArgs& a) { return unary(a, [](double x) { return std::erf(x); }); }
-RefValue ref_SILU(const RefArgs& a) { return unary(a, [](double x) { return x * sigmoid(x); }); }
+RefValue ref_ERF(const RefArgs& a) {
+  return unary(a, [](double x) { return std::erf(x); });
+}
+RefValue ref_SILU(const RefArgs& a) {
+  return unary(a, [](double x) { return x * sigmoid(x); });
+}
 RefValue ref_SIGMOID(const RefArgs& a) { return unary(a, sigmoid); }
-RefValue ref_TANH(const RefArgs& a) { return unary(a, [](double x) { return std::tanh(x); }); }
+RefValue ref_TANH(const RefArgs& a) {
+  return unary(a, [](double x) { return std::tanh(x); });
+}
 
 // log(1 + exp(x)), written so that large |x| neither overflows nor loses digits.
 RefValue ref_SOFTPLUS(const RefArgs& a) {

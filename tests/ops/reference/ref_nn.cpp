@@ -22,7 +22,8 @@ RefValue softmax_like(const RefArgs& a, bool log) {
   if (nd < 1) ref_fail(a.node, "softmax needs 1+ dims");
   if (mask) {
     const Shape b = ref_bcast_shape(a.node, s, mask->shape);
-    if (!(b == s)) ref_fail(a.node, "mask " + mask->shape.str() + " does not broadcast to " + s.str());
+    if (!(b == s))
+      ref_fail(a.node, "mask " + mask->shape.str() + " does not broadcast to " + s.str());
   }
   RefValue r = ref_out(a.node, s);
   const int64_t C = s[nd - 1];
@@ -142,7 +143,8 @@ RefValue ref_PAD(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const int nd = x.shape.ndim();
   Shape s = x.shape;
-  for (int d = 0; d < nd; ++d) s[d] += a.params<PadParams>().before[size_t(d)] + a.params<PadParams>().after[size_t(d)];
+  for (int d = 0; d < nd; ++d)
+    s[d] += a.params<PadParams>().before[size_t(d)] + a.params<PadParams>().after[size_t(d)];
   RefValue r = ref_out(a.node, s);
   Index it(s);
   do {

@@ -15,7 +15,8 @@ const RefValue& hyper(const RefArgs& a) {
 
 void check_same(const RefArgs& a, const RefValue& x, const char* what) {
   if (!(x.shape == a.in(0).shape))
-    ref_fail(a.node, std::string(what) + " is " + x.shape.str() + ", param is " + a.in(0).shape.str());
+    ref_fail(a.node,
+             std::string(what) + " is " + x.shape.str() + ", param is " + a.in(0).shape.str());
 }
 
 }  // namespace
@@ -28,7 +29,8 @@ RefValue ref_OPT_STEP_ADAMW(const RefArgs& a) {
   check_same(a, m0, "m");
   check_same(a, v0, "v");
   const std::vector<double>& h = hyper(a).v;
-  const double lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], wd = h[4], c1 = h[5], c2 = h[6], gs = h[7];
+  const double lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], wd = h[4], c1 = h[5], c2 = h[6],
+               gs = h[7];
   RefValue r = ref_out(a.node, p.shape), m = m0, v = v0;
   for (size_t k = 0; k < r.v.size(); ++k) {
     const double gk = g.v[k] * gs;

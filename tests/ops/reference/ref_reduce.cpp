@@ -11,7 +11,8 @@ namespace {
 // The reduced shape: axis -1 reduces everything (to 0 dims, or all-ones with keepdim).
 Shape reduced_shape(const TensorNode* node, const Shape& s, int64_t axis, bool keepdim) {
   Shape r;
-  if (axis < -1 || axis >= s.ndim()) ref_fail(node, "axis " + std::to_string(axis) + " out of range");
+  if (axis < -1 || axis >= s.ndim())
+    ref_fail(node, "axis " + std::to_string(axis) + " out of range");
   for (int d = 0; d < s.ndim(); ++d) {
     if (axis == -1 || d == axis) {
       if (keepdim) r.push_back(1);
@@ -38,7 +39,8 @@ int64_t reduced_linear(const Shape& s, const int64_t* idx, int64_t axis) {
 RefValue ref_SUM(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const int64_t axis = a.params<ReduceParams>().axis;
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
+  RefValue r =
+      ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   Index it(x.shape);
   if (x.numel() == 0) return r;
   do {
@@ -51,7 +53,8 @@ RefValue ref_SUM(const RefArgs& a) {
 RefValue ref_MAX(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const int64_t axis = a.params<ReduceParams>().axis;
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
+  RefValue r =
+      ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   for (double& e : r.v) e = -std::numeric_limits<double>::infinity();
   Index it(x.shape);
   do {
@@ -66,7 +69,8 @@ RefValue ref_ARGMAX(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const int64_t axis = a.params<ReduceParams>().axis;
   if (axis < 0) ref_fail(a.node, "argmax needs an axis >= 0");
-  RefValue r = ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
+  RefValue r =
+      ref_out(a.node, reduced_shape(a.node, x.shape, axis, a.params<ReduceParams>().keepdim));
   if (a.node->dtype != DType::i32) ref_fail(a.node, "argmax result must be i32");
   std::vector<double> best(r.v.size(), -std::numeric_limits<double>::infinity());
   std::vector<bool> seen(r.v.size(), false);

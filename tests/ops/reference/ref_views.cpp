@@ -83,7 +83,8 @@ RefValue ref_EXPAND(const RefArgs& a) {
 RefValue ref_ACCUMULATE(const RefArgs& a) {
   const RefValue& acc = a.in(0);
   const RefValue& g = a.in(1);
-  if (!(acc.shape == g.shape)) ref_fail(a.node, "accumulate " + g.shape.str() + " into " + acc.shape.str());
+  if (!(acc.shape == g.shape))
+    ref_fail(a.node, "accumulate " + g.shape.str() + " into " + acc.shape.str());
   RefValue r = ref_out(a.node, acc.shape);
   for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = acc.v[k] + g.v[k];
   return r;

@@ -41,8 +41,8 @@ void ref_fail(const TensorNode* node, const std::string& msg) {
 
 void ref_check_shape(const TensorNode* node, const Shape& expected) {
   if (!(node->shape == expected))
-    ref_fail(node, "node shape is " + node->shape.str() + " but by definition it is " +
-                       expected.str());
+    ref_fail(node,
+             "node shape is " + node->shape.str() + " but by definition it is " + expected.str());
 }
 
 RefValue ref_out(const TensorNode* node) {
@@ -113,9 +113,8 @@ RefValue ref_eval_node(const TensorNode* node, const RefValues& vals,
   for (int i = 0; i < node->n_src; ++i) {
     auto it = vals.find(node->src[i]);
     if (it == vals.end())
-      ref_fail(node, "source " + std::to_string(i) + " (node #" +
-                         std::to_string(node->src[i]->id) + ", " + op_name(node->src[i]->op) +
-                         ") has no value");
+      ref_fail(node, "source " + std::to_string(i) + " (node #" + std::to_string(node->src[i]->id) +
+                         ", " + op_name(node->src[i]->op) + ") has no value");
     a.src[i] = &it->second;
   }
   RefValue r = kRefTable[size_t(node->op)](a);

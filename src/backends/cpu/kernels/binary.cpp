@@ -41,16 +41,22 @@ void run_binary(TensorNode* dst, const TensorNode* a, const TensorNode* b, Threa
                  const float* x = (const float*)p[1];
                  const float* y = (const float*)p[2];
                  if (st[0] == 4) {
-                   if (st[1] == 4 && st[2] == 4) return map2_dense<false, false>(d, x, y, len, stream, f);
-                   if (st[1] == 4 && st[2] == 0) return map2_dense<false, true>(d, x, y, len, stream, f);
-                   if (st[1] == 0 && st[2] == 4) return map2_dense<true, false>(d, x, y, len, stream, f);
+                   if (st[1] == 4 && st[2] == 4)
+                     return map2_dense<false, false>(d, x, y, len, stream, f);
+                   if (st[1] == 4 && st[2] == 0)
+                     return map2_dense<false, true>(d, x, y, len, stream, f);
+                   if (st[1] == 0 && st[2] == 4)
+                     return map2_dense<true, false>(d, x, y, len, stream, f);
                  }
                  const int64_t sd = st[0] / 4, sx = st[1] / 4, sy = st[2] / 4;
                  for (int64_t i = 0; i < len; ++i) d[i * sd] = f(SF{x[i * sx]}, SF{y[i * sy]}).v;
                });
 }
 
-template <class V> inline V to01(typename V::M m) { return vm::select(m, vm::c<V>(1.0f), vm::c<V>(0.0f)); }
+template <class V>
+inline V to01(typename V::M m) {
+  return vm::select(m, vm::c<V>(1.0f), vm::c<V>(0.0f));
+}
 
 // CMP on i32 operands: a scalar loop (labels and counts, never large).
 template <class Cmp>
@@ -99,7 +105,8 @@ void cmp_dispatch(TensorNode* dst, ThreadCtx& t) {
 
 }  // namespace
 
-void binary_f32(BinaryOp op, TensorNode* dst, const TensorNode* a, const TensorNode* b, ThreadCtx& t) {
+void binary_f32(BinaryOp op, TensorNode* dst, const TensorNode* a, const TensorNode* b,
+                ThreadCtx& t) {
   switch (op) {
     case BinaryOp::add: return run_binary(dst, a, b, t, [](auto x, auto y) { return x + y; });
     case BinaryOp::sub: return run_binary(dst, a, b, t, [](auto x, auto y) { return x - y; });
@@ -108,10 +115,18 @@ void binary_f32(BinaryOp op, TensorNode* dst, const TensorNode* a, const TensorN
   }
 }
 
-void kernel_ADD(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::add, dst, dst->src[0], dst->src[1], t); }
-void kernel_SUB(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::sub, dst, dst->src[0], dst->src[1], t); }
-void kernel_MUL(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::mul, dst, dst->src[0], dst->src[1], t); }
-void kernel_DIV(TensorNode* dst, ThreadCtx& t) { binary_f32(BinaryOp::div, dst, dst->src[0], dst->src[1], t); }
+void kernel_ADD(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::add, dst, dst->src[0], dst->src[1], t);
+}
+void kernel_SUB(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::sub, dst, dst->src[0], dst->src[1], t);
+}
+void kernel_MUL(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::mul, dst, dst->src[0], dst->src[1], t);
+}
+void kernel_DIV(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::div, dst, dst->src[0], dst->src[1], t);
+}
 
 void kernel_CMP(TensorNode* dst, ThreadCtx& t) {
   const CompareMode mode = op_params<Op::CMP>(*dst).mode;
@@ -134,15 +149,17 @@ void kernel_WHERE(TensorNode* dst, ThreadCtx& t) {
   if (r.empty()) return;
   const Shape& s = dst->shape;
   const bool ci = c->dtype == DType::i32;
-  auto L = make_layout<4>(s, {dst->stride, bcast_strides(c, s), bcast_strides(x, s), bcast_strides(y, s)});
-  for_each_run(L, {(char*)dst->data, (char*)c->data, (char*)x->data, (char*)y->data}, r.begin, r.end,
-               [&](const Ptrs<4>& p, int64_t len, const Steps<4>& st) {
+  auto L = make_layout<4>(
+      s, {dst->stride, bcast_strides(c, s), bcast_strides(x, s), bcast_strides(y, s)});
+  for_each_run(L, {(char*)dst->data, (char*)c->data, (char*)x->data, (char*)y->data}, r.begin,
+               r.end, [&](const Ptrs<4>& p, int64_t len, const Steps<4>& st) {
                  float* d = (float*)p[0];
                  if (!ci && st[0] == 4 && st[1] == 4 && st[2] == 4 && st[3] == 4) {
-                   const float *cp = (const float*)p[1], *xp = (const float*)p[2], *yp = (const float*)p[3];
+                   const float *cp = (const float*)p[1], *xp = (const float*)p[2],
+                               *yp = (const float*)p[3];
                    return map_dense(d, len, false, [&](int64_t i, int m) {
-                     return vm::select(load_lanes(cp, i, m) != vm::c<VF>(0.0f), load_lanes(xp, i, m),
-                                       load_lanes(yp, i, m));
+                     return vm::select(load_lanes(cp, i, m) != vm::c<VF>(0.0f),
+                                       load_lanes(xp, i, m), load_lanes(yp, i, m));
                    });
                  }
                  for (int64_t i = 0; i < len; ++i) {

@@ -144,8 +144,7 @@ Layout<N> make_layout(const Shape& shape, const std::array<Strides, N>& st) {
   for (int d = shape.ndim() - 1; d >= 0; --d) {
     if (shape[d] == 1) continue;
     bool merge = n > 0;
-    for (int k = 0; k < N && merge; ++k)
-      merge = st[k][d] == str[k][n - 1] * size[n - 1];
+    for (int k = 0; k < N && merge; ++k) merge = st[k][d] == str[k][n - 1] * size[n - 1];
     if (merge) {
       size[n - 1] *= shape[d];
     } else {
@@ -232,19 +231,47 @@ inline int32_t f32_to_i32(float x) {
 
 inline float load_f32(const void* p, DType t) {
   switch (t) {
-    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::f16: { uint16_t h; std::memcpy(&h, p, 2); return half_to_f32(h); }
-    case DType::bf16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
-    case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return float(v); }
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return half_to_f32(h);
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return float(v);
+    }
   }
   return 0.0f;
 }
 inline void store_f32(void* p, DType t, float v) {
   switch (t) {
     case DType::f32: std::memcpy(p, &v, 4); break;
-    case DType::f16: { uint16_t h = f32_to_half(v); std::memcpy(p, &h, 2); break; }
-    case DType::bf16: { uint16_t h = f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
-    case DType::i32: { int32_t i = f32_to_i32(v); std::memcpy(p, &i, 4); break; }
+    case DType::f16: {
+      uint16_t h = f32_to_half(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t h = f32_to_bf16(v);
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::i32: {
+      int32_t i = f32_to_i32(v);
+      std::memcpy(p, &i, 4);
+      break;
+    }
   }
 }
 
@@ -265,10 +292,12 @@ inline void f32_to_f16_n(const float* s, uint16_t* d, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_si256((__m256i*)(d + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
 #elif defined(__F16C__)
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128((__m128i*)(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
   for (; i < n; ++i) d[i] = f32_to_half(s[i]);
 }
@@ -291,7 +320,8 @@ inline void f32_to_bf16_n(const float* s, uint16_t* d, int64_t n) {
     __m512i u = _mm512_loadu_si512(s + i);
     __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
     __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     r = _mm512_mask_blend_epi32(nan, r, q);
     _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtepi32_epi16(r));
@@ -307,7 +337,8 @@ inline void f32_to_i32_n(const float* s, int32_t* d, int64_t n) {
 }
 
 // n elements from (src, st, byte step ss) to (dst, dt, byte step ds).
-inline void convert(const char* src, DType st, int64_t ss, char* dst, DType dt, int64_t ds, int64_t n) {
+inline void convert(const char* src, DType st, int64_t ss, char* dst, DType dt, int64_t ds,
+                    int64_t n) {
   const int64_t es = int64_t(dtype_size(st)), ed = int64_t(dtype_size(dt));
   if (st == dt) {
     if (ss == es && ds == ed) {
@@ -414,7 +445,8 @@ inline float sum_block_f32(const float* p, int64_t n) {
 // Deterministic sum of n contiguous floats (blocks of kSumBlock, in double).
 inline double sum_f32(const float* p, int64_t n) {
   double acc = 0.0;
-  for (int64_t i = 0; i < n; i += kSumBlock) acc += sum_block_f32(p + i, std::min(kSumBlock, n - i));
+  for (int64_t i = 0; i < n; i += kSumBlock)
+    acc += sum_block_f32(p + i, std::min(kSumBlock, n - i));
   return acc;
 }
 
@@ -424,6 +456,7 @@ inline double sum_f32(const float* p, int64_t n) {
 // work over t's threads (thread_range). Defined in binary.cpp; used by
 // ACCUMULATE and usable by other kernels (bias adds, residuals).
 enum class BinaryOp : uint8_t { add, sub, mul, div };
-void binary_f32(BinaryOp op, TensorNode* dst, const TensorNode* a, const TensorNode* b, ThreadCtx& t);
+void binary_f32(BinaryOp op, TensorNode* dst, const TensorNode* a, const TensorNode* b,
+                ThreadCtx& t);
 
 }  // namespace kiln::cpu

@@ -85,8 +85,8 @@ void im2col_row(const char* plane, int64_t sh_b, int64_t sw_b, int64_t h, int64_
       const float* src = inside ? reinterpret_cast<const float*>(plane + ih * sh_b) + off : nullptr;
       for (int64_t j = 0; j < ow_n; j += 16) {
         const __mmask16 out = run_mask(j, 0, ow_n);
-        const __m512 v = inside ? _mm512_maskz_loadu_ps(run_mask(j, ow0, ow1), src + j)
-                                : _mm512_setzero_ps();
+        const __m512 v =
+            inside ? _mm512_maskz_loadu_ps(run_mask(j, ow0, ow1), src + j) : _mm512_setzero_ps();
         _mm512_mask_storeu_ps(d + j, out, v);
       }
       continue;
@@ -142,8 +142,8 @@ void col2im_plane_gather(const char* rows, int64_t s1, int64_t h, int64_t w, con
 
 #endif
 
-void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w,
-                  const Window& win, int64_t oh_n, int64_t ow_n, float* d) {
+void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w, const Window& win,
+                  int64_t oh_n, int64_t ow_n, float* d) {
   const bool unit = win.sw == 1 && s2 == int64_t(sizeof(float));
 #if defined(__AVX512F__)
   if (unit && win.sh == 1) return col2im_plane_gather(rows, s1, h, w, win, oh_n, ow_n, d);
@@ -168,8 +168,9 @@ void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w
 #if defined(__AVX512F__)
           for (int64_t i = 0; i < m; i += 16) {
             const __mmask16 k = run_mask(i, 0, m);
-            _mm512_mask_storeu_ps(drow + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, drow + i),
-                                                             _mm512_maskz_loadu_ps(k, sp + i)));
+            _mm512_mask_storeu_ps(drow + i, k,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(k, drow + i),
+                                                _mm512_maskz_loadu_ps(k, sp + i)));
           }
 #else
           for (int64_t i = 0; i < m; ++i) drow[i] += sp[i];

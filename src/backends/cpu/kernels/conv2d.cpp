@@ -94,7 +94,8 @@ void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
   const Conv cv(op_params<Conv2dParams>(*dst), x->shape, wt->shape);
   const Range r = my_images(t, cv);
   if (r.begin >= r.end) return;
-  float* buf = static_cast<float*>(t.scratch(size_t(cv.ckk * cv.p + cv.o * cv.ckk) * sizeof(float)));
+  float* buf =
+      static_cast<float*>(t.scratch(size_t(cv.ckk * cv.p + cv.o * cv.ckk) * sizeof(float)));
   float* cols = buf;
   const Mat wm = as_matrix(wt, static_cast<const char*>(wt->data), 0, buf + cv.ckk * cv.p);
   const Planes xp(x);
@@ -150,17 +151,18 @@ void kernel_CONV2D_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
   const int64_t groups = std::min(cv.n, kGroups), wsize = cv.o * cv.ckk;
   float* dw = static_cast<float*>(dst->data);
   float* partials =
-      groups > 1 ? static_cast<float*>(t.shared_scratch(size_t((groups - 1) * wsize) * sizeof(float)))
-                 : nullptr;
+      groups > 1
+          ? static_cast<float*>(t.shared_scratch(size_t((groups - 1) * wsize) * sizeof(float)))
+          : nullptr;
   const int k = useful_threads(groups, t.nth, (cv.n / groups) * cv.o * cv.p * cv.ckk);
   if (t.ith < k) {
     const Range gr = split_range(groups, t.ith, k);
     const int64_t kmax = kBatch * cv.p;  // row length of the side-by-side buffers
     float* buf = static_cast<float*>(
         t.scratch(size_t(cv.ckk * kmax + cv.o * kmax + cv.o * cv.p) * sizeof(float)));
-    float* cols = buf;                      // [ckk, kmax]
-    float* dys = buf + cv.ckk * kmax;       // [o, kmax]
-    float* dy_buf = dys + cv.o * kmax;      // one strided dy image, gathered
+    float* cols = buf;                  // [ckk, kmax]
+    float* dys = buf + cv.ckk * kmax;   // [o, kmax]
+    float* dy_buf = dys + cv.o * kmax;  // one strided dy image, gathered
     const Planes xp(x);
     for (int64_t gi = gr.begin; gi < gr.end; ++gi) {
       float* out = gi == 0 ? dw : partials + (gi - 1) * wsize;

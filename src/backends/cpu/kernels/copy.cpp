@@ -16,8 +16,8 @@ void kernel_CPY(TensorNode* dst, ThreadCtx& t) {
   const int64_t n = src->numel();
   Range r = thread_range(t, n, 1, 64);
   if (r.empty()) return;
-  const Strides ds = dst->shape == src->shape ? dst->stride
-                                              : dense_strides(src->shape, int64_t(dst->elem_size()));
+  const Strides ds =
+      dst->shape == src->shape ? dst->stride : dense_strides(src->shape, int64_t(dst->elem_size()));
   auto L = make_layout<2>(src->shape, {ds, src->stride});
   const DType dt = dst->dtype, st = src->dtype;
   for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
@@ -37,21 +37,22 @@ void kernel_FILL(TensorNode* dst, ThreadCtx& t) {
   store_f32(pat, dt, op_params<Op::FILL>(*dst).value);
   const bool zero = std::memcmp(pat, "\0\0\0\0", size_t(es)) == 0;
   auto L = make_layout<1>(dst->shape, {dst->stride});
-  for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& p, int64_t len, const Steps<1>& st) {
-    if (st[0] == es && zero) {
-      std::memset(p[0], 0, size_t(len * es));
-    } else if (st[0] == es && es == 4) {
-      uint32_t v;
-      std::memcpy(&v, pat, 4);
-      std::fill_n((uint32_t*)p[0], len, v);
-    } else if (st[0] == es) {
-      uint16_t v;
-      std::memcpy(&v, pat, 2);
-      std::fill_n((uint16_t*)p[0], len, v);
-    } else {
-      for (int64_t i = 0; i < len; ++i) std::memcpy(p[0] + i * st[0], pat, size_t(es));
-    }
-  });
+  for_each_run(L, {(char*)dst->data}, r.begin, r.end,
+               [&](const Ptrs<1>& p, int64_t len, const Steps<1>& st) {
+                 if (st[0] == es && zero) {
+                   std::memset(p[0], 0, size_t(len * es));
+                 } else if (st[0] == es && es == 4) {
+                   uint32_t v;
+                   std::memcpy(&v, pat, 4);
+                   std::fill_n((uint32_t*)p[0], len, v);
+                 } else if (st[0] == es) {
+                   uint16_t v;
+                   std::memcpy(&v, pat, 2);
+                   std::fill_n((uint16_t*)p[0], len, v);
+                 } else {
+                   for (int64_t i = 0; i < len; ++i) std::memcpy(p[0] + i * st[0], pat, size_t(es));
+                 }
+               });
 }
 
 // dst[k] = rng_uniform(seed, k) < f[0] ? 1 : 0 for linear index k, with seed =
@@ -70,12 +71,13 @@ void kernel_RAND_MASK(TensorNode* dst, ThreadCtx& t) {
   const float p = prm.keep;
   auto L = make_layout<1>(dst->shape, {dst->stride});
   int64_t k = r.begin;
-  for_each_run(L, {(char*)dst->data}, r.begin, r.end, [&](const Ptrs<1>& ptr, int64_t len, const Steps<1>& st) {
-    for (int64_t i = 0; i < len; ++i, ++k) {
-      float v = detail::rng_uniform(seed, uint64_t(k)) < p ? 1.0f : 0.0f;
-      std::memcpy(ptr[0] + i * st[0], &v, 4);
-    }
-  });
+  for_each_run(L, {(char*)dst->data}, r.begin, r.end,
+               [&](const Ptrs<1>& ptr, int64_t len, const Steps<1>& st) {
+                 for (int64_t i = 0; i < len; ++i, ++k) {
+                   float v = detail::rng_uniform(seed, uint64_t(k)) < p ? 1.0f : 0.0f;
+                   std::memcpy(ptr[0] + i * st[0], &v, 4);
+                 }
+               });
 }
 
 // src0 += src1 in place (dst aliases src0); src1 broadcasts to src0's shape.

@@ -128,8 +128,8 @@ void kernel_ONE_HOT(TensorNode* dst, ThreadCtx& t) {
   if (k0 >= k1) return;  // some thread has work, and it reports bad labels
   const int64_t bad = first_bad_index(rd, count, classes);
   if (bad >= 0)
-    fail(prm.for_cross_entropy ? "cross_entropy" : "one_hot", "label ", rd(bad), " at position ", bad,
-         " is out of range [0, ", classes, ")");
+    fail(prm.for_cross_entropy ? "cross_entropy" : "one_hot", "label ", rd(bad), " at position ",
+         bad, " is out of range [0, ", classes, ")");
   float* out = static_cast<float*>(dst->data);
   std::fill(out + k0 * classes, out + k1 * classes, 0.0f);
   for (int64_t k = k0; k < k1; ++k) out[k * classes + rd(k)] = 1.0f;
@@ -152,8 +152,8 @@ void kernel_GET_ROWS(TensorNode* dst, ThreadCtx& t) {
   const size_t es = table->elem_size();
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t k = u / nb, b = u % nb, c0 = dim * b / nb, c1 = dim * (b + 1) / nb;
-    const char* src = static_cast<const char*>(table->data) + rd(k) * table->stride[0] +
-                      c0 * table->stride[1];
+    const char* src =
+        static_cast<const char*>(table->data) + rd(k) * table->stride[0] + c0 * table->stride[1];
     char* d = static_cast<char*>(dst->data) + (k * dim + c0) * int64_t(es);
     copy_elems(d, src, c1 - c0, table->stride[1], es);
   }
@@ -185,8 +185,8 @@ void kernel_SCATTER_ADD_ROWS(TensorNode* dst, ThreadCtx& t) {
   if (c0 >= c1 || v0 >= v1) return;
   const int64_t bad = first_bad_index(rd, count, rows);
   if (bad >= 0)
-    fail("scatter_add_rows", "index ", rd(bad), " at position ", bad, " is out of range for ",
-         rows, " rows");
+    fail("scatter_add_rows", "index ", rd(bad), " at position ", bad, " is out of range for ", rows,
+         " rows");
   for (int64_t v = v0; v < v1; ++v) std::fill(out + v * dim + c0, out + v * dim + c1, 0.0f);
   for (int64_t k = 0; k < count; ++k) {
     const int64_t v = rd(k);

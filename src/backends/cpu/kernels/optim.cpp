@@ -27,7 +27,9 @@ Hyper read_hyper(const TensorNode* hp) {
   return h;
 }
 
-inline float& at(char* p, int64_t i, int64_t step) { return *reinterpret_cast<float*>(p + i * step); }
+inline float& at(char* p, int64_t i, int64_t step) {
+  return *reinterpret_cast<float*>(p + i * step);
+}
 
 }  // namespace
 
@@ -57,32 +59,34 @@ void kernel_OPT_STEP_ADAMW(TensorNode* dst, ThreadCtx& t) {
   Range r = thread_range(t, n, 8, 16);
   if (r.empty()) return;
   const Hyper h = read_hyper(dst->src[4]);
-  AdamW a{h.v[0], h.v[1], h.v[2], h.v[3], h.v[5], h.v[6], h.v[7], 1.0f - h.v[0] * h.v[4], 1.0f - h.v[1],
-          1.0f - h.v[2]};
+  AdamW a{h.v[0],        h.v[1],       h.v[2], h.v[3],
+          h.v[5],        h.v[6],       h.v[7], 1.0f - h.v[0] * h.v[4],
+          1.0f - h.v[1], 1.0f - h.v[2]};
   // dst's data is the param's (an alias): read and write through src0's strides.
   auto L = make_layout<4>(p->shape, {p->stride, g->stride, m->stride, v->stride});
-  for_each_run(L, {(char*)dst->data, (char*)g->data, (char*)m->data, (char*)v->data}, r.begin, r.end,
-               [&](const Ptrs<4>& q, int64_t len, const Steps<4>& s) {
-                 if (s[0] == 4 && s[1] == 4 && s[2] == 4 && s[3] == 4) {
-                   float *pp = (float*)q[0], *gp = (float*)q[1], *mp = (float*)q[2], *vp = (float*)q[3];
-                   for (int64_t i = 0; i < len; i += vm::kW) {
-                     const int k = int(std::min<int64_t>(vm::kW, len - i));
-                     vm::VF mi = load_lanes(mp + i, 0, k), vi = load_lanes(vp + i, 0, k);
-                     const vm::VF pi = a.step(load_lanes(pp + i, 0, k), load_lanes(gp + i, 0, k), mi, vi);
-                     vm::store(mp + i, mi, k);
-                     vm::store(vp + i, vi, k);
-                     vm::store(pp + i, pi, k);
-                   }
-                   return;
-                 }
-                 for (int64_t i = 0; i < len; ++i) {
-                   vm::SF mi{at(q[2], i, s[2])}, vi{at(q[3], i, s[3])};
-                   const vm::SF pi = a.step(vm::SF{at(q[0], i, s[0])}, vm::SF{at(q[1], i, s[1])}, mi, vi);
-                   at(q[2], i, s[2]) = mi.v;
-                   at(q[3], i, s[3]) = vi.v;
-                   at(q[0], i, s[0]) = pi.v;
-                 }
-               });
+  for_each_run(
+      L, {(char*)dst->data, (char*)g->data, (char*)m->data, (char*)v->data}, r.begin, r.end,
+      [&](const Ptrs<4>& q, int64_t len, const Steps<4>& s) {
+        if (s[0] == 4 && s[1] == 4 && s[2] == 4 && s[3] == 4) {
+          float *pp = (float*)q[0], *gp = (float*)q[1], *mp = (float*)q[2], *vp = (float*)q[3];
+          for (int64_t i = 0; i < len; i += vm::kW) {
+            const int k = int(std::min<int64_t>(vm::kW, len - i));
+            vm::VF mi = load_lanes(mp + i, 0, k), vi = load_lanes(vp + i, 0, k);
+            const vm::VF pi = a.step(load_lanes(pp + i, 0, k), load_lanes(gp + i, 0, k), mi, vi);
+            vm::store(mp + i, mi, k);
+            vm::store(vp + i, vi, k);
+            vm::store(pp + i, pi, k);
+          }
+          return;
+        }
+        for (int64_t i = 0; i < len; ++i) {
+          vm::SF mi{at(q[2], i, s[2])}, vi{at(q[3], i, s[3])};
+          const vm::SF pi = a.step(vm::SF{at(q[0], i, s[0])}, vm::SF{at(q[1], i, s[1])}, mi, vi);
+          at(q[2], i, s[2]) = mi.v;
+          at(q[3], i, s[3]) = vi.v;
+          at(q[0], i, s[0]) = pi.v;
+        }
+      });
 }
 
 void kernel_OPT_STEP_SGD(TensorNode* dst, ThreadCtx& t) {

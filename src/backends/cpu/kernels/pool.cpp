@@ -28,8 +28,8 @@ namespace {
 // Row-major position (ih*W + iw) of the first maximum of the window at (oh, ow);
 // padding is -inf and never wins (a window always holds at least one real
 // element because padding <= kernel/2). NaN wins (and propagates) as in PyTorch.
-int64_t window_argmax(const Planes& x, const char* plane, int64_t h, int64_t w,
-                      const Window& win, int64_t oh, int64_t ow, float* value) {
+int64_t window_argmax(const Planes& x, const char* plane, int64_t h, int64_t w, const Window& win,
+                      int64_t oh, int64_t ow, float* value) {
   float best = -std::numeric_limits<float>::infinity();
   int64_t arg = -1;
   const int64_t h0 = oh * win.sh - win.ph, w0 = ow * win.sw - win.pw;

@@ -22,7 +22,8 @@ using window::Window;
 // on that far, a masked one only at its very end: masked loads that miss the
 // cache are slow on some CPUs (2-3x here, AMD EPYC, on rows of 14 floats).
 inline VF load_part(const float* p, int64_t n, const char* end) {
-  if (n >= vm::kW || end - reinterpret_cast<const char*>(p) >= int64_t(sizeof(VF))) return vm::loadv<VF>(p);
+  if (n >= vm::kW || end - reinterpret_cast<const char*>(p) >= int64_t(sizeof(VF)))
+    return vm::loadv<VF>(p);
   return vm::loadv<VF>(p, int(n));
 }
 // Stores the first n >= 1 lanes of v at p: the whole vector (masked stores are
@@ -119,7 +120,8 @@ inline VF first_max(const Quad& q) {
   const VF m = max_chain(q);
   if (!may_hold_nan(q)) return m;
   const Nans n = nans(q);
-  return vm::select(n.any, vm::select(n.a, q.a, vm::select(n.b, q.b, vm::select(n.c, q.c, q.d))), m);
+  return vm::select(n.any, vm::select(n.a, q.a, vm::select(n.b, q.b, vm::select(n.c, q.c, q.d))),
+                    m);
 }
 
 // g at each window's first maximum, 0 at its other elements.
@@ -134,13 +136,15 @@ inline Quad route_to_max(const Quad& q, VF g) {
     ca = n.a | (q.a == mn), cb = n.b | (q.b == mn), cc = n.c | (q.c == mn);
   }
   const vm::VM tb = cb & ~ca, tc = cc & ~(ca | cb), td = ~(ca | cb | cc);  // the first one takes g
-  return {vm::select(ca, g, zero), vm::select(tb, g, zero), vm::select(tc, g, zero), vm::select(td, g, zero)};
+  return {vm::select(ca, g, zero), vm::select(tb, g, zero), vm::select(tc, g, zero),
+          vm::select(td, g, zero)};
 }
 
 // The generic loops' sum: from 0 (so -0 inputs give +0), in row-major order.
 inline VF sum(const Quad& q) { return (((vm::c<VF>(0.0f) + q.a) + q.b) + q.c) + q.d; }
 
-inline bool applies(const Window& win, const Planes& x, int64_t h, int64_t w, int64_t oh_n, int64_t ow_n) {
+inline bool applies(const Window& win, const Planes& x, int64_t h, int64_t w, int64_t oh_n,
+                    int64_t ow_n) {
   return win.kh == 2 && win.kw == 2 && win.sh == 2 && win.sw == 2 && win.ph == 0 && win.pw == 0 &&
          x.sw == 4 && oh_n == h / 2 && ow_n == w / 2;
 }
@@ -186,8 +190,8 @@ struct Input {
 // The output rows `rows` of dst ([*, oh_n, ow_n], contiguous); f(Quad) gives a
 // chunk of windows' results.
 template <class F>
-void gather_rows(const Input& in, int64_t oh_n, int64_t ow_n, float* dst, std::pair<int64_t, int64_t> rows,
-                 F f) {
+void gather_rows(const Input& in, int64_t oh_n, int64_t ow_n, float* dst,
+                 std::pair<int64_t, int64_t> rows, F f) {
   const float* d_end = dst + rows.second * ow_n;  // written in order up to here
   for (int64_t r = rows.first; r < rows.second;) {
     const int64_t pl = r / oh_n, plane_end = std::min(rows.second, (pl + 1) * oh_n);

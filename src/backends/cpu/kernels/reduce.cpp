@@ -177,7 +177,8 @@ void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t)
                  } else {
                    for (int64_t k = 0; k < n; ++k) {
                      const char* s = p[1] + k * st[1];
-                     d[k * sd] = kMax ? max_strided(s, a.len, a.step) : sum_strided(s, a.len, a.step);
+                     d[k * sd] =
+                         kMax ? max_strided(s, a.len, a.step) : sum_strided(s, a.len, a.step);
                    }
                  }
                });
@@ -224,8 +225,8 @@ void kernel_ARGMAX(TensorNode* dst, ThreadCtx& t) {
                [&](const Ptrs<2>& p, int64_t n, const Steps<2>& st) {
                  for (int64_t k = 0; k < n; ++k) {
                    const char* s = p[1] + k * st[1];
-                   *(int32_t*)(p[0] + k * st[0]) =
-                       is_int ? argmax_row<int32_t>(s, a.len, a.step) : argmax_row<float>(s, a.len, a.step);
+                   *(int32_t*)(p[0] + k * st[0]) = is_int ? argmax_row<int32_t>(s, a.len, a.step)
+                                                          : argmax_row<float>(s, a.len, a.step);
                  }
                });
 }
@@ -242,7 +243,8 @@ void kernel_COUNT_EQUAL(TensorNode* dst, ThreadCtx& t) {
                  [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
                    if (dt == DType::i32) {
                      for (int64_t i = 0; i < len; ++i)
-                       c += *(const int32_t*)(p[0] + i * st[0]) == *(const int32_t*)(p[1] + i * st[1]);
+                       c += *(const int32_t*)(p[0] + i * st[0]) ==
+                            *(const int32_t*)(p[1] + i * st[1]);
                    } else if (dt == DType::f32) {
                      for (int64_t i = 0; i < len; ++i)
                        c += *(const float*)(p[0] + i * st[0]) == *(const float*)(p[1] + i * st[1]);

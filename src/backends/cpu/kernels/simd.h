@@ -28,8 +28,12 @@
 namespace kiln::cpu::vm {
 
 // ---------------------------------------------------------------- scalar type
-struct SM { bool v; };
-struct SI { int32_t v; };
+struct SM {
+  bool v;
+};
+struct SI {
+  int32_t v;
+};
 struct SF {
   using I = SI;
   using M = SM;
@@ -40,7 +44,9 @@ inline SF set1(SF, float x) { return {x}; }
 inline SF load(SF, const float* p) { return {*p}; }
 inline SF load(SF, const float* p, int n) { return {n > 0 ? *p : 0.0f}; }
 inline void store(float* p, SF a) { *p = a.v; }
-inline void store(float* p, SF a, int n) { if (n > 0) *p = a.v; }
+inline void store(float* p, SF a, int n) {
+  if (n > 0) *p = a.v;
+}
 inline SF operator+(SF a, SF b) { return {a.v + b.v}; }
 inline SF operator-(SF a, SF b) { return {a.v - b.v}; }
 inline SF operator*(SF a, SF b) { return {a.v * b.v}; }
@@ -75,8 +81,16 @@ inline bool any(SM m) { return m.v; }
 inline bool all(SM m) { return m.v; }
 inline SF select(SM m, SF a, SF b) { return m.v ? a : b; }
 inline SI select(SM m, SI a, SI b) { return m.v ? a : b; }
-inline SI as_int(SF a) { SI r; std::memcpy(&r.v, &a.v, 4); return r; }
-inline SF as_float(SI a) { SF r; std::memcpy(&r.v, &a.v, 4); return r; }
+inline SI as_int(SF a) {
+  SI r;
+  std::memcpy(&r.v, &a.v, 4);
+  return r;
+}
+inline SF as_float(SI a) {
+  SF r;
+  std::memcpy(&r.v, &a.v, 4);
+  return r;
+}
 inline SI to_int(SF a) { return {int32_t(std::nearbyint(a.v))}; }  // |a| < 2^31
 inline SF to_float(SI a) { return {float(a.v)}; }
 inline SI set1(SI, int32_t x) { return {x}; }
@@ -85,9 +99,18 @@ inline SI operator-(SI a, SI b) { return {int32_t(uint32_t(a.v) - uint32_t(b.v))
 inline SI operator&(SI a, SI b) { return {a.v & b.v}; }
 inline SI operator|(SI a, SI b) { return {a.v | b.v}; }
 inline SI operator^(SI a, SI b) { return {a.v ^ b.v}; }
-template <int S> inline SI shl(SI a) { return {int32_t(uint32_t(a.v) << S)}; }
-template <int S> inline SI shr(SI a) { return {int32_t(uint32_t(a.v) >> S)}; }  // logical
-template <int S> inline SI sra(SI a) { return {a.v >> S}; }                      // arithmetic
+template <int S>
+inline SI shl(SI a) {
+  return {int32_t(uint32_t(a.v) << S)};
+}
+template <int S>
+inline SI shr(SI a) {
+  return {int32_t(uint32_t(a.v) >> S)};
+}  // logical
+template <int S>
+inline SI sra(SI a) {
+  return {a.v >> S};
+}  // arithmetic
 inline SM operator==(SI a, SI b) { return {a.v == b.v}; }
 inline SM operator>(SI a, SI b) { return {a.v > b.v}; }
 inline float hsum(SF a) { return a.v; }
@@ -98,8 +121,12 @@ inline void stream(float* p, SF a) { *p = a.v; }
 // ---------------------------------------------------------------- native vector
 #if defined(__AVX512F__)
 inline constexpr int kW = 16;
-struct VM { __mmask16 v; };
-struct VI { __m512i v; };
+struct VM {
+  __mmask16 v;
+};
+struct VI {
+  __m512i v;
+};
 struct VF {
   using I = VI;
   using M = VM;
@@ -116,13 +143,21 @@ inline VF operator+(VF a, VF b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline VF operator-(VF a, VF b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline VF operator*(VF a, VF b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline VF operator/(VF a, VF b) { return {_mm512_div_ps(a.v, b.v)}; }
-inline VF operator-(VF a) { return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(int(0x80000000u))))}; }
+inline VF operator-(VF a) {
+  return {_mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(int(0x80000000u))))};
+}
 inline VF madd(VF a, VF b, VF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline VF min(VF a, VF b) { return {_mm512_min_ps(a.v, b.v)}; }
 inline VF max(VF a, VF b) { return {_mm512_max_ps(a.v, b.v)}; }
-inline VF abs(VF a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7fffffff)))}; }
+inline VF abs(VF a) {
+  return {_mm512_castsi512_ps(
+      _mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7fffffff)))};
+}
 inline VF sqrt(VF a) { return {_mm512_sqrt_ps(a.v)}; }
-inline VF round_even(VF a) { return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+inline VF round_even(VF a) {
+  return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
 inline VM operator<(VF a, VF b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
 inline VM operator<=(VF a, VF b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)}; }
 inline VM operator>(VF a, VF b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
@@ -147,9 +182,18 @@ inline VI operator-(VI a, VI b) { return {_mm512_sub_epi32(a.v, b.v)}; }
 inline VI operator&(VI a, VI b) { return {_mm512_and_si512(a.v, b.v)}; }
 inline VI operator|(VI a, VI b) { return {_mm512_or_si512(a.v, b.v)}; }
 inline VI operator^(VI a, VI b) { return {_mm512_xor_si512(a.v, b.v)}; }
-template <int S> inline VI shl(VI a) { return {_mm512_slli_epi32(a.v, S)}; }
-template <int S> inline VI shr(VI a) { return {_mm512_srli_epi32(a.v, S)}; }
-template <int S> inline VI sra(VI a) { return {_mm512_srai_epi32(a.v, S)}; }
+template <int S>
+inline VI shl(VI a) {
+  return {_mm512_slli_epi32(a.v, S)};
+}
+template <int S>
+inline VI shr(VI a) {
+  return {_mm512_srli_epi32(a.v, S)};
+}
+template <int S>
+inline VI sra(VI a) {
+  return {_mm512_srai_epi32(a.v, S)};
+}
 inline VM operator==(VI a, VI b) { return {_mm512_cmpeq_epi32_mask(a.v, b.v)}; }
 inline VM operator>(VI a, VI b) { return {_mm512_cmpgt_epi32_mask(a.v, b.v)}; }
 inline float hsum(VF a) { return _mm512_reduce_add_ps(a.v); }
@@ -161,8 +205,12 @@ inline VF scale2(VF p, VF n) { return {_mm512_scalef_ps(p.v, n.v)}; }
 
 #elif defined(__AVX2__) && defined(__FMA__)
 inline constexpr int kW = 8;
-struct VM { __m256 v; };  // all-ones lanes
-struct VI { __m256i v; };
+struct VM {
+  __m256 v;
+};  // all-ones lanes
+struct VI {
+  __m256i v;
+};
 struct VF {
   using I = VI;
   using M = VM;
@@ -187,7 +235,9 @@ inline VF min(VF a, VF b) { return {_mm256_min_ps(a.v, b.v)}; }
 inline VF max(VF a, VF b) { return {_mm256_max_ps(a.v, b.v)}; }
 inline VF abs(VF a) { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
 inline VF sqrt(VF a) { return {_mm256_sqrt_ps(a.v)}; }
-inline VF round_even(VF a) { return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)}; }
+inline VF round_even(VF a) {
+  return {_mm256_round_ps(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
 inline VM operator<(VF a, VF b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
 inline VM operator<=(VF a, VF b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
 inline VM operator>(VF a, VF b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
@@ -197,12 +247,15 @@ inline VM operator!=(VF a, VF b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)}
 inline VM isnan(VF a) { return {_mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q)}; }
 inline VM operator&(VM a, VM b) { return {_mm256_and_ps(a.v, b.v)}; }
 inline VM operator|(VM a, VM b) { return {_mm256_or_ps(a.v, b.v)}; }
-inline VM operator~(VM a) { return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(-1)))}; }
+inline VM operator~(VM a) {
+  return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(-1)))};
+}
 inline bool any(VM m) { return _mm256_movemask_ps(m.v) != 0; }
 inline bool all(VM m) { return _mm256_movemask_ps(m.v) == 0xff; }
 inline VF select(VM m, VF a, VF b) { return {_mm256_blendv_ps(b.v, a.v, m.v)}; }
 inline VI select(VM m, VI a, VI b) {
-  return {_mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(b.v), _mm256_castsi256_ps(a.v), m.v))};
+  return {_mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(b.v), _mm256_castsi256_ps(a.v), m.v))};
 }
 inline VI as_int(VF a) { return {_mm256_castps_si256(a.v)}; }
 inline VF as_float(VI a) { return {_mm256_castsi256_ps(a.v)}; }
@@ -214,9 +267,18 @@ inline VI operator-(VI a, VI b) { return {_mm256_sub_epi32(a.v, b.v)}; }
 inline VI operator&(VI a, VI b) { return {_mm256_and_si256(a.v, b.v)}; }
 inline VI operator|(VI a, VI b) { return {_mm256_or_si256(a.v, b.v)}; }
 inline VI operator^(VI a, VI b) { return {_mm256_xor_si256(a.v, b.v)}; }
-template <int S> inline VI shl(VI a) { return {_mm256_slli_epi32(a.v, S)}; }
-template <int S> inline VI shr(VI a) { return {_mm256_srli_epi32(a.v, S)}; }
-template <int S> inline VI sra(VI a) { return {_mm256_srai_epi32(a.v, S)}; }
+template <int S>
+inline VI shl(VI a) {
+  return {_mm256_slli_epi32(a.v, S)};
+}
+template <int S>
+inline VI shr(VI a) {
+  return {_mm256_srli_epi32(a.v, S)};
+}
+template <int S>
+inline VI sra(VI a) {
+  return {_mm256_srai_epi32(a.v, S)};
+}
 inline VM operator==(VI a, VI b) { return {_mm256_castsi256_ps(_mm256_cmpeq_epi32(a.v, b.v))}; }
 inline VM operator>(VI a, VI b) { return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(a.v, b.v))}; }
 inline float hsum(VF a) {
@@ -251,11 +313,24 @@ template <class V>
 concept Vec = std::is_same_v<V, SF> || std::is_same_v<V, VF>;
 
 // Broadcast helpers: c<V>(1.5f) is a vector of 1.5f.
-template <Vec V> inline V c(float x) { return set1(V{}, x); }
-template <Vec V> inline typename V::I ci(int32_t x) { return set1(typename V::I{}, x); }
-template <Vec V> inline V loadv(const float* p) { return load(V{}, p); }
-template <Vec V> inline V loadv(const float* p, int n) { return load(V{}, p, n); }
-template <Vec V> inline V copysign(V mag, V sgn) {  // |mag| with sgn's sign bit
+template <Vec V>
+inline V c(float x) {
+  return set1(V{}, x);
+}
+template <Vec V>
+inline typename V::I ci(int32_t x) {
+  return set1(typename V::I{}, x);
+}
+template <Vec V>
+inline V loadv(const float* p) {
+  return load(V{}, p);
+}
+template <Vec V>
+inline V loadv(const float* p, int n) {
+  return load(V{}, p, n);
+}
+template <Vec V>
+inline V copysign(V mag, V sgn) {  // |mag| with sgn's sign bit
   return as_float(as_int(abs(mag)) | (as_int(sgn) & ci<V>(int32_t(0x80000000u))));
 }
 

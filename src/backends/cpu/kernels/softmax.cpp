@@ -115,8 +115,7 @@ void softmax_kernel(TensorNode* dst, ThreadCtx& t) {
   int64_t ms_last = 0;
   if (mask) {
     const int mnd = mask->shape.ndim(), off = nd - mnd;
-    for (int k = 0; k < mnd; ++k)
-      mstride[k + off] = mask->shape[k] == 1 ? 0 : mask->stride[k];
+    for (int k = 0; k < mnd; ++k) mstride[k + off] = mask->shape[k] == 1 ? 0 : mask->stride[k];
     ms_last = mstride[nd - 1];
   }
 

@@ -32,7 +32,8 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
                  float* d = (float*)p[0];
                  const float* x = (const float*)p[1];
                  if (st[0] == 4 && st[1] == 4)
-                   return map_dense(d, len, stream, [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
+                   return map_dense(d, len, stream,
+                                    [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
                  const int64_t sd = st[0] / 4, sx = st[1] / 4;
                  for (int64_t i = 0; i < len; ++i) d[i * sd] = f(SF{x[i * sx]}).v;
                });
@@ -40,7 +41,10 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
 
 constexpr int64_t kCheap = 1, kMid = 4, kHeavy = 8;
 
-template <class V> inline V zero() { return vm::c<V>(0.0f); }
+template <class V>
+inline V zero() {
+  return vm::c<V>(0.0f);
+}
 
 // x^p for a constant p. Common exponents get exact or cheaper forms; the rest
 // use std::pow per element (pow is rare and never the bottleneck).
@@ -50,10 +54,11 @@ void run_pow(TensorNode* dst, ThreadCtx& t) {
   if (e == 2.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x; });
   if (e == 3.0f) return run_unary(dst, t, kCheap, [](auto x) { return x * x * x; });
   if (e == 0.5f) return run_unary(dst, t, kCheap, [](auto x) { return vm::sqrt(x); });
-  if (e == -1.0f) return run_unary(dst, t, kCheap, [](auto x) {
-    using V = decltype(x);
-    return vm::c<V>(1.0f) / x;
-  });
+  if (e == -1.0f)
+    return run_unary(dst, t, kCheap, [](auto x) {
+      using V = decltype(x);
+      return vm::c<V>(1.0f) / x;
+    });
   if (e == 0.0f) return run_unary(dst, t, kCheap, [](auto x) { return vm::c<decltype(x)>(1.0f); });
   run_unary(dst, t, kHeavy * 4, [e](auto x) {
     using V = decltype(x);

@@ -38,7 +38,8 @@ namespace kiln::cpu::vm {
 // polynomial (truncation error < 6e-9), times 2^n (AVX-512: vscalefps; else
 // built in the exponent bits, in two steps when 2^n is not a normal float, so
 // denormal results and overflow come out right either way).
-template <Vec V> inline V exp(V x) {
+template <Vec V>
+inline V exp(V x) {
   using I = typename V::I;
   V xc = min(max(x, c<V>(-104.0f)), c<V>(89.0f));
   V n = round_even(xc * c<V>(1.44269504088896341f));
@@ -73,7 +74,8 @@ template <Vec V> inline V exp(V x) {
 // ---------------------------------------------------------------- log
 // x = 2^e m with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m-1)/(m+1),
 // |s| <= 0.172, by the odd series through s^9 (truncation error < 3e-9).
-template <Vec V> inline V log(V x) {
+template <Vec V>
+inline V log(V x) {
   using I = typename V::I;
   typename V::M tiny = x < c<V>(1.17549435e-38f);  // denormals (and <= 0, fixed below)
   V xs = select(tiny, x * c<V>(8388608.0f), x);
@@ -101,7 +103,8 @@ template <Vec V> inline V log(V x) {
 
 // log(1 + x) for x > -1, accurate for small x: u = 1 + x rounds, and the
 // first-order correction ((u - 1) - x) / u puts back what the rounding lost.
-template <Vec V> inline V log1p(V x) {
+template <Vec V>
+inline V log1p(V x) {
   V u = x + c<V>(1.0f);
   V corr = ((u - c<V>(1.0f)) - x) / u;
   V res = log(u) - corr;
@@ -112,7 +115,8 @@ template <Vec V> inline V log1p(V x) {
 // ---------------------------------------------------------------- tanh, sigmoid
 // |x| < 0.625: x + x^3 P(x^2) (minimax, error < 5e-9); otherwise
 // sign(x) (1 - 2 / (e^{2|x|} + 1)).
-template <Vec V> inline V tanh(V x) {
+template <Vec V>
+inline V tanh(V x) {
   V a = abs(x);
   typename V::M small = a < c<V>(0.625f);
   V res_s = x, res_l;
@@ -133,16 +137,21 @@ template <Vec V> inline V tanh(V x) {
 
 // 1 / (1 + e^-x), from e = e^{-|x|} so neither branch overflows and the
 // negative tail keeps full relative precision.
-template <Vec V> inline V sigmoid(V x) {
+template <Vec V>
+inline V sigmoid(V x) {
   V e = exp(-abs(x));
   V s = c<V>(1.0f) / (c<V>(1.0f) + e);
   return select(x >= c<V>(0.0f), s, e * s);
 }
 
-template <Vec V> inline V silu(V x) { return x * sigmoid(x); }
+template <Vec V>
+inline V silu(V x) {
+  return x * sigmoid(x);
+}
 
 // log(1 + e^x) = max(x, 0) + log1p(e^{-|x|}); exact for large |x|.
-template <Vec V> inline V softplus(V x) {
+template <Vec V>
+inline V softplus(V x) {
   V res = max(x, c<V>(0.0f)) + log1p(exp(-abs(x)));
   return select(isnan(x), x, res);
 }
@@ -154,7 +163,8 @@ template <Vec V> inline V softplus(V x) {
 // < 6e-8); a^2 is split exactly (fma) so e^{-a^2} keeps full precision in the tail.
 // The rounding error of hi = a*a (a*a = hi + lo exactly): one FMA, or Dekker's
 // split where FMA is not fast.
-template <Vec V> inline V sqr_lo(V a, V hi) {
+template <Vec V>
+inline V sqr_lo(V a, V hi) {
   if constexpr (std::is_same_v<V, SF> && !KILN_VM_FAST_FMA) {
     V t = a * c<V>(4097.0f);
     V ah = t - (t - a), al = a - ah;
@@ -163,7 +173,8 @@ template <Vec V> inline V sqr_lo(V a, V hi) {
     return madd(a, a, -hi);
   }
 }
-template <Vec V> inline V erf_small(V x) {
+template <Vec V>
+inline V erf_small(V x) {
   V z = x * x;
   V p = c<V>(-6.203419663e-04f);
   p = madd(p, z, c<V>(5.032215816e-03f));
@@ -173,8 +184,9 @@ template <Vec V> inline V erf_small(V x) {
   p = madd(p, z, c<V>(1.128379158e+00f));
   return x * p;
 }
-template <Vec V> inline V erfc_large(V a) {  // a >= 0.875, +inf or NaN
-  a = min(c<V>(10.5f), a);  // erfc is 0 in float beyond; keeps NaN, avoids inf*inf
+template <Vec V>
+inline V erfc_large(V a) {                   // a >= 0.875, +inf or NaN
+  a = min(c<V>(10.5f), a);                   // erfc is 0 in float beyond; keeps NaN, avoids inf*inf
   V u = c<V>(1.0f) / a - c<V>(0.62044818f);  // centred: better conditioned
   V r = c<V>(-3.848280345e-02f);
   r = madd(r, u, c<V>(3.592303772e-02f));
@@ -193,7 +205,8 @@ template <Vec V> inline V erfc_large(V a) {  // a >= 0.875, +inf or NaN
   e = madd(-e, lo, e);
   return e * r;
 }
-template <Vec V> inline V erf(V x) {
+template <Vec V>
+inline V erf(V x) {
   V a = abs(x);
   typename V::M small = a < c<V>(0.875f);
   V rs = erf_small(x);
@@ -201,7 +214,8 @@ template <Vec V> inline V erf(V x) {
   V rl = copysign(c<V>(1.0f) - erfc_large(a), x);
   return select(small, rs, rl);
 }
-template <Vec V> inline V erfc(V x) {
+template <Vec V>
+inline V erfc(V x) {
   V a = abs(x);
   typename V::M small = a < c<V>(0.875f);
   V rs = c<V>(1.0f) - erf_small(x);
@@ -214,11 +228,13 @@ template <Vec V> inline V erfc(V x) {
 // ---------------------------------------------------------------- gelu
 // Exact form: x/2 * erfc(-x/sqrt2) (= x/2 (1 + erf(x/sqrt2)) without the
 // cancellation for x << 0).
-template <Vec V> inline V gelu_erf(V x) {
+template <Vec V>
+inline V gelu_erf(V x) {
   return c<V>(0.5f) * x * erfc(x * c<V>(-0.70710678118654752f));
 }
 // Tanh form: 0.5x(1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715x^3).
-template <Vec V> inline V gelu_tanh(V x) {
+template <Vec V>
+inline V gelu_tanh(V x) {
   V u2 = c<V>(2.0f * 0.7978845608028654f) * madd(c<V>(0.044715f) * x * x, x, x);
   return x * sigmoid(u2);
 }
@@ -227,7 +243,8 @@ template <Vec V> inline V gelu_tanh(V x) {
 // x = j pi/2 + r (three-part pi/2, exact for |j| < 2^13 with FMA), then the
 // Taylor polynomials of sin and cos on |r| <= pi/4 (error < 3e-9); the quadrant
 // picks which and the sign. Lanes with |x| > 1e4, inf or NaN use std::sin/cos.
-template <Vec V, bool kCos> inline V sincos_impl(V x) {
+template <Vec V, bool kCos>
+inline V sincos_impl(V x) {
   using I = typename V::I;
   V j = round_even(x * c<V>(0.63661977236758134f));
   V r = madd(j, c<V>(-1.5703125f), x);
@@ -250,7 +267,7 @@ template <Vec V, bool kCos> inline V sincos_impl(V x) {
   typename V::M odd = (q & ci<V>(1)) == ci<V>(1);
   V res = select(odd, k, s);
   res = as_float(as_int(res) ^ shl<30>(q & ci<V>(2)));  // quadrants 2, 3 negate
-  typename V::M wild = ~(abs(x) <= c<V>(1e4f));          // also inf and NaN
+  typename V::M wild = ~(abs(x) <= c<V>(1e4f));         // also inf and NaN
   if (any(wild)) {
     float xs[V::W], rs[V::W];
     store(xs, x);
@@ -261,8 +278,14 @@ template <Vec V, bool kCos> inline V sincos_impl(V x) {
   }
   return res;
 }
-template <Vec V> inline V sin(V x) { return sincos_impl<V, false>(x); }
-template <Vec V> inline V cos(V x) { return sincos_impl<V, true>(x); }
+template <Vec V>
+inline V sin(V x) {
+  return sincos_impl<V, false>(x);
+}
+template <Vec V>
+inline V cos(V x) {
+  return sincos_impl<V, true>(x);
+}
 
 // ---------------------------------------------------------------- scalar forms
 inline float exp(float x) { return exp(SF{x}).v; }

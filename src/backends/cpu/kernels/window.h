@@ -40,7 +40,10 @@ struct Planes {
   int64_t sn, sc, sh, sw;
   explicit Planes(const TensorNode* t)
       : data(static_cast<const char*>(t->data)),
-        sn(t->stride[0]), sc(t->stride[1]), sh(t->stride[2]), sw(t->stride[3]) {}
+        sn(t->stride[0]),
+        sc(t->stride[1]),
+        sh(t->stride[2]),
+        sw(t->stride[3]) {}
   const char* plane(int64_t n, int64_t c) const { return data + n * sn + c * sc; }
 };
 
@@ -51,7 +54,7 @@ void im2col_row(const char* plane, int64_t sh_b, int64_t sw_b, int64_t h, int64_
                 const Window& win, int64_t kh, int64_t kw, int64_t oh_n, int64_t ow_n, float* d);
 // The adjoint for one plane: d [h, w] (contiguous) = the sum of the KH*KW column
 // rows of plane c, row (kh, kw) at rows + (kh*KW + kw)*s1 bytes, elements s2 apart.
-void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w,
-                  const Window& win, int64_t oh_n, int64_t ow_n, float* d);
+void col2im_plane(const char* rows, int64_t s1, int64_t s2, int64_t h, int64_t w, const Window& win,
+                  int64_t oh_n, int64_t ow_n, float* d);
 
 }  // namespace kiln::cpu::window
