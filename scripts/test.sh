@@ -10,13 +10,14 @@
 #             backend (docs/cuda.md) and runs its tests (ctest preset cuda; the
 #             ones that need a GPU skip without one)
 # SIMD paths are chosen at compile time (docs/design.md, "Backends"), so each
-# instruction set is its own build.
+# instruction set is its own build. First of all, "format" checks that every
+# source is formatted as .clang-format says (scripts/check-format.sh, 2 s).
 #   bash scripts/test.sh [extra ctest args, e.g. -R core]
 #   KILN_TEST_BUILDS="release" bash scripts/test.sh   # only some of the builds
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-KILN_TEST_BUILDS="${KILN_TEST_BUILDS:-release cuda portable avx2 asan}"
+KILN_TEST_BUILDS="${KILN_TEST_BUILDS:-format release cuda portable avx2 asan}"
 
 install_deps
 cd "$KILN_ROOT" || exit 1
@@ -37,6 +38,7 @@ run_build() {
 CTEST_ARGS=("$@")
 for b in $KILN_TEST_BUILDS; do
   case "$b" in
+    format) bash scripts/check-format.sh ;;
     release) run_build release release ;;
     portable) run_build portable kernels-portable kiln_test_ops kiln_test_cpu ;;
     avx2) run_build avx2 kernels-avx2 kiln_test_ops kiln_test_cpu ;;
@@ -54,7 +56,7 @@ for b in $KILN_TEST_BUILDS; do
         log "cuda: nvcc not found, no CUDA build to test"
       fi
       ;;
-    *) die "unknown build '$b' in KILN_TEST_BUILDS (release, cuda, portable, avx2, asan)" ;;
+    *) die "unknown build '$b' in KILN_TEST_BUILDS (format, release, cuda, portable, avx2, asan)" ;;
   esac
 done
 log "all builds passed: $KILN_TEST_BUILDS (${SECONDS} s)"
