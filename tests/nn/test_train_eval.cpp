@@ -39,7 +39,7 @@ TEST(NnTrainEval, TrainingAndEvaluationGraphsShareTheWeights) {
   cfg.inputs = xt;
   cfg.outputs = yt;
   cfg.loss = LossKind::mse;
-  cfg.params = net.parameters();
+  cfg.model = &net;  // its params, and its dropout seed written per pass
   cfg.backends = {&cpu};
   cfg.schedule = schedule::constant(OptimizerParams{}.set_lr(0.05f));
   OptContext opt(cfg);
@@ -69,10 +69,13 @@ TEST(NnTrainEval, TrainingAndEvaluationGraphsShareTheWeights) {
   const Values before = as_double(ye);
 
   // Train a few steps; the eval graph then sees the updated weights.
+  EXPECT_EQ(opt.params(), net.parameters());
   for (int s = 0; s < 5; ++s) {
     opt.inputs().set(random_values(24, 100 + s));
     opt.labels().set(random_values(16, 200 + s));
     opt.train_batch();
+    // A new dropout mask per training pass: the step seed is the pass count.
+    EXPECT_EQ(net.dropout_seeds()[0].get<int32_t>(), std::vector<int32_t>{s});
   }
   EXPECT_EQ(net.fc1.weight().node()->data, w_before);
   eval_matches_reference();
