@@ -88,6 +88,24 @@ class Module {
   // both uses. The replaced tensor is dropped from named_parameters().
   void tie(std::string_view name, Tensor shared);
 
+  // ---- state dicts (files through kiln/io.h; see docs/design.md, "nn") ----
+  // named_parameters(): the tensors a model file holds, under these names.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const { return named_parameters(); }
+  // Writes every param (which must have memory) to `path` atomically. The
+  // format follows the extension: ".gguf" (safetensors: once io has it).
+  void save(const std::string& path) const;
+  // What a non-strict load left out: model params the file lacks, file tensors
+  // the model lacks.
+  struct LoadResult {
+    std::vector<std::string> missing, unexpected;
+  };
+  // Loads params by name. Everything is checked before anything is written:
+  // a missing or unexpected name (strict), or a shape or dtype that differs
+  // (always), throws kiln::Error "[nn] load <path>: ..." naming the first
+  // mismatch and leaves every param as it was. strict=false loads the names
+  // both sides have and lists the rest. Params must have memory.
+  LoadResult load(const std::string& path, bool strict = true);
+
   // ---- memory and initialisation ----
   // Gives every param of the tree that has no memory yet a place in one new
   // zero-filled buffer of `backend`, owned by this module (call on the root).
