@@ -12,7 +12,10 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const Attentio
          ", ", v.shape().str());
   const float scale = opt.scale != 0.0f ? opt.scale : float(1.0 / std::sqrt(double(q.size(-1))));
   // Composite today (a fused kernel replaces this body): weights [B, H, T, T].
-  Tensor att = softmax(matmul(q, k.T()), {.scale = scale, .causal = opt.causal});
+  SoftmaxOptions so;
+  so.scale = scale;
+  so.causal = opt.causal;
+  Tensor att = softmax(matmul(q, k.T()), so);
   if (opt.training && opt.dropout > 0.0f)
     att = dropout(att, opt.dropout, opt.seed, true, opt.seed_tensor);
   return matmul(att, v);
