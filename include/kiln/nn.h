@@ -88,22 +88,23 @@ class Module {
   // both uses. The replaced tensor is dropped from named_parameters().
   void tie(std::string_view name, Tensor shared);
 
-  // ---- state dicts (files through kiln/io.h; see docs/design.md, "nn") ----
+  // ---- state dicts (files through kiln/state_dict.h; see docs/design.md, "nn") ----
   // named_parameters(): the tensors a model file holds, under these names.
   std::vector<std::pair<std::string, Tensor>> state_dict() const { return named_parameters(); }
   // Writes every param (which must have memory) to `path` atomically. The
-  // format follows the extension: ".gguf" (safetensors: once io has it).
+  // format follows the extension: ".safetensors" or ".gguf".
   void save(const std::string& path) const;
   // What a non-strict load left out: model params the file lacks, file tensors
   // the model lacks.
   struct LoadResult {
     std::vector<std::string> missing, unexpected;
   };
-  // Loads params by name. Everything is checked before anything is written:
-  // a missing or unexpected name (strict), or a shape or dtype that differs
-  // (always), throws kiln::Error "[nn] load <path>: ..." naming the first
-  // mismatch and leaves every param as it was. strict=false loads the names
-  // both sides have and lists the rest. Params must have memory.
+  // Loads params by name from a ".safetensors" or ".gguf" file. Everything is
+  // checked before anything is written: a missing or unexpected name (strict),
+  // or a dtype or shape that differs (always), throws kiln::Error naming the
+  // file and the first mismatch and leaves every param as it was; so does a
+  // corrupt file. strict=false loads the names both sides have and lists the
+  // rest. Params must have memory.
   LoadResult load(const std::string& path, bool strict = true);
 
   // ---- memory and initialisation ----

@@ -1,84 +1,81 @@
-// Module::save / load: a model's params as one file, by name. The file access
-// is the three functions below (GGUF through kiln/io.h today); everything else
-// (which names, the checks, no partial loads) is the module's.
+// Module::save / load: a model's params as one model file, by name, through
+// the format-neutral kiln/state_dict.h (safetensors or GGUF by extension).
+// Which names, strictness and the no-partial-load guarantee are the module's.
 #include <algorithm>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/alloc.h"
-#include "kiln/io.h"
 #include "kiln/nn.h"
+#include "kiln/state_dict.h"
 
 namespace kiln::nn {
 
 namespace {
 
-struct FileTensor {
-  std::string name;
-  DType dtype;
-  Shape shape;
-};
-
-bool is_gguf(const std::string& path) {
-  return path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+// Host tensors shaped like `like`, in one buffer that `staging` does not own
+// (the returned buffer must outlive the tensors' use).
+std::unique_ptr<Buffer> host_copies_of(const std::vector<NamedTensor>& like, Context& staging,
+                                       std::vector<Tensor>& out) {
+  for (const NamedTensor& t : like)
+    out.push_back(staging.tensor(t.tensor.dtype(), t.tensor.shape(), t.name));
+  BufferType& host = host_buffer_type();
+  TensorAllocator measure(host);
+  for (const Tensor& t : out) measure.alloc(t.node());
+  std::unique_ptr<Buffer> buf = host.alloc(std::max(measure.high_water(), host.alignment()));
+  TensorAllocator place(*buf);
+  for (const Tensor& t : out) place.place(t.node());
+  return buf;
 }
 
-void check_format(const std::string& what, const std::string& path) {
-  if (!is_gguf(path)) fail("nn", what, " ", path, ": unknown model file extension (use .gguf)");
+// "[2, 2]": the file's shape, for tensors kiln cannot load too (any rank).
+std::string file_shape(const TensorInfo& t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.dims.size(); ++i) s += (i ? ", " : "") + std::to_string(t.dims[i]);
+  return s + "]";
 }
 
 }  // namespace
 
 void Module::save(const std::string& path) const {
-  check_format("save", path);
-  GgufWriter w;
+  std::vector<NamedTensor> tensors;
   for (auto& [name, t] : state_dict()) {
     if (!t.has_data())
       fail("nn", "save ", path, ": param '", name, "' has no memory (allocate the model first)");
-    w.add_tensor(t, name);
+    tensors.push_back({name, t});
   }
-  w.save(path);
+  save_state_dict(path, tensors);
 }
 
 Module::LoadResult Module::load(const std::string& path, bool strict) {
-  check_format("load", path);
   const auto params = state_dict();
   for (auto& [name, t] : params)
     if (!t.has_data())
       fail("nn", "load ", path, ": param '", name, "' has no memory: call allocate(backend) first");
-  GgufFile file(path);  // validates the whole header before anything is read
-  std::vector<FileTensor> in_file;
-  for (const GgufTensorInfo& i : file.tensors()) in_file.push_back({i.name, i.dtype, i.shape});
+  // Opening parses and validates the whole header (offsets, sizes, names)
+  // before anything is read.
+  const std::unique_ptr<StateDictReader> file = open_state_dict(path);
 
-  // 1. Check every name, shape and dtype.
-  std::unordered_map<std::string, const FileTensor*> by_name;
-  for (const FileTensor& f : in_file) by_name.emplace(f.name, &f);
+  // 1. Check every name, dtype and shape; the reader's check() throws what
+  // its read() would, naming the file, the tensor and both shapes.
   LoadResult res;
-  std::vector<std::pair<std::string, Tensor>> todo;
+  std::vector<NamedTensor> todo;
   for (auto& [name, t] : params) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
+    if (!file->find(name)) {
       if (strict)
         fail("nn", "load ", path, ": the file has no '", name, "' ", t.shape().str(),
              " (strict load; strict=false loads the rest)");
       res.missing.push_back(name);
       continue;
     }
-    const FileTensor& f = *it->second;
-    if (!(f.shape == t.shape()))
-      fail("nn", "load ", path, ": '", name, "' is ", f.shape.str(), " in the file but ",
-           t.shape().str(), " in the model");
-    if (f.dtype != t.dtype())
-      fail("nn", "load ", path, ": '", name, "' is ", dtype_name(f.dtype), " in the file but ",
-           dtype_name(t.dtype()), " in the model");
-    todo.emplace_back(name, t);
+    file->check(name, t);
+    todo.push_back({name, t});
   }
   std::unordered_set<std::string> in_model;
   for (auto& [name, t] : params) in_model.insert(name);
-  for (const FileTensor& f : in_file)
+  for (const TensorInfo& f : file->tensors())
     if (!in_model.count(f.name)) {
       if (strict)
-        fail("nn", "load ", path, ": unexpected '", f.name, "' ", f.shape.str(),
+        fail("nn", "load ", path, ": unexpected '", f.name, "' ", file_shape(f),
              " in the file (strict load; strict=false ignores it)");
       res.unexpected.push_back(f.name);
     }
@@ -87,17 +84,11 @@ Module::LoadResult Module::load(const std::string& path, bool strict) {
   // (a file cut short since it was opened) leaves the params untouched.
   Context staging;
   std::vector<Tensor> tmp;
-  for (auto& [name, t] : todo) tmp.push_back(staging.tensor(t.dtype(), t.shape(), name));
-  BufferType& host = host_buffer_type();
-  TensorAllocator measure(host);
-  for (const Tensor& t : tmp) measure.alloc(t.node());
-  std::unique_ptr<Buffer> buf = host.alloc(std::max(measure.high_water(), host.alignment()));
-  TensorAllocator place(*buf);
-  for (const Tensor& t : tmp) place.place(t.node());
-  for (size_t i = 0; i < todo.size(); ++i) file.load(tmp[i], todo[i].first);
+  const std::unique_ptr<Buffer> buf = host_copies_of(todo, staging, tmp);
+  for (size_t i = 0; i < todo.size(); ++i) file->read(todo[i].name, tmp[i]);
 
   // 3. Copy into the params.
-  for (size_t i = 0; i < todo.size(); ++i) copy_tensor(tmp[i].node(), todo[i].second.node());
+  for (size_t i = 0; i < todo.size(); ++i) copy_tensor(tmp[i].node(), todo[i].tensor.node());
   return res;
 }
 
