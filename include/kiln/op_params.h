@@ -74,6 +74,16 @@ struct PadParams {
   std::array<int64_t, kMaxDims> before{}, after{};  // per dim
   float value = 0;
 };
+// LAYER_NORM and its backward ops: which optional sources follow x.
+struct LayerNormParams {
+  float eps = 1e-5f;
+  bool has_weight = false, has_bias = false;
+};
+// ATTENTION and ATTENTION_BACK.
+struct AttentionParams {
+  float scale = 1;
+  bool causal = false;
+};
 // IM2COL, COL2IM and the CONV2D ops: kernel, stride, padding, dilation (height, width).
 struct Conv2dParams {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
@@ -111,6 +121,11 @@ KILN_OP_PARAMS(ONE_HOT, OneHotParams)
 KILN_OP_PARAMS(SCATTER_ADD_ROWS, ScatterAddRowsParams)
 KILN_OP_PARAMS(CONCAT, ConcatParams)
 KILN_OP_PARAMS(PAD, PadParams)
+KILN_OP_PARAMS(LAYER_NORM, LayerNormParams)
+KILN_OP_PARAMS(LAYER_NORM_BACK, LayerNormParams)
+KILN_OP_PARAMS(LAYER_NORM_BACK_AFFINE, LayerNormParams)
+KILN_OP_PARAMS(ATTENTION, AttentionParams)
+KILN_OP_PARAMS(ATTENTION_BACK, AttentionParams)
 KILN_OP_PARAMS(IM2COL, Conv2dParams)
 KILN_OP_PARAMS(COL2IM, Conv2dParams)
 KILN_OP_PARAMS(CONV2D, Conv2dParams)

@@ -94,6 +94,15 @@ struct SoftmaxOptions {
 };
 [[nodiscard]] Tensor softmax(Tensor x, const SoftmaxOptions& opt = {});  // over the last axis
 [[nodiscard]] Tensor log_softmax(Tensor x, const SoftmaxOptions& opt = {});
+// Scaled dot-product attention, one fused primitive (FlashAttention-style CPU
+// kernel: memory O(T) per head, never the [Tq, Tk] scores).
+// q [..., Tq, E], k and v [..., Tk, E] with the same leading dims (e.g. [B, H, T, E])
+// -> softmax(scale * q k^T (+ causal mask)) v, [..., Tq, E].
+struct AttentionOptions {
+  float scale = 0.0f;   // 0: 1/sqrt(E) (PyTorch's default)
+  bool causal = false;  // key j masked for query i when j > i + (Tk - Tq), as softmax's
+};
+[[nodiscard]] Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
 [[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);
 [[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);             // mean((a-b)^2)

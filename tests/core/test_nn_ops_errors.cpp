@@ -465,3 +465,23 @@ TEST(NnOps, ResultsDoNotDependOnThreadCount) {
 }
 
 }  // namespace
+
+TEST(NnOpsErrors, Attention) {
+  kiln::Context ctx;
+  Tensor q = ctx.input(f32, {2, 3, 8, 4}, "q");
+  Tensor k = ctx.input(f32, {2, 3, 9, 4}, "k");
+  Tensor v = ctx.input(f32, {2, 3, 9, 4}, "v");
+  EXPECT_KILN_ERROR(kiln::attention(q, k, ctx.input(f32, {2, 3, 9, 5})), "attention", "last dim",
+                    "[2, 3, 9, 5]");
+  EXPECT_KILN_ERROR(kiln::attention(q, k, ctx.input(f32, {2, 3, 7, 4})), "attention", "Tk",
+                    "[2, 3, 7, 4]");
+  EXPECT_KILN_ERROR(kiln::attention(q, ctx.input(f32, {2, 2, 9, 4}), v), "attention",
+                    "leading dims", "[2, 2, 9, 4]");
+  EXPECT_KILN_ERROR(kiln::attention(q, ctx.input(f32, {3, 9, 4}), v), "attention",
+                    "number of dimensions");
+  EXPECT_KILN_ERROR(kiln::attention(ctx.input(i32, {2, 3, 8, 4}), k, v), "attention", "q", "i32");
+  EXPECT_KILN_ERROR(kiln::attention(ctx.input(f32, {4}), ctx.input(f32, {4}), ctx.input(f32, {4})),
+                    "attention", "[..., Tq, E]");
+  EXPECT_KILN_ERROR(kiln::attention(q, k, v, {-1.0f, true}), "attention", "scale");
+  EXPECT_KILN_ERROR(kiln::attention(q, k, Tensor()), "attention", "undefined");
+}

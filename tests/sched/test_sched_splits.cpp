@@ -51,9 +51,10 @@ TEST(SchedulerSplits, SubsetBackendMatchesCpuBitForBitOnAnMlp) {
     Model m = make_mlp(16, 20, 32, 5);
     const int sets = DeviceBuffer::n_set, gets = DeviceBuffer::n_get;
     Result got = scheduled(m, s, 3, 2);  // two runs: gradients accumulate
-    // 9 splits today (the count follows the nodes cross_entropy is built from).
-    EXPECT_GE(s.n_splits(), expand ? 3u : 9u) << s.dump();
-    EXPECT_GE(s.n_copies(), expand ? 2u : 10u) << s.dump();
+    // (7 each since cross_entropy is one fused CPU op; the composite's MUL
+    // added more TEST nodes.)
+    EXPECT_GE(s.n_splits(), expand ? 3u : 6u) << s.dump();
+    EXPECT_GE(s.n_copies(), expand ? 2u : 6u) << s.dump();
     EXPECT_GE(dev.n_computes, 2);
     EXPECT_GT(DeviceBuffer::n_set, sets);  // copies went through the device buffer
     EXPECT_GT(DeviceBuffer::n_get, gets);

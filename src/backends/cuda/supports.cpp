@@ -110,6 +110,15 @@ bool supported(const TensorNode* n) {
     case Op::AVG_POOL2D_BACK:
     case Op::OPT_STEP_ADAMW:
     case Op::OPT_STEP_SGD: return all_f32(n);
+    // Fused transformer ops: CPU kernels only so far; the scheduler runs them
+    // on the CPU backend (their graphs split around them).
+    case Op::LAYER_NORM:
+    case Op::LAYER_NORM_BACK:
+    case Op::LAYER_NORM_BACK_AFFINE:
+    case Op::ATTENTION:
+    case Op::ATTENTION_BACK:
+    case Op::CROSS_ENTROPY:
+    case Op::CROSS_ENTROPY_BACK: return false;
     default: return false;  // an op without a CUDA kernel (yet): the scheduler runs it elsewhere
   }
 }

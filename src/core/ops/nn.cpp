@@ -19,10 +19,12 @@
 // - one_hot: f32 result (not int64 as in PyTorch); `classes` must be given (> 0)
 //   because graphs are data-free; labels rank <= 3.
 // - layer_norm / rms_norm normalise the last axis only (normalized_shape = [D]);
-//   biased variance as PyTorch; eps >= 0.
+//   biased variance as PyTorch; eps >= 0. layer_norm is one fused primitive
+//   (LAYER_NORM); cross_entropy with i32 labels too (CROSS_ENTROPY).
 // - dropout: p in [0, 1); identity when !training or p == 0. The mask depends only
 //   on (seed ^ seed_tensor[0], element index), see kiln/detail/rng.h.
 #include <cmath>
+#include <utility>
 
 #include "core/autodiff.h"
 #include "kiln/detail/op_builder.h"
@@ -80,14 +82,15 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
   detail::check_same_ctx(op, {logits, target});
   detail::check_float32(op, "logits", logits);
   if (logits.ndim() != 2) fail(op, "logits must be [N, C], got ", logits.shape().str());
-  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  const int64_t n = logits.shape()[0];
   Tensor probs;
   if (target.dtype() == i32) {
     if (target.ndim() != 1 || target.shape()[0] != n)
       fail(op, "labels are ", target.shape().str(), " but logits are ", logits.shape().str(),
            " (labels must be [", n, "])");
-    probs = Tensor(
-        detail::new_op(Op::ONE_HOT, f32, logits.shape(), {target.node()}, OneHotParams{c, true}));
+    // Fused: no one_hot and no [N, C] log-probabilities in the forward pass, and
+    // a -inf non-target logit gives a finite loss (PyTorch's result).
+    return Tensor(detail::new_op(Op::CROSS_ENTROPY, f32, Shape{}, {logits.node(), target.node()}));
   } else if (target.dtype() == f32) {
     if (!(target.shape() == logits.shape()))
       fail(op, "target probabilities are ", target.shape().str(), " but logits are ",
@@ -97,13 +100,9 @@ Tensor cross_entropy(Tensor logits, Tensor target) {
     fail(op, "target must be i32 labels [N] or f32 probabilities [N, C] but is ",
          dtype_name(target.dtype()), " ", target.shape().str());
   }
-  // With labels, only the label's log-probability counts: where() picks it, so a
-  // -inf logit of another class (a masked class) adds 0, not 0 * -inf = NaN (as
-  // PyTorch's nll_loss). With probabilities, 0 * -inf is NaN as in PyTorch.
-  const Tensor ls = log_softmax(logits);
-  const Tensor picked =
-      target.dtype() == i32 ? where(probs, ls, zeros(logits.ctx(), Shape{})) : mul(probs, ls);
-  return scale(sum(picked), -1.0f / float(n));
+  // Probabilities: a 0 probability times a -inf log-probability is NaN, as in
+  // PyTorch. (Labels returned above: the fused op adds only the label's term.)
+  return scale(sum(mul(probs, log_softmax(logits))), -1.0f / float(n));
 }
 
 Tensor mse_loss(Tensor a, Tensor b) {
@@ -142,12 +141,12 @@ Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, float eps) {
   check_norm_input("layer_norm", x, eps);
   check_affine("layer_norm", "weight", x, weight);
   check_affine("layer_norm", "bias", x, bias);
-  Tensor xc = sub(x, mean(x, -1, true));
-  Tensor var = mean(sqr(xc), -1, true);
-  Tensor y = div(xc, sqrt(scale(var, 1.0f, eps)));
-  if (weight.defined()) y = mul(y, weight);
-  if (bias.defined()) y = add(y, bias);
-  return y;
+  // One fused primitive (LAYER_NORM); its rule uses LAYER_NORM_BACK(_AFFINE).
+  const LayerNormParams prm{eps, weight.defined(), bias.defined()};
+  TensorNode* w = weight.node();
+  TensorNode* b = bias.node();
+  if (!w) std::swap(w, b);  // sources are packed: x, [weight], [bias]
+  return Tensor(detail::new_op(Op::LAYER_NORM, f32, x.shape(), {x.node(), w, b}, prm));
 }
 
 Tensor rms_norm(Tensor x, Tensor weight, float eps) {
@@ -218,6 +217,32 @@ void backward_LOG_SOFTMAX(GradCtx& g) {
   if (p.causal && y.ndim() >= 2) dv = where(causal_keep(y), dv, zeros(y.ctx(), Shape{}));
   if (g.needs(0)) g.add(0, s == 1.0f ? dv : scale(dv, s));
   if (g.out().node()->n_src > 1 && g.needs(1)) g.add(1, sum_to(dv, g.src(1).shape()));
+}
+
+// LAYER_NORM: dx by LAYER_NORM_BACK; d weight and d bias by one reduction over
+// rows (LAYER_NORM_BACK_AFFINE, row 0 and row 1 of its [2, D] result).
+void backward_LAYER_NORM(GradCtx& g) {
+  const LayerNormParams prm = g.params<Op::LAYER_NORM>();
+  Tensor x = g.src(0), dy = g.grad();
+  const int iw = prm.has_weight ? 1 : -1, ib = prm.has_bias ? (prm.has_weight ? 2 : 1) : -1;
+  if (g.needs(0)) {
+    TensorNode* w = iw > 0 ? g.src(iw).node() : nullptr;
+    g.add(0, Tensor(new_op(Op::LAYER_NORM_BACK, f32, x.shape(), {dy.node(), x.node(), w}, prm)));
+  }
+  const bool nw = iw > 0 && g.needs(iw), nb = ib > 0 && g.needs(ib);
+  if (!nw && !nb) return;
+  const int64_t d = x.shape()[x.ndim() - 1];
+  Tensor aff(new_op(Op::LAYER_NORM_BACK_AFFINE, f32, Shape{2, d}, {dy.node(), x.node()}, prm));
+  if (nw) g.add(iw, aff.narrow(0, 0, 1).view({d}));
+  if (nb) g.add(ib, aff.narrow(0, 1, 1).view({d}));
+}
+
+// CROSS_ENTROPY (labels get no gradient): d logits = (softmax - one_hot) * g / N.
+void backward_CROSS_ENTROPY(GradCtx& g) {
+  if (!g.needs(0)) return;
+  Tensor logits = g.src(0);
+  g.add(0, Tensor(new_op(Op::CROSS_ENTROPY_BACK, f32, logits.shape(),
+                         {logits.node(), g.src(1).node(), g.grad().node()})));
 }
 
 }  // namespace detail

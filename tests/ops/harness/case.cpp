@@ -172,6 +172,7 @@ std::vector<Case> make_cases(Sz z) {
   add_nn_cases(cs, z);
   add_shape_cases(cs, z);
   add_conv_cases(cs, z);
+  add_transformer_cases(cs, z);
   add_thread_cases(cs, z);
   add_opt_cases(cs, z);
   return cs;

@@ -130,6 +130,7 @@ void add_shape_cases(std::vector<Case>& cs, Sz z);
 void add_thread_cases(std::vector<Case>& cs, Sz z);
 void add_opt_cases(std::vector<Case>& cs, Sz z);
 void add_conv_cases(std::vector<Case>& cs, Sz z);
+void add_transformer_cases(std::vector<Case>& cs, Sz z);
 
 // Spec helpers for case files: compare a double value computed independently.
 // The tolerance is relative to max(1, max|want|): composites legitimately use f32
