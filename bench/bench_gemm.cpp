@@ -9,6 +9,11 @@
 //   fwd      x@W1:   M=500 (batch), K=784, N=500
 //   dW       X^T@dY: M=784, K=500, N=500, A = X^T a transposed view of X[500,784]
 //   dX       dY@W^T: M=500, K=500, N=784, B = W^T a transposed view of W[784,500]
+//   gpt_*    the GPT example's default model (n_embd 128, B*T = 768 tokens): each
+//            kiln::nn::Linear y = x @ W^T with W [out, in] (B a transposed view),
+//            its dX = dY @ W and dW = dY^T @ X (A a transposed view), for
+//            (in, out) = (128, 384) qkv, (128, 128) attention projection,
+//            (128, 512) MLP up, (512, 128) MLP down, (128, 256) tied LM head.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -51,7 +56,23 @@ enum ShapeId {
   kConv1DW,
   kConv2,
   kConv2DW,
-  kConv2DX
+  kConv2DX,
+  // GPT (in, out): forward, dX, dW for each layer
+  kQkv,
+  kQkvDX,
+  kQkvDW,
+  kProj,
+  kProjDX,
+  kProjDW,
+  kUp,
+  kUpDX,
+  kUpDW,
+  kDown,
+  kDownDX,
+  kDownDW,
+  kHead,
+  kHeadDX,
+  kHeadDW,
 };
 constexpr Shape kShapes[] = {
     {1024, 1024, 1024, false, false},  // sq1024
@@ -69,6 +90,22 @@ constexpr Shape kShapes[] = {
     {16, 196, 72, false, false},  // conv2 forward
     {16, 72, 196, false, true},   // conv2 d weight
     {72, 196, 16, true, false},   // conv2 d columns
+    // GPT, M = 768 tokens: forward x @ W^T, dX = dY @ W, dW = dY^T @ X
+    {768, 384, 128, false, true},
+    {768, 128, 384, false, false},
+    {384, 128, 768, true, false},  // qkv
+    {768, 128, 128, false, true},
+    {768, 128, 128, false, false},
+    {128, 128, 768, true, false},  // proj
+    {768, 512, 128, false, true},
+    {768, 128, 512, false, false},
+    {512, 128, 768, true, false},  // up
+    {768, 128, 512, false, true},
+    {768, 512, 128, false, false},
+    {128, 512, 768, true, false},  // down
+    {768, 256, 128, false, true},
+    {768, 128, 256, false, false},
+    {256, 128, 768, true, false},  // head
 };
 
 ThreadPool& pool(int n) {
@@ -166,6 +203,31 @@ BENCHMARK_CAPTURE(BM_kiln, conv2_dX_72x196x16_At, kConv2DX, GemmType::f32)->Arg(
 KILN_GEMM_BENCH(small_64, kSmall)
 BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bbf16, kFwd, GemmType::bf16)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_kiln, fwd_500x784x500_Bf16, kFwd, GemmType::f16)->Arg(2)->UseRealTime();
+#define KILN_GPT_BENCH(name, id) \
+  BENCHMARK_CAPTURE(BM_kiln, name, id, GemmType::f32)->Arg(2)->UseRealTime();
+#define KILN_GPT_BLAS_BENCH(name, id) \
+  BENCHMARK_CAPTURE(BM_openblas, name, id)->Arg(2)->UseRealTime();
+#if defined(KILN_BENCH_HAVE_BLAS)
+#define KILN_GPT(name, id) KILN_GPT_BENCH(name, id) KILN_GPT_BLAS_BENCH(name, id)
+#else
+#define KILN_GPT(name, id) KILN_GPT_BENCH(name, id)
+#endif
+KILN_GPT(gpt_qkv_768x128x384_Bt, kQkv)
+KILN_GPT(gpt_qkv_dX_768x384x128, kQkvDX)
+KILN_GPT(gpt_qkv_dW_384x768x128_At, kQkvDW)
+KILN_GPT(gpt_proj_768x128x128_Bt, kProj)
+KILN_GPT(gpt_proj_dX_768x128x128, kProjDX)
+KILN_GPT(gpt_proj_dW_128x768x128_At, kProjDW)
+KILN_GPT(gpt_up_768x128x512_Bt, kUp)
+KILN_GPT(gpt_up_dX_768x512x128, kUpDX)
+KILN_GPT(gpt_up_dW_512x768x128_At, kUpDW)
+KILN_GPT(gpt_down_768x512x128_Bt, kDown)
+KILN_GPT(gpt_down_dX_768x128x512, kDownDX)
+KILN_GPT(gpt_down_dW_128x768x512_At, kDownDW)
+KILN_GPT(gpt_head_768x128x256_Bt, kHead)
+KILN_GPT(gpt_head_dX_768x256x128, kHeadDX)
+KILN_GPT(gpt_head_dW_256x768x128_At, kHeadDW)
+
 #if defined(KILN_BENCH_HAVE_BLAS)
 KILN_BLAS_BENCH(sq1024, kSq1024)
 KILN_BLAS_BENCH(fwd_500x784x500, kFwd)
