@@ -180,8 +180,8 @@ class Module {
 };
 
 // ---------------------------------------------------------------------------
-// Primitives the layers build on. Today they compose kiln's ops; a fused kernel
-// replaces the body of one of these functions and every layer follows.
+// Primitives the layers build on. Attention is the fused kiln::attention (the
+// composite softmax(q k^T) v only when dropout on its weights is active).
 struct AttentionOptions {
   bool causal = true;
   float scale = 0.0f;    // 0: 1/sqrt(head dim)

@@ -11,13 +11,19 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const Attentio
     fail("attention", "q, k, v must be [B, H, T, D], got ", q.shape().str(), ", ", k.shape().str(),
          ", ", v.shape().str());
   const float scale = opt.scale != 0.0f ? opt.scale : float(1.0 / std::sqrt(double(q.size(-1))));
-  // Composite today (a fused kernel replaces this body): weights [B, H, T, T].
+  // Without dropout on the weights: the fused ATTENTION primitive (no [T, T]
+  // weights in memory).
+  if (!(opt.training && opt.dropout > 0.0f)) {
+    kiln::AttentionOptions fused;
+    fused.scale = scale;
+    fused.causal = opt.causal;
+    return attention(q, k, v, fused);
+  }
+  // Dropout on the weights needs them: the composite, weights [B, H, T, T].
   SoftmaxOptions so;
   so.scale = scale;
   so.causal = opt.causal;
-  Tensor att = softmax(matmul(q, k.T()), so);
-  if (opt.training && opt.dropout > 0.0f)
-    att = dropout(att, opt.dropout, opt.seed, true, opt.seed_tensor);
+  Tensor att = dropout(softmax(matmul(q, k.T()), so), opt.dropout, opt.seed, true, opt.seed_tensor);
   return matmul(att, v);
 }
 

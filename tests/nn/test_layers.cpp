@@ -1,5 +1,7 @@
 // Every layer's output and gradients (params and input) against a double
 // reference (tests/nn/reference.h), gradients by central differences.
+#include <set>
+
 #include "nn_test_util.h"
 #include "reference.h"
 
@@ -130,6 +132,25 @@ TEST(NnLayers, CausalSelfAttention) {
         return ref::causal_self_attention(v[0], B, T, C, H, v[1], v[2], v[3], v[4]);
       },
       1e-4, 1e-3, [&] { attn.init(6); });
+}
+
+// The fused ATTENTION primitive unless dropout on the attention weights is
+// active (training with p > 0), which needs the composite's [T, T] weights.
+TEST(NnLayers, CausalSelfAttentionUsesTheFusedKernelWithoutWeightDropout) {
+  auto ops_of = [](Tensor y) {
+    std::set<Op> ops;
+    const Graph g = Graph::forward(y);
+    for (const TensorNode* n : g.nodes()) ops.insert(n->op);
+    return ops;
+  };
+  Context ctx;
+  Tensor x = ctx.input(f32, {2, 4, 8}, "x");
+  nn::CausalSelfAttention plain(ctx, 8, 2), dropping(ctx, 8, 2, 0.1f);
+  EXPECT_TRUE(ops_of(plain(x)).count(Op::ATTENTION));
+  EXPECT_FALSE(ops_of(dropping(x)).count(Op::ATTENTION));  // training mode: composite
+  EXPECT_TRUE(ops_of(dropping(x)).count(Op::SOFTMAX));
+  dropping.eval();
+  EXPECT_TRUE(ops_of(dropping(x)).count(Op::ATTENTION));
 }
 
 TEST(NnLayers, TransformerBlock) {
