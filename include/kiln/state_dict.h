@@ -17,7 +17,7 @@
 // JAX and MLX exchange weights in) and `.gguf` (kiln/io.h: ggml's format). Any
 // other extension is a kiln::Error naming the supported ones. Errors name the
 // file and the tensor: "[safetensors] model.safetensors: tensor 'fc1.weight' is
-// F32 [10, 784] in the file but the target is f32 [784, 10]".
+// F32 [10, 784] in the file but target #0 'w1' is f32 [784, 10]".
 //
 // Metadata is a string -> string map. safetensors stores exactly that (its
 // `__metadata__`); in GGUF each entry is a string value, and reading a GGUF file

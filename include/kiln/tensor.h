@@ -112,6 +112,9 @@ struct TensorNode {
   size_t nbytes() const { return size_t(numel()) * elem_size(); }
   // Byte offset of the element at a multi-index (idx has ndim entries).
   int64_t offset_of(const int64_t* idx) const;
+  // How messages name a tensor: "#12 'fc1.weight'", or "#12" when unnamed
+  // (the id tells unnamed tensors apart and matches Graph::dump()).
+  std::string label() const;
 };
 
 }  // namespace detail
@@ -141,6 +144,7 @@ class Tensor {
   int64_t numel() const { return node()->numel(); }
   Op op() const { return node()->op; }
   const std::string& name() const { return node()->name; }
+  std::string label() const { return node()->label(); }  // "#12 'fc1.weight'" (TensorNode::label)
   Tensor& set_name(std::string name);
   bool has_flag(TensorFlag f) const { return (node()->flags & f) != 0; }
   Context& ctx() const { return *node()->ctx; }

@@ -65,9 +65,8 @@ bool GraphAllocator::alloc(const NodeList& list) {
     const TensorNode* o = owner_of(v);
     if (!o->data) {
       if (list.mine) continue;  // another allocator places the owner
-      fail("alloc", "view #", v->id, " (", op_name(v->op), ") ", v->shape.str(),
-           " aliases tensor #", o->id, o->name.empty() ? "" : " '", o->name,
-           o->name.empty() ? "" : "'", " which is not in the graph and has no memory");
+      fail("alloc", "view ", v->label(), " (", op_name(v->op), ") ", v->shape.str(),
+           " aliases tensor ", o->label(), " which is not in the graph and has no memory");
     }
     v->data = static_cast<char*>(o->data) + v->view_offs;
     v->buffer = o->buffer;

@@ -11,8 +11,7 @@ namespace {
 
 std::string describe(const TensorNode* t) {
   if (!t) return "block";
-  if (!t->name.empty()) return detail::concat("tensor '", t->name, "' ", t->shape.str());
-  return detail::concat("tensor #", t->id, " (", op_name(t->op), ") ", t->shape.str());
+  return "tensor " + t->label() + " " + t->shape.str();
 }
 
 }  // namespace

@@ -13,8 +13,8 @@ namespace kiln {
 void Backend::compute(const Graph& g) {
   for (const TensorNode* l : g.leafs())
     if (!l->data)
-      fail("compute", "leaf #", l->id, l->name.empty() ? "" : " '", l->name,
-           l->name.empty() ? "" : "'", " ", l->shape.str(), " has no memory: allocate it first");
+      fail("compute", "leaf ", l->label(), " ", l->shape.str(),
+           " has no memory: allocate it first");
   compute(std::span<TensorNode* const>(g.nodes()));
 }
 
@@ -41,9 +41,8 @@ void Buffer::track(const TensorNode* t) {
 void detail::check_memory(const TensorNode* n) {
   auto check = [n](const TensorNode* t, const char* role) {
     if (t->data || t->numel() == 0) return;
-    fail("compute", "node #", n->id, " (", op_name(n->op), " ", n->shape.str(), ")", role,
-         t == n ? "" : " #", t == n ? "" : std::to_string(t->id), t->name.empty() ? "" : " '",
-         t->name, t->name.empty() ? "" : "'",
+    fail("compute", "node ", n->label(), " (", op_name(n->op), " ", n->shape.str(), ")", role,
+         t == n ? "" : " ", t == n ? std::string() : t->label(),
          " has no memory: allocate the graph first (or its buffer was "
          "destroyed)");
   };
@@ -86,9 +85,8 @@ std::unique_ptr<Buffer> allocate_tensors(Context& ctx, Backend& backend) {
     // At least one alignment unit: an empty tensor still gets a distinct, valid address.
     const size_t block = need == 0 ? align : round_up(need);
     if (need > SIZE_MAX - align || __builtin_add_overflow(total, block, &total))
-      fail("allocate_tensors", "the tensors need more than ", SIZE_MAX, " bytes in all (tensor #",
-           n->id, n->name.empty() ? "" : " '", n->name, n->name.empty() ? "" : "'", " ",
-           n->shape.str(), " needs ", need, " bytes)");
+      fail("allocate_tensors", "the tensors need more than ", SIZE_MAX, " bytes in all (tensor ",
+           n->label(), " ", n->shape.str(), " needs ", need, " bytes)");
   }
   if (total > bt.max_size())
     fail("allocate_tensors", "needs ", total, " bytes but ", bt.name(), " buffers hold at most ",

@@ -19,18 +19,16 @@ bool dtype_matches(DType t) {
   return false;
 }
 
-const char* label(const TensorNode* n) { return n->name.empty() ? "tensor" : n->name.c_str(); }
-
 void check_access(const char* op, const TensorNode* n, size_t count, bool dtype_ok) {
   if (!dtype_ok)
-    fail(op, label(n), " ", n->shape.str(), " is ", dtype_name(n->dtype),
+    fail(op, "tensor ", n->label(), " ", n->shape.str(), " is ", dtype_name(n->dtype),
          ": use float for f32, int32_t for i32, uint16_t for f16/bf16");
   if (!n->data)
-    fail(op, label(n), " ", n->shape.str(),
+    fail(op, "tensor ", n->label(), " ", n->shape.str(),
          " has no memory yet: allocate it first (kiln::allocate_tensors or a graph allocator)");
   if (count != size_t(n->numel()))
-    fail(op, label(n), " ", n->shape.str(), " has ", n->numel(), " elements but ", count,
-         " values were given");
+    fail(op, "tensor ", n->label(), " ", n->shape.str(), " has ", n->numel(), " elements but ",
+         count, " values were given");
 }
 
 // Calls fn(byte_offset, linear_index) for each element in row-major order.
@@ -62,7 +60,7 @@ void Tensor::set(std::span<const V> values) {
     for_each_offset(
         node(), [&](int64_t off, int64_t i) { std::memcpy(base + off, &values[i], sizeof(V)); });
   } else {
-    fail("set", label(node()), " is a non-contiguous view on a device buffer: set its source");
+    fail("set", "tensor ", label(), " is a non-contiguous view on a device buffer: set its source");
   }
 }
 
@@ -95,7 +93,7 @@ std::vector<V> Tensor::get() const {
 
 float Tensor::item() const {
   if (numel() != 1)
-    fail("item", label(node()), " ", shape().str(), " has ", numel(), " elements, not 1");
+    fail("item", "tensor ", label(), " ", shape().str(), " has ", numel(), " elements, not 1");
   switch (dtype()) {
     case DType::f32: return get<float>()[0];
     case DType::i32: return float(get<int32_t>()[0]);
@@ -106,8 +104,8 @@ float Tensor::item() const {
 }
 
 void Tensor::fill_zero() {
-  if (!node()->data) fail("fill_zero", label(node()), " has no memory yet");
-  if (!node()->is_contiguous()) fail("fill_zero", label(node()), " is not contiguous");
+  if (!node()->data) fail("fill_zero", "tensor ", label(), " has no memory yet");
+  if (!node()->is_contiguous()) fail("fill_zero", "tensor ", label(), " is not contiguous");
   node()->buffer->memset(node(), 0, 0, node()->nbytes());
 }
 

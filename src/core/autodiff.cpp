@@ -18,12 +18,6 @@ void detail::GradCtx::add(int i, Tensor g) {
   added_[i] = added_[i].defined() ? kiln::add(added_[i], g) : g;
 }
 
-namespace {
-const char* label(const TensorNode* n) {
-  return n->name.empty() ? op_name(n->op) : n->name.c_str();
-}
-}  // namespace
-
 void Graph::backward(Tensor loss) {
   check_alive();
   if (!loss.defined()) fail("backward", "loss is an undefined tensor");
@@ -46,7 +40,7 @@ void Graph::backward(Tensor loss) {
     for (int i = 0; i < n->n_src; ++i) any |= n->src[i] && requires_grad.count(n->src[i]);
     if (!any) continue;
     if (op_kind(n->op) == OpKind::ALIAS)
-      fail("backward", "in-place op '", op_name(n->op), "' (", label(n),
+      fail("backward", "in-place op '", op_name(n->op), "' (", n->label(),
            ") is on a gradient path; use an out-of-place op");
     if (op_has_grad(n->op)) requires_grad.insert(n);
   }

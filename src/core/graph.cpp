@@ -66,20 +66,14 @@ std::string Graph::dump() const {
   std::ostringstream os;
   os << "graph: " << leafs_.size() << " leafs, " << nodes_.size() << " nodes (" << n_forward_
      << " forward)\n";
-  auto label = [](const TensorNode* n) {
-    std::ostringstream s;
-    s << "#" << n->id;
-    if (!n->name.empty()) s << " '" << n->name << "'";
-    return s.str();
-  };
   for (const TensorNode* n : leafs_)
-    os << "  leaf " << label(n) << " " << dtype_name(n->dtype) << n->shape.str() << "\n";
+    os << "  leaf " << n->label() << " " << dtype_name(n->dtype) << n->shape.str() << "\n";
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const TensorNode* n = nodes_[i];
-    os << "  " << i << (i < n_forward_ ? "  " : " b") << " " << op_name(n->op) << " " << label(n)
+    os << "  " << i << (i < n_forward_ ? "  " : " b") << " " << op_name(n->op) << " " << n->label()
        << " " << dtype_name(n->dtype) << n->shape.str() << " <-";
     for (int s = 0; s < n->n_src; ++s)
-      if (n->src[s]) os << " " << label(n->src[s]);
+      if (n->src[s]) os << " " << n->src[s]->label();
     os << "\n";
   }
   return os.str();

@@ -30,6 +30,13 @@ bool TensorNode::is_contiguous() const {
   return true;
 }
 
+std::string TensorNode::label() const {
+  std::string s = "#";  // built with += (GCC 12 warns falsely on "#" + string)
+  s += std::to_string(id);
+  if (!name.empty()) s.append(" '").append(name).append("'");
+  return s;
+}
+
 int64_t TensorNode::offset_of(const int64_t* idx) const {
   int64_t o = 0;
   for (int d = 0; d < shape.ndim(); ++d) o += idx[d] * stride[d];

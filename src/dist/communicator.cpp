@@ -49,10 +49,6 @@ size_t elem_size(Elem e) { return e == Elem::f64 ? 8 : e == Elem::byte ? 1 : 4; 
 // MPI counts are int: longer arrays go in pieces.
 constexpr size_t kMaxCount = size_t(1) << 30;
 
-std::string label(Tensor t) {
-  return t.name().empty() ? "#" + std::to_string(t.node()->id) : "'" + t.name() + "'";
-}
-
 }  // namespace
 
 bool mpi_built() { return KILN_HAVE_MPI != 0; }
@@ -211,9 +207,9 @@ void Communicator::broadcast(Tensor t, int root) {
   if (!t.defined()) fail("dist", "broadcast of an undefined tensor");
   TensorNode* n = t.node();
   if (!n->data || !n->buffer)
-    fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " has no memory");
+    fail("dist", "broadcast: tensor ", t.label(), " ", t.shape().str(), " has no memory");
   if (!n->is_contiguous())
-    fail("dist", "broadcast: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
+    fail("dist", "broadcast: tensor ", t.label(), " ", t.shape().str(), " is not contiguous");
   if (size() == 1) return;
   if (n->buffer->is_host()) {
     broadcast(std::span<std::byte>(static_cast<std::byte*>(n->data), n->nbytes()), root);
@@ -252,12 +248,12 @@ void Communicator::allreduce(Tensor t, ReduceOp op) {
   TensorNode* n = t.node();
   if (t.dtype() != f32 && !(t.dtype() == i32 && op == ReduceOp::sum))
     fail("dist", "allreduce ", op == ReduceOp::sum ? "sum" : "mean", " takes f32",
-         op == ReduceOp::sum ? " or i32" : "", " tensors, but ", label(t), " ", t.shape().str(),
+         op == ReduceOp::sum ? " or i32" : "", " tensors, but ", t.label(), " ", t.shape().str(),
          " is ", dtype_name(t.dtype()));
   if (!n->data || !n->buffer)
-    fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " has no memory");
+    fail("dist", "allreduce: tensor ", t.label(), " ", t.shape().str(), " has no memory");
   if (!n->is_contiguous())
-    fail("dist", "allreduce: tensor ", label(t), " ", t.shape().str(), " is not contiguous");
+    fail("dist", "allreduce: tensor ", t.label(), " ", t.shape().str(), " is not contiguous");
   if (size() == 1) return;
   const Elem e = t.dtype() == f32 ? Elem::f32 : Elem::i32;
   if (n->buffer->is_host()) {

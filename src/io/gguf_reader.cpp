@@ -333,8 +333,7 @@ bool same_shape(const Shape& a, const Shape& b) {
 void GgufFile::check_load(Tensor t, std::string_view name) const {
   if (!t.defined()) fail("gguf", path_, ": load of '", name, "' into an undefined tensor");
   const GgufTensorInfo& info = tensor_info(name);
-  const std::string target =
-      (t.name().empty() ? std::string("the target") : "target '" + t.name() + "'");
+  const std::string target = "target " + t.label();
   if (info.dtype != t.dtype() || !same_shape(info.shape, t.shape()))
     fail("gguf", path_, ": tensor '", info.name, "' is ", dtype_name(info.dtype), " ",
          info.shape.str(), " in the file but ", target, " is ", dtype_name(t.dtype()), " ",

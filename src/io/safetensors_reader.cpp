@@ -268,8 +268,7 @@ void SafetensorsFile::check(const std::string& name, Tensor dst) const {
   const TensorInfo& t = info(name);
   if (!t.loadable())
     fail("safetensors", path_, ": cannot load tensor '", name, "': ", t.unsupported);
-  const std::string target =
-      dst.name().empty() ? std::string("the target") : "target '" + dst.name() + "'";
+  const std::string target = "target " + dst.label();
   if (t.dtype != dst.dtype() || t.shape != dst.shape())
     fail("safetensors", path_, ": tensor '", name, "' is ", describe_file(t), " in the file but ",
          target, " is ", dtype_name(dst.dtype()), " ", dst.shape().str());

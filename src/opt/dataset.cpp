@@ -229,8 +229,8 @@ struct Gather {
         break;
       case DType::i32: {
         if (type == DataType::f32)
-          fail("dataset", what, " are stored as f32 and cannot fill the i32 tensor ",
-               t.name().empty() ? "" : "'" + t.name() + "' ", t.shape().str());
+          fail("dataset", what, " are stored as f32 and cannot fill the i32 tensor ", t.label(),
+               " ", t.shape().str());
         std::vector<int32_t> out(size_t(rows.size() * numel));
         size_t o = 0;
         for (int64_t r : rows)
@@ -244,8 +244,7 @@ struct Gather {
 };
 
 std::string label_of(const Tensor& t, const char* role) {
-  return std::string(role) + (t.name().empty() ? "" : " '" + t.name() + "'") + " " +
-         t.shape().str();
+  return std::string(role) + " " + t.label() + " " + t.shape().str();
 }
 
 }  // namespace

@@ -13,12 +13,6 @@ namespace kiln {
 
 namespace {
 
-std::string label(Tensor t) {
-  std::string s = t.name().empty() ? "#" : "'";
-  s += t.name().empty() ? std::to_string(t.node()->id) : t.name() + "'";
-  return s;
-}
-
 bool is_leaf(Tensor t) { return t.op() == Op::NONE; }
 
 }  // namespace
@@ -31,8 +25,8 @@ void OptContext::Impl::build() {
   if (!cfg.inputs.defined()) fail(op, "inputs is an undefined tensor");
   if (!cfg.outputs.defined()) fail(op, "outputs is an undefined tensor");
   if (!is_leaf(cfg.inputs))
-    fail(op, "inputs ", label(cfg.inputs), " must be a leaf (Context::input)");
-  if (cfg.inputs.ndim() < 1) fail(op, "inputs ", label(cfg.inputs), " needs a batch dim");
+    fail(op, "inputs ", cfg.inputs.label(), " must be a leaf (Context::input)");
+  if (cfg.inputs.ndim() < 1) fail(op, "inputs ", cfg.inputs.label(), " needs a batch dim");
   inputs = cfg.inputs;
   outputs = cfg.outputs;
   B = inputs.size(0);
@@ -42,7 +36,7 @@ void OptContext::Impl::build() {
   // Loss and labels.
   labels = cfg.labels;
   if (labels.defined() && !is_leaf(labels))
-    fail(op, "labels ", label(labels), " must be a leaf (Context::input)");
+    fail(op, "labels ", labels.label(), " must be a leaf (Context::input)");
   switch (cfg.loss) {
     case LossKind::cross_entropy:
       if (outputs.ndim() != 2 || outputs.size(0) != B)
@@ -64,7 +58,7 @@ void OptContext::Impl::build() {
     fail(op, "the loss must be a one-element f32 tensor, got ", dtype_name(loss.dtype()), " ",
          loss.shape().str());
   if (labels.defined() && (labels.ndim() < 1 || labels.size(0) != B))
-    fail(op, "labels ", label(labels), " ", labels.shape().str(), " must have the batch size ", B,
+    fail(op, "labels ", labels.label(), " ", labels.shape().str(), " must have the batch size ", B,
          " of inputs ", inputs.shape().str(), " as first dim");
   loss.set_name("loss");
 
@@ -86,7 +80,7 @@ void OptContext::Impl::build() {
   }
   bool uses_inputs = false;
   for (TensorNode* l : graph.leafs()) uses_inputs |= l == inputs.node();
-  if (!uses_inputs) fail(op, "the loss does not depend on inputs ", label(inputs));
+  if (!uses_inputs) fail(op, "the loss does not depend on inputs ", inputs.label());
   if (backends.size() > 1) g_eval = graph;  // forward only (copied before backward)
   if (cfg.forward_only) {
     n_fwd = n_bwd = graph.size();
@@ -146,17 +140,18 @@ void OptContext::Impl::collect_params() {
     for (const Tensor& p : given) {
       if (!p.defined()) fail(op, "a param is an undefined tensor");
       if (!p.has_flag(kFlagParam))
-        fail(op, "", label(p), " is not a param: create it with Context::param");
-      if (!seen.insert(p.node()).second) fail(op, "param ", label(p), " is listed twice");
+        fail(op, "tensor ", p.label(), " is not a param: create it with Context::param");
+      if (!seen.insert(p.node()).second) fail(op, "param ", p.label(), " is listed twice");
       if (!graph.grad(p).defined())
-        fail(op, "param ", label(p), " ", p.shape().str(), " does not affect the loss");
+        fail(op, "param ", p.label(), " ", p.shape().str(), " does not affect the loss");
       params.push_back(p);
     }
   }
   if (params.empty()) fail(op, "the loss depends on no param");
   for (const Tensor& p : params)
     if (p.dtype() != f32)
-      fail(op, "param ", label(p), " is ", dtype_name(p.dtype()), ": optimizers update f32 params");
+      fail(op, "param ", p.label(), " is ", dtype_name(p.dtype()),
+           ": optimizers update f32 params");
   if (group_decay.empty()) {
     group_decay.emplace_back();
     group_of.assign(params.size(), 0);
@@ -241,9 +236,8 @@ void OptContext::Impl::allocate() {
   if (backends.size() == 1) {
     for (TensorNode* n : graph.nodes())
       if (!be0.supports_op(n))
-        fail("opt", "backend ", be0.name(), " does not support ", op_name(n->op), " (node #", n->id,
-             n->name.empty() ? "" : " '" + n->name + "'",
-             "): give several backends to run through the scheduler");
+        fail("opt", "backend ", be0.name(), " does not support ", op_name(n->op), " (node ",
+             n->label(), "): give several backends to run through the scheduler");
     galloc = std::make_unique<GraphAllocator>(bt);
     galloc->alloc(graph);
     plan = galloc->plan();

@@ -13,7 +13,7 @@ void check_state(const char* op, const char* what, Tensor param, Tensor t) {
   if (!t.defined()) fail(op, what, " is an undefined tensor");
   detail::check_float32(op, what, t);
   if (!(t.shape() == param.shape()))
-    fail(op, what, " is ", t.shape().str(), " but param '", param.name(), "' is ",
+    fail(op, what, " is ", t.shape().str(), " but param ", param.label(), " is ",
          param.shape().str());
 }
 
@@ -21,7 +21,7 @@ void check_common(const char* op, Tensor param, Tensor grad, Tensor hp) {
   detail::check_defined(op, {param, grad, hp});
   detail::check_float32(op, "param", param);
   if (param.node()->is_view())
-    fail(op, "param '", param.name(), "' ", param.shape().str(),
+    fail(op, "param ", param.label(), " ", param.shape().str(),
          " is a view; optimizer steps update whole tensors in place");
   check_state(op, "grad", param, grad);
   detail::check_float32(op, "hyper-parameters", hp);

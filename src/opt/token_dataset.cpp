@@ -17,8 +17,7 @@ namespace {
 constexpr const char* kOp = "token_dataset";
 
 std::string describe(const Tensor& t, const char* role) {
-  return std::string(role) + (t.name().empty() ? "" : " '" + t.name() + "'") + " " +
-         t.shape().str();
+  return std::string(role) + " " + t.label() + " " + t.shape().str();
 }
 
 // Uniform in [0, n) from raw 64-bit engine output (rejection, no modulo bias).

@@ -7,10 +7,10 @@ namespace kiln::sched_detail {
 
 namespace {
 
-std::string label(const TensorNode* n) {
-  std::string s = "node #" + std::to_string(n->id);
-  if (!n->name.empty()) s += " '" + n->name + "'";
-  return s + " (" + op_name(n->op) + " " + dtype_name(n->dtype) + n->shape.str() + ")";
+// "node #7 'h' (matmul f32[64, 500])"
+std::string describe(const TensorNode* n) {
+  return "node " + n->label() + " (" + op_name(n->op) + " " + dtype_name(n->dtype) +
+         n->shape.str() + ")";
 }
 
 class Assigner {
@@ -49,10 +49,10 @@ class Assigner {
       const TensorNode* o = owner_of(t);
       if (!o->data || c_.scheduler_buffer(o->buffer)) return;
       if (!o->buffer)
-        fail("sched", label(o), " has data but no buffer: allocate it in a backend's buffer");
+        fail("sched", describe(o), " has data but no buffer: allocate it in a backend's buffer");
       const std::vector<int> h = homes(o->buffer);
       if (h.empty())
-        fail("sched", label(o), " lives in a '", o->buffer->type().name(),
+        fail("sched", describe(o), " lives in a '", o->buffer->type().name(),
              "' buffer, which none of the scheduler's backends can use");
       if (s_.preallocated.insert(o).second) s_.where[o] = h[0];
     };
@@ -85,7 +85,7 @@ class Assigner {
   [[noreturn]] void unsupported(const TensorNode* n, const char* why) const {
     std::string names;
     for (Backend* b : be_) names += (names.empty() ? "" : ", ") + std::string(b->name());
-    fail("sched", label(n), ": ", why, " (backends: ", names, ")");
+    fail("sched", describe(n), ": ", why, " (backends: ", names, ")");
   }
 
   void assign_node(TensorNode* n) {

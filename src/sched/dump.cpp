@@ -20,13 +20,6 @@ std::string bytes(size_t n) {
   return buf;
 }
 
-std::string label(const TensorNode* t) {
-  std::string s = "#";  // built with += (GCC 12 warns falsely on "#" + string)
-  s += std::to_string(t->id);
-  if (!t->name.empty()) s.append(" '").append(t->name).append("'");
-  return s;
-}
-
 }  // namespace
 
 std::string dump_schedule(const Schedule& s, const Env& c) {
@@ -55,7 +48,7 @@ std::string dump_schedule(const Schedule& s, const Env& c) {
        << (sp.user_nodes.size() == 1 ? "" : "s") << "), " << sp.copies.size() << " input"
        << (sp.copies.size() == 1 ? "" : "s") << (sp.copies.empty() ? "" : ":");
     for (const Copy& cp : sp.copies)
-      os << " [" << label(cp.from) << " " << dtype_name(cp.from->dtype) << cp.from->shape.str()
+      os << " [" << cp.from->label() << " " << dtype_name(cp.from->dtype) << cp.from->shape.str()
          << " " << bytes(cp.from->nbytes()) << " from " << where_name(cp.from) << "]";
     os << "\n";
     for (size_t j = 0; j < sp.user_nodes.size(); ++j) {
@@ -63,14 +56,14 @@ std::string dump_schedule(const Schedule& s, const Env& c) {
       const TensorNode* r = sp.run[j];  // n itself or its shadow
       char head[64];
       std::snprintf(head, sizeof head, "  node %3d %-12s ", index.at(n), op_name(n->op));
-      os << head << label(n) << " " << dtype_name(n->dtype) << n->shape.str() << " ["
+      os << head << n->label() << " " << dtype_name(n->dtype) << n->shape.str() << " ["
          << be[size_t(sp.backend)]->name() << "] <-";
       for (int q = 0; q < n->n_src; ++q) {
         const TensorNode* x = n->src[q];
         if (!x) continue;
-        os << (q ? ", " : " ") << label(x);
+        os << (q ? ", " : " ") << x->label();
         if (x->view_src && op_kind(x->op) == OpKind::VIEW)
-          os << " (" << op_name(x->op) << " of " << label(x->view_src) << ")";
+          os << " (" << op_name(x->op) << " of " << x->view_src->label() << ")";
         if (r->src[q] != x) os << " [copy from " << where_name(x) << "]";
         else os << " [" << where_name(x) << "]";
       }

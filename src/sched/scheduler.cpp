@@ -134,8 +134,7 @@ void Scheduler::compute(const Graph& g) {
   if (!m.same_graph(g)) alloc(g);
   for (const TensorNode* l : m.s.leafs)
     if (!l->data && l->numel() > 0)
-      fail("sched", "leaf #", l->id, l->name.empty() ? "" : " '", l->name,
-           l->name.empty() ? "" : "'", " ", l->shape.str(), " has no memory");
+      fail("sched", "leaf ", l->label(), " ", l->shape.str(), " has no memory");
   for (const sched_detail::Split& sp : m.s.splits) {
     for (const sched_detail::Copy& c : sp.copies)
       if (c.from->numel() > 0) copy_tensor(c.from, c.to);

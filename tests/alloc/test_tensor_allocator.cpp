@@ -113,9 +113,9 @@ TEST(TensorAllocator, ATensorThatDoesNotFitNamesSizes) {
     ta.place(big.node());
     FAIL() << "expected kiln::Error";
   } catch (const Error& e) {
-    EXPECT_STREQ(
-        e.what(),
-        "[alloc] tensor 'big' [20, 10] needs 832 bytes but the largest free block is 512 bytes");
+    EXPECT_EQ(std::string(e.what()),
+              "[alloc] tensor " + big.label() +
+                  " [20, 10] needs 832 bytes but the largest free block is 512 bytes");
   }
   EXPECT_FALSE(big.has_data());
 }

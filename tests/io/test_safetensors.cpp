@@ -269,8 +269,8 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
   auto sd = target.state();
   sd.back().tensor = wrong;
   EXPECT_EQ(error_of([&] { load_safetensors(path, sd); }),
-            "[safetensors] " + path +
-                ": tensor 'scalar' is F32 [] in the file but the target is f32 [1]");
+            "[safetensors] " + path + ": tensor 'scalar' is F32 [] in the file but target " +
+                wrong.label() + " is f32 [1]");
   EXPECT_TRUE(target.same_values(snapshot));
   // A name the file lacks, a dtype that differs, a tensor without memory.
   sd = target.state();
@@ -279,14 +279,16 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
             "[safetensors] " + path + ": no tensor named 'missing' (the file has 5 tensors)");
   sd = target.state();
   sd[0].name = "idx";
-  EXPECT_NE(error_of([&] {
-              load_safetensors(path, sd);
-            }).find("tensor 'idx' is I32 [2, 2, 2, 2] in the file but target 'a' is f32 [3, 4]"),
+  EXPECT_NE(error_of([&] { load_safetensors(path, sd); })
+                .find("tensor 'idx' is I32 [2, 2, 2, 2] in the file but target " +
+                      sd[0].tensor.label() + " is f32 [3, 4]"),
             std::string::npos);
   Context unallocated;
   sd = target.state();
   sd[1].tensor = unallocated.tensor(f16, {2, 3, 5}, "h2");
-  EXPECT_NE(error_of([&] { load_safetensors(path, sd); }).find("target 'h2' has no memory yet"),
+  EXPECT_NE(error_of([&] {
+              load_safetensors(path, sd);
+            }).find("target " + sd[1].tensor.label() + " has no memory yet"),
             std::string::npos);
   EXPECT_TRUE(target.same_values(snapshot));
   // Tensors of the file that are not asked for are returned.

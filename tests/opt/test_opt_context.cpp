@@ -270,7 +270,7 @@ TEST(OptContext, ConfigurationErrors) {
     Tensor frozen = mlp.ctx->tensor(f32, {2, 16}, "frozen");
     c.params = {mlp.w1, frozen};
     EXPECT_EQ(msg([&] { OptContext o(c); }),
-              "[opt] 'frozen' is not a param: create it with Context::param");
+              "[opt] tensor " + frozen.label() + " is not a param: create it with Context::param");
   }
   {
     Mlp mlp(30);

@@ -159,7 +159,7 @@ TEST(OptimizerOps, BuilderErrors) {
     return std::string("no error");
   };
   EXPECT_EQ(msg([&] { adamw_step(p, g, m, v, hp); }),
-            "[adamw_step] v is [3, 4] but param 'w' is [4, 3]");
+            "[adamw_step] v is [3, 4] but param " + p.label() + " is [4, 3]");
   EXPECT_EQ(msg([&] { adamw_step(p, g, m, m, hp7); }),
             "[adamw_step] hyper-parameters must be f32 [8], got [7]");
   EXPECT_NE(msg([&] { sgd_step(p.T().contiguous(), g, Tensor(), hp); }), "no error");

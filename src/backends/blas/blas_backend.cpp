@@ -221,7 +221,8 @@ void BlasBackend::compute(std::span<TensorNode* const> nodes) {
     } else if (impl_->cpu) {
       pending.push_back(n);
     } else {
-      fail("blas", "node #", n->id, " (", op_name(n->op), " ", dtype_name(n->dtype), n->shape.str(),
+      fail("blas", "node ", n->label(), " (", op_name(n->op), " ", dtype_name(n->dtype),
+           n->shape.str(),
            ") is not supported by the BLAS backend (sgemm only): run the graph with a "
            "kiln::Scheduler that has a CPU backend after it, or make the backend with cpu_kernels");
     }

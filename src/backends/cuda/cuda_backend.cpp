@@ -178,7 +178,8 @@ void CudaBackend::compute(std::span<TensorNode* const> nodes) {
     if (kind == OpKind::LEAF || kind == OpKind::VIEW) continue;
     detail::check_memory(n);
     if (!cuda::supported(n))
-      fail("cuda", "node #", n->id, " (", op_name(n->op), " ", dtype_name(n->dtype), n->shape.str(),
+      fail("cuda", "node ", n->label(), " (", op_name(n->op), " ", dtype_name(n->dtype),
+           n->shape.str(),
            ") is not supported by the CUDA backend: run the graph with a kiln::Scheduler that has "
            "a CPU "
            "backend after it");
