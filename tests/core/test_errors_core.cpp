@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 #include "kiln/op_params.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 
 namespace {

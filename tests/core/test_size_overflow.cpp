@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 
 namespace {

@@ -19,7 +19,7 @@
 #include <set>
 #include <string>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "cuda/cuda_models.h"
 #include "kiln/kiln.h"
 

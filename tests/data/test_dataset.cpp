@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "common/error_check.h"
 #include "kiln/dataset.h"
 #include "kiln/kiln.h"
 
@@ -48,15 +49,6 @@ struct Inputs {
     buf = allocate_tensors(ctx, cpu);
   }
 };
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 }  // namespace
 
@@ -203,7 +195,8 @@ TEST(Dataset, LabelsAsClassIdsOneHotOrFloatVectors) {
   std::vector<float> h = hot.get<float>();
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 10; ++c) EXPECT_EQ(h[size_t(r * 10 + c)], c == r + 2 ? 1.0f : 0.0f);
-  std::string e = error_of([&] { ds.get_batch(x, narrow_hot, 1); });  // class 3 of 3
+  std::string e =
+      kiln_test::error_message([&] { ds.get_batch(x, narrow_hot, 1); });  // class 3 of 3
   EXPECT_NE(e.find("has class 3"), std::string::npos) << e;
 
   Dataset reg(3, {1}, DataType::f32, {2}, DataType::f32);
@@ -229,18 +222,18 @@ TEST(Dataset, SizeMismatchesAreClearErrors) {
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
   Tensor late = ctx.input(f32, {4, 6}, "late");  // no memory
-  std::string e = error_of([&] { ds.get_batch(bad_numel, Tensor(), 0); });
+  std::string e = kiln_test::error_message([&] { ds.get_batch(bad_numel, Tensor(), 0); });
   EXPECT_EQ(e, "[dataset] get_batch: data " + bad_numel.label() +
                    " [4, 5] holds 20 elements but a batch of 4 samples of [2, 3] has 24");
-  e = error_of([&] { ds.get_batch(good, bad_labels, 0); });
+  e = kiln_test::error_message([&] { ds.get_batch(good, bad_labels, 0); });
   EXPECT_NE(e.find("labels " + bad_labels.label() + " [3] must have batch size 4"),
             std::string::npos)
       << e;
-  e = error_of([&] { ds.get_batch(good, Tensor(), 2); });
+  e = kiln_test::error_message([&] { ds.get_batch(good, Tensor(), 2); });
   EXPECT_NE(e.find("batch 2 is outside [0, 2)"), std::string::npos) << e;
   EXPECT_THROW(ds.get_batch(no_batch, Tensor(), 0), Error);
   EXPECT_THROW(ds.get_batch(unallocated, Tensor(), 0), Error);
-  e = error_of([&] { ds.get_batch(late, Tensor(), 0); });
+  e = kiln_test::error_message([&] { ds.get_batch(late, Tensor(), 0); });
   EXPECT_NE(e.find("no memory"), std::string::npos) << e;
   EXPECT_THROW(ds.data<uint8_t>(), Error);                                    // stored as f32
   EXPECT_THROW(ds.labels<float>(), Error);                                    // stored as i32

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 
+#include "common/error_check.h"
 #include "common/temp_dir.h"
 #include "kiln/kiln.h"
 #include "mnist_data.h"
@@ -46,15 +47,6 @@ void write(const std::string& path, const std::vector<uint8_t>& b) {
       .write(reinterpret_cast<const char*>(b.data()), long(b.size()));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 TEST(MnistData, LoadsValidIdxFilesAsU8SamplesAndI32Labels) {
@@ -86,7 +78,7 @@ TEST(MnistData, WrongOrMissingFilesSayWhichAndHowToFix) {
   TempDir dir;
   const std::string img = dir.file("img"), lab = dir.file("lab");
   auto check = [&](const std::string& what, const std::string& file, const std::string& text) {
-    std::string e = error_of([&] { mnist::load_idx(img, lab); });
+    std::string e = kiln_test::error_message([&] { mnist::load_idx(img, lab); });
     EXPECT_EQ(e.rfind("[mnist] ", 0), 0u) << what << ": " << e;
     EXPECT_NE(e.find(file), std::string::npos) << what << ": " << e;
     EXPECT_NE(e.find(text), std::string::npos) << what << ": " << e;

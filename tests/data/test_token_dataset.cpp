@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 #include "kiln/token_dataset.h"
 
@@ -54,15 +55,6 @@ struct Batch {
   }
 };
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 }  // namespace
 
 TEST(TextCorpus, FilesInNameOrderEachFollowedByNewline) {
@@ -81,12 +73,13 @@ TEST(TextCorpus, FilesInNameOrderEachFollowedByNewline) {
 TEST(TextCorpus, MissingDataNamesPathAndScript) {
   TempDir d;
   const std::string missing = (d.path / "sotu").string();
-  const std::string m = message_of([&] { load_text_corpus(missing, "bash scripts/get-sotu.sh"); });
+  const std::string m =
+      kiln_test::error_message([&] { load_text_corpus(missing, "bash scripts/get-sotu.sh"); });
   EXPECT_NE(m.find("[corpus]"), std::string::npos) << m;
   EXPECT_NE(m.find(missing), std::string::npos) << m;
   EXPECT_NE(m.find("bash scripts/get-sotu.sh"), std::string::npos) << m;
-  const std::string e =
-      message_of([&] { load_text_corpus(d.path.string(), "bash scripts/get-sotu.sh"); });
+  const std::string e = kiln_test::error_message(
+      [&] { load_text_corpus(d.path.string(), "bash scripts/get-sotu.sh"); });
   EXPECT_NE(e.find("no .txt files"), std::string::npos) << e;
   EXPECT_NE(e.find("get-sotu.sh"), std::string::npos) << e;
 }
@@ -121,7 +114,8 @@ TEST(TokenDataset, EvaluationWindowsAreConsecutiveAndNonOverlapping) {
       EXPECT_EQ(y[size_t(r * T + t)], int32_t((start + t + 1) % 256));
     }
   }
-  const std::string m = message_of([&] { val.get_batch(b.x, b.y, val.n_batches(B, T)); });
+  const std::string m =
+      kiln_test::error_message([&] { val.get_batch(b.x, b.y, val.n_batches(B, T)); });
   EXPECT_NE(m.find("[token_dataset]"), std::string::npos) << m;
   EXPECT_NE(m.find("outside"), std::string::npos) << m;
 }
@@ -164,17 +158,19 @@ TEST(TokenDataset, BadTensorsAndTooShortData) {
   std::mt19937_64 rng(1);
   Batch ok(2, 4);
   Batch too_long(1, 10);
-  EXPECT_NE(message_of([&] { c.sample_batch(too_long.x, too_long.y, rng); }).find("does not fit"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              c.sample_batch(too_long.x, too_long.y, rng);
+            }).find("does not fit"),
             std::string::npos);
   Context ctx;
   Tensor xf = ctx.input(f32, {2, 4}, "xf");
   Tensor yshort = ctx.input(i32, {2, 3}, "yshort");
   CpuBackend cpu{1};
   auto buf = allocate_tensors(ctx, cpu);
-  const std::string m = message_of([&] { c.sample_batch(xf, ok.y, rng); });
+  const std::string m = kiln_test::error_message([&] { c.sample_batch(xf, ok.y, rng); });
   EXPECT_NE(m.find("'xf'"), std::string::npos) << m;
   EXPECT_NE(m.find("i32"), std::string::npos) << m;
-  const std::string l = message_of([&] { c.sample_batch(ok.x, yshort, rng); });
+  const std::string l = kiln_test::error_message([&] { c.sample_batch(ok.x, yshort, rng); });
   EXPECT_NE(l.find("'yshort'"), std::string::npos) << l;
 }
 

@@ -4,8 +4,8 @@
 // tests/dist_mpi runs the same API across processes under mpirun.
 #include <gtest/gtest.h>
 
-#include "../core/error_check.h"
 #include "../opt/opt_test_util.h"
+#include "common/error_check.h"
 #include "kiln/dist.h"
 
 namespace kiln::test {

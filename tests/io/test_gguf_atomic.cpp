@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "common/error_check.h"
 #include "gguf_test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -31,15 +32,6 @@ bool has_temp_files(const TempDir& dir) {
   return false;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 TEST(GgufAtomic, TensorWithoutDataLeavesTheOldFileIntact) {
@@ -51,7 +43,7 @@ TEST(GgufAtomic, TensorWithoutDataLeavesTheOldFileIntact) {
   GgufWriter wr;
   wr.set("kiln.version", "new");
   wr.add_tensor(w);
-  std::string e = error_of([&] { wr.save(path); });
+  std::string e = kiln_test::error_message([&] { wr.save(path); });
   EXPECT_EQ(e.rfind("[gguf] " + path + ": tensor 'w' [4, 4] has no data", 0), 0u) << e;
   EXPECT_EQ(kiln_test::read_file(path), before);
   EXPECT_FALSE(has_temp_files(dir));
@@ -62,14 +54,14 @@ TEST(GgufAtomic, UnwritableDestinationsFailCleanly) {
   TempDir dir;
   GgufWriter wr;
   wr.add_tensor_data("x", f32, {1}, std::vector<uint8_t>(4));
-  std::string e = error_of([&] { wr.save(dir.file("no/such/dir/m.gguf")); });
+  std::string e = kiln_test::error_message([&] { wr.save(dir.file("no/such/dir/m.gguf")); });
   EXPECT_NE(e.find("cannot create the temporary file"), std::string::npos) << e;
   kiln_test::write_file(dir.file("plain"), {1, 2, 3});
   EXPECT_THROW(wr.save(dir.file("plain/m.gguf")), Error);  // parent is a file
   EXPECT_EQ(kiln_test::read_file(dir.file("plain")), (std::vector<uint8_t>{1, 2, 3}));
   // The target is a directory: the rename fails after the temp file is complete.
   std::filesystem::create_directory(dir.file("adir"));
-  e = error_of([&] { wr.save(dir.file("adir")); });
+  e = kiln_test::error_message([&] { wr.save(dir.file("adir")); });
   EXPECT_NE(e.find("cannot rename"), std::string::npos) << e;
   EXPECT_TRUE(std::filesystem::is_directory(dir.file("adir")));
   EXPECT_FALSE(has_temp_files(dir));
@@ -91,7 +83,7 @@ TEST(GgufAtomic, WriteErrorMidFileLeavesTheOldFileIntact) {
   small.rlim_cur = 64 * 1024;
   auto old_handler = signal(SIGXFSZ, SIG_IGN);
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string e = error_of([&] { wr.save(path); });
+  std::string e = kiln_test::error_message([&] { wr.save(path); });
   setrlimit(RLIMIT_FSIZE, &old_limit);
   signal(SIGXFSZ, old_handler);
   EXPECT_NE(e.find("cannot write"), std::string::npos) << e;

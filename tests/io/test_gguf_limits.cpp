@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "common/error_check.h"
 #include "gguf_test_util.h"
 #include "io/atomic_file.h"
 #include "kiln/io.h"
@@ -23,15 +24,6 @@ using kiln_test::Bytes;
 using kiln_test::TempDir;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 #define EXPECT_HAS(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << "message: " << (msg)
 
@@ -54,7 +46,7 @@ TEST(GgufLimits, ZeroDimDoesNotHideOverflow) {
     Bytes b;
     b.header(1, 0).tensor("t", dims, 0, 0).pad(32);
     const std::string path = write(dir, b);
-    const std::string e = error_of([&] { GgufFile f(path); });
+    const std::string e = kiln_test::error_message([&] { GgufFile f(path); });
     EXPECT_EQ(e.rfind("[gguf] " + path + ": tensor 't' has dims too large", 0), 0u) << e;
   }
   // Large but representable with a zero: fine ([2^20, 0, 2^20] f32 is 2^42 bytes
@@ -68,7 +60,7 @@ TEST(GgufLimits, ZeroDimDoesNotHideOverflow) {
   Bytes big;
   big.header(1, 0).tensor("t", {1ull << 31, 1ull << 31, 0}, 0, 0).pad(32);
   const std::string path = write(dir, big);
-  EXPECT_HAS(error_of([&] { GgufFile g(path); }), "dims too large");
+  EXPECT_HAS(kiln_test::error_message([&] { GgufFile g(path); }), "dims too large");
 }
 
 TEST(GgufLimits, AlignmentIsAtMost64KiB) {
@@ -77,7 +69,7 @@ TEST(GgufLimits, AlignmentIsAtMost64KiB) {
     Bytes b;
     b.header(0, 1).str("general.alignment").u32(4).u32(align);
     const std::string path = write(dir, b);
-    const std::string e = error_of([&] { GgufFile f(path); });
+    const std::string e = kiln_test::error_message([&] { GgufFile f(path); });
     EXPECT_EQ(
         e.rfind("[gguf] " + path + ": general.alignment must be a u32 power of 2 of at most 65536",
                 0),
@@ -88,7 +80,7 @@ TEST(GgufLimits, AlignmentIsAtMost64KiB) {
   b.header(0, 1).str("general.alignment").u32(4).u32(1u << 16);
   EXPECT_EQ(GgufFile(write(dir, b)).alignment(), 1u << 16);
   GgufWriter w;
-  EXPECT_HAS(error_of([&] { w.set_alignment(1u << 30); }), "at most 65536");
+  EXPECT_HAS(kiln_test::error_message([&] { w.set_alignment(1u << 30); }), "at most 65536");
   w.set_alignment(1u << 16);
 }
 
@@ -130,20 +122,20 @@ TEST(GgufLimits, WrongTypeMetadataNamesFileAndKey) {
   w.save(path);
   GgufFile f(path);
   const std::string where = "[gguf] " + path + ": metadata '";
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.opt.step").as_int(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.opt.step").as_int(); }),
             where + "kiln.opt.step' is string, not an integer");
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.opt.step").as_float(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.opt.step").as_float(); }),
             where + "kiln.opt.step' is string, not a number");
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.big").as_int(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.big").as_int(); }),
             where + "kiln.big' is 18446744073709551615, which does not fit in int64");
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.neg").as_uint(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.neg").as_uint(); }),
             where + "kiln.neg' is -3, not an unsigned integer");
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.list").as_string(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.list").as_string(); }),
             where + "kiln.list' is array, not a string");
-  EXPECT_EQ(error_of([&] { (void)f.get("kiln.neg").as_strings(); }),
+  EXPECT_EQ(kiln_test::error_message([&] { (void)f.get("kiln.neg").as_strings(); }),
             where + "kiln.neg' is i32, not an array of strings");
   // Values made in code have no file: the message says "value".
-  EXPECT_EQ(error_of([] { (void)GgufValue("x").as_int(); }),
+  EXPECT_EQ(kiln_test::error_message([] { (void)GgufValue("x").as_int(); }),
             "[gguf] value is string, not an integer");
   // The origin is not part of the value.
   EXPECT_TRUE(f.get("kiln.opt.step") == GgufValue("twelve"));

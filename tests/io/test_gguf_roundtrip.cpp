@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error_check.h"
 #include "gguf_test_util.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -220,24 +221,16 @@ TEST(Gguf, LoadChecksNamesDtypesShapesAndMemory) {
   Tensor wrong_shape = ctx.tensor(f32, {4, 3}, "a");
   Tensor missing = ctx.tensor(f32, {3, 4}, "nope");
   Tensor no_memory = ctx.tensor(f32, {3, 4}, "a");
-  auto msg = [&](auto fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  std::string no_mem = msg([&] { f.load(no_memory); });
+  std::string no_mem = kiln_test::error_message([&] { f.load(no_memory); });
   EXPECT_NE(no_mem.find("no memory"), std::string::npos) << no_mem;
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
-  std::string e1 = msg([&] { f.load(wrong_dtype); });
+  std::string e1 = kiln_test::error_message([&] { f.load(wrong_dtype); });
   EXPECT_EQ(e1.rfind("[gguf] " + path + ": tensor 'a' is f32 [3, 4] in the file but", 0), 0u) << e1;
   EXPECT_NE(e1.find("f16 [3, 4]"), std::string::npos) << e1;
-  std::string e2 = msg([&] { f.load(wrong_shape); });
+  std::string e2 = kiln_test::error_message([&] { f.load(wrong_shape); });
   EXPECT_NE(e2.find("[4, 3]"), std::string::npos) << e2;
-  std::string e3 = msg([&] { f.load(missing); });
+  std::string e3 = kiln_test::error_message([&] { f.load(missing); });
   EXPECT_NE(e3.find("no tensor named 'nope'"), std::string::npos) << e3;
   EXPECT_THROW(f.get("missing.key"), Error);
   EXPECT_EQ(f.find("missing.key"), nullptr);

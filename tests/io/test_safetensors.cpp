@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 #include "kiln/safetensors.h"
 #include "kiln/state_dict.h"
@@ -22,15 +23,6 @@ using namespace kiln;
 using kiln_test::TempDir;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 std::string write(const TempDir& dir, const std::vector<uint8_t>& bytes,
                   const std::string& name = "f.safetensors") {
@@ -225,7 +217,7 @@ TEST(Safetensors, EveryDtypeOfTheSpecParses) {
                           std::string(d.name) == "BF16" || std::string(d.name) == "I32";
     EXPECT_EQ(info->loadable(), kiln_has) << name;
     if (!kiln_has)
-      EXPECT_EQ(error_of([&] { f.read(name, t); }),
+      EXPECT_EQ(kiln_test::error_message([&] { f.read(name, t); }),
                 "[safetensors] " + path + ": cannot load tensor '" + name + "': dtype " + d.name +
                     " is not supported by kiln (kiln tensors load F32, F16, BF16 and I32; "
                     "read_bytes() gives "
@@ -247,7 +239,9 @@ TEST(Safetensors, MoreThanFourDimsParsesButDoesNotLoad) {
   EXPECT_FALSE(f.tensors()[0].loadable());
   Context ctx;
   Tensor t = ctx.tensor(f32, {2});
-  EXPECT_NE(error_of([&] { f.check("t", t); }).find("has 5 dims; kiln tensors have at most 4"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              f.check("t", t);
+            }).find("has 5 dims; kiln tensors have at most 4"),
             std::string::npos);
 }
 
@@ -268,25 +262,25 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
   auto buf = allocate_tensors(ctx, cpu);
   auto sd = target.state();
   sd.back().tensor = wrong;
-  EXPECT_EQ(error_of([&] { load_safetensors(path, sd); }),
+  EXPECT_EQ(kiln_test::error_message([&] { load_safetensors(path, sd); }),
             "[safetensors] " + path + ": tensor 'scalar' is F32 [] in the file but target " +
                 wrong.label() + " is f32 [1]");
   EXPECT_TRUE(target.same_values(snapshot));
   // A name the file lacks, a dtype that differs, a tensor without memory.
   sd = target.state();
   sd.push_back({"missing", wrong});
-  EXPECT_EQ(error_of([&] { load_safetensors(path, sd); }),
+  EXPECT_EQ(kiln_test::error_message([&] { load_safetensors(path, sd); }),
             "[safetensors] " + path + ": no tensor named 'missing' (the file has 5 tensors)");
   sd = target.state();
   sd[0].name = "idx";
-  EXPECT_NE(error_of([&] { load_safetensors(path, sd); })
+  EXPECT_NE(kiln_test::error_message([&] { load_safetensors(path, sd); })
                 .find("tensor 'idx' is I32 [2, 2, 2, 2] in the file but target " +
                       sd[0].tensor.label() + " is f32 [3, 4]"),
             std::string::npos);
   Context unallocated;
   sd = target.state();
   sd[1].tensor = unallocated.tensor(f16, {2, 3, 5}, "h2");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(kiln_test::error_message([&] {
               load_safetensors(path, sd);
             }).find("target " + sd[1].tensor.label() + " has no memory yet"),
             std::string::npos);
@@ -309,7 +303,7 @@ TEST(Safetensors, SaveRefusesBadInputAndLeavesTheOldFile) {
   auto with = [&](std::vector<NamedTensor> extra) {
     auto sd = m.state();
     sd.insert(sd.end(), extra.begin(), extra.end());
-    return error_of([&] { save_safetensors(path, sd); });
+    return kiln_test::error_message([&] { save_safetensors(path, sd); });
   };
   EXPECT_NE(with({{"", m.a}}).find("a tensor has an empty name"), std::string::npos);
   EXPECT_NE(with({{"b", m.a}}).find("tensor 'b' is given twice"), std::string::npos);
@@ -359,8 +353,8 @@ TEST(StateDict, UnknownExtensionNamesTheSupportedOnes) {
   const std::string want =
       "[state_dict] model.pt: unknown model file extension; kiln reads and writes .safetensors and "
       ".gguf";
-  EXPECT_EQ(error_of([&] { open_state_dict("model.pt"); }), want);
-  EXPECT_EQ(error_of([&] { save_state_dict("model.pt", m.state()); }), want);
+  EXPECT_EQ(kiln_test::error_message([&] { open_state_dict("model.pt"); }), want);
+  EXPECT_EQ(kiln_test::error_message([&] { save_state_dict("model.pt", m.state()); }), want);
 }
 
 TEST(StateDict, ErrorsNameTheFileAndTheTensor) {
@@ -371,10 +365,10 @@ TEST(StateDict, ErrorsNameTheFileAndTheTensor) {
     m.fill(1.0f);
     save_state_dict(path, m.state());
     auto f = open_state_dict(path);
-    const std::string e = error_of([&] { f->check("layers.0.a", m.h); });
+    const std::string e = kiln_test::error_message([&] { f->check("layers.0.a", m.h); });
     EXPECT_NE(e.find(path), std::string::npos) << e;
     EXPECT_NE(e.find("'layers.0.a'"), std::string::npos) << e;
-    const std::string missing = error_of([&] { f->read("nope", m.a); });
+    const std::string missing = kiln_test::error_message([&] { f->read("nope", m.a); });
     EXPECT_NE(missing.find(path), std::string::npos) << missing;
     EXPECT_NE(missing.find("'nope'"), std::string::npos) << missing;
   }

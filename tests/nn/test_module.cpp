@@ -2,6 +2,7 @@
 // weight tying (one summed gradient), default inits and their statistics.
 #include <algorithm>
 
+#include "common/error_check.h"
 #include "nn_test_util.h"
 
 namespace kiln::test {
@@ -78,51 +79,55 @@ struct BadName : nn::Module {
   explicit BadName(Context& ctx) : Module(ctx) { add<nn::Linear>("a.b", 2, 2); }
 };
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(NnModule, ClearErrors) {
   Context ctx;
-  EXPECT_NE(error_of([&] { Dup d(ctx); }).find("already has a sub-module called 'fc'"),
-            std::string::npos);
   EXPECT_NE(
-      error_of([&] { BadName d(ctx); }).find("name 'a.b' must be non-empty and contain no '.'"),
+      kiln_test::error_message([&] { Dup d(ctx); }).find("already has a sub-module called 'fc'"),
       std::string::npos);
+  EXPECT_NE(kiln_test::error_message([&] {
+              BadName d(ctx);
+            }).find("name 'a.b' must be non-empty and contain no '.'"),
+            std::string::npos);
   TinyGpt gpt(ctx, 5, 4, 1);
-  EXPECT_NE(error_of([&] { gpt.parameter("blocks.3.ln_1.weight"); }).find("has no sub-module '3'"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              gpt.parameter("blocks.3.ln_1.weight");
+            }).find("has no sub-module '3'"),
             std::string::npos);
-  EXPECT_NE(
-      error_of([&] { gpt.parameter("ln_f.scale"); }).find("LayerNorm 'ln_f' has no param 'scale'"),
-      std::string::npos);
+  EXPECT_NE(kiln_test::error_message([&] {
+              gpt.parameter("ln_f.scale");
+            }).find("LayerNorm 'ln_f' has no param 'scale'"),
+            std::string::npos);
   Tensor idx = ctx.input(i32, {1, 3});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(kiln_test::error_message([&] {
               gpt.blocks.child("0").child("attn")(ctx.input(f32, {1, 3, 5}));
             }).find("CausalSelfAttention 'blocks.0.attn' expects [B, T, 4] but got [1, 3, 5]"),
             std::string::npos);
   nn::Sequential holder(ctx);
   nn::Module plain(ctx);
-  EXPECT_NE(error_of([&] { plain(idx); }).find("has no one-tensor forward"), std::string::npos);
+  EXPECT_NE(kiln_test::error_message([&] { plain(idx); }).find("has no one-tensor forward"),
+            std::string::npos);
   nn::Linear other(ctx, 3, 5);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(kiln_test::error_message([&] {
               gpt.lm_head.tie("weight", other.weight());
             }).find("is f32 [5, 3] but the param is f32 [5, 4]"),
             std::string::npos);
   Context ctx2;
   nn::Linear foreign(ctx2, 4, 5);
-  EXPECT_NE(error_of([&] { gpt.lm_head.tie("weight", foreign.weight()); }).find("another Context"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              gpt.lm_head.tie("weight", foreign.weight());
+            }).find("another Context"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { nn::Linear l(ctx, 0, 3); }).find("in_features must be positive"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              nn::Linear l(ctx, 0, 3);
+            }).find("in_features must be positive"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { gpt.init(1); }).find("has no memory: call allocate(backend) first"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              gpt.init(1);
+            }).find("has no memory: call allocate(backend) first"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { nn::CausalSelfAttention a(ctx, 10, 3); }).find("multiple of n_head 3"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              nn::CausalSelfAttention a(ctx, 10, 3);
+            }).find("multiple of n_head 3"),
             std::string::npos);
 }
 

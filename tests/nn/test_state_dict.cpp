@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/error_check.h"
 #include "common/temp_dir.h"
 #include "nn_test_util.h"
 
@@ -26,16 +27,6 @@ std::vector<std::vector<float>> values_of(const nn::Module& m) {
   std::vector<std::vector<float>> v;
   for (Tensor t : m.parameters()) v.push_back(t.get<float>());
   return v;
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 struct Models {
@@ -119,7 +110,7 @@ TEST_P(NnStateDict, StrictLoadNamesTheMissingOrUnexpectedKeyAndChangesNothing) {
 
   auto target = m.make(4);
   const auto before = values_of(*target);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(kiln_test::error_message([&] {
               target->load(file("big"));
             }).find("[nn] load " + file("big") + ": unexpected 'head.weight' [2, 2] in the file"),
             std::string::npos);
@@ -127,7 +118,7 @@ TEST_P(NnStateDict, StrictLoadNamesTheMissingOrUnexpectedKeyAndChangesNothing) {
 
   auto with_head = m.make(5, 4, true);
   const auto before_head = values_of(*with_head);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(kiln_test::error_message([&] {
               with_head->load(file("small"));
             }).find("[nn] load " + file("small") + ": the file has no 'head.weight' [2, 2]"),
             std::string::npos);
@@ -140,7 +131,7 @@ TEST_P(NnStateDict, ShapeMismatchIsNamedAndChangesNothingAlsoWhenNotStrict) {
   auto target = m.make(4);           // fc1 [4, 3], fc2 [2, 4]
   const auto before = values_of(*target);
   for (bool strict : {true, false}) {  // as in PyTorch, shapes must match either way
-    const std::string e = error_of([&] { target->load(file("wide"), strict); });
+    const std::string e = kiln_test::error_message([&] { target->load(file("wide"), strict); });
     EXPECT_NE(e.find(reader_tag() + " " + file("wide") + ": tensor 'fc1.weight' is "),
               std::string::npos)
         << e;
@@ -165,7 +156,7 @@ TEST_P(NnStateDict, DtypeMismatchIsNamedAndChangesNothing) {
   save_state_dict(file("f16"), sd);
 
   const auto before = values_of(*target);
-  const std::string e = error_of([&] { target->load(file("f16")); });
+  const std::string e = kiln_test::error_message([&] { target->load(file("f16")); });
   EXPECT_NE(e.find("tensor 'fc2.weight' is "), std::string::npos) << e;
   EXPECT_NE(
       e.find("[2, 4] in the file but target " + target->fc2.weight().label() + " is f32 [2, 4]"),
@@ -203,7 +194,7 @@ TEST_P(NnStateDict, CorruptFilesFailWithTheReadersErrorAndChangeNothing) {
   auto b = m.make(2);
   const auto before = values_of(*b);
   auto expect_rejected = [&](const std::string& path) {
-    const std::string e = error_of([&] { b->load(path); });
+    const std::string e = kiln_test::error_message([&] { b->load(path); });
     EXPECT_NE(e.find(reader_tag() + " " + path + ": "), std::string::npos) << e;
     EXPECT_EQ(values_of(*b), before) << path;
   };
@@ -227,15 +218,20 @@ TEST_P(NnStateDict, BadUseFailsCleanly) {
   Models m;
   auto a = m.make(1);
   a->save(file("net"));
-  EXPECT_NE(error_of([&] { a->load(file("missing")); }).find(file("missing")), std::string::npos);
-  EXPECT_NE(error_of([&] { a->save(file("net") + ".bin"); }).find("unknown model file extension"),
+  EXPECT_NE(kiln_test::error_message([&] { a->load(file("missing")); }).find(file("missing")),
             std::string::npos);
-  EXPECT_NE(error_of([&] { a->load(file("net") + ".bin"); }).find("unknown model file extension"),
+  EXPECT_NE(kiln_test::error_message([&] {
+              a->save(file("net") + ".bin");
+            }).find("unknown model file extension"),
+            std::string::npos);
+  EXPECT_NE(kiln_test::error_message([&] {
+              a->load(file("net") + ".bin");
+            }).find("unknown model file extension"),
             std::string::npos);
   Net unallocated(m.ctx);
-  EXPECT_NE(error_of([&] { unallocated.load(file("net")); }).find("has no memory"),
+  EXPECT_NE(kiln_test::error_message([&] { unallocated.load(file("net")); }).find("has no memory"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { unallocated.save(file("x")); }).find("has no memory"),
+  EXPECT_NE(kiln_test::error_message([&] { unallocated.save(file("x")); }).find("has no memory"),
             std::string::npos);
 }
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "opt/opt_test_util.h"
 
 namespace kiln::test {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "common/error_check.h"
 #include "kiln/sched.h"
 #include "opt_test_util.h"
 
@@ -244,39 +245,34 @@ TEST(OptContext, SchedulesSeeTheRunLength) {
 }
 
 TEST(OptContext, ConfigurationErrors) {
-  auto msg = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   {
     Mlp mlp(30);
     EXPECT_EQ(
-        msg([&] { OptContext o(mlp.config(100)); }),
+        kiln_test::error_message([&] { OptContext o(mlp.config(100)); }),
         "[opt] the logical batch 100 is not a multiple of the physical batch 30 (inputs [30, 2])");
   }
   {
     Mlp mlp(30);
     OptConfig c = mlp.config();
     c.inputs = mlp.logits;
-    EXPECT_NE(msg([&] { OptContext o(c); }).find("must be a leaf"), std::string::npos);
+    EXPECT_NE(kiln_test::error_message([&] { OptContext o(c); }).find("must be a leaf"),
+              std::string::npos);
   }
   {
     Mlp mlp(30);
     OptConfig c = mlp.config();
     Tensor frozen = mlp.ctx->tensor(f32, {2, 16}, "frozen");
     c.params = {mlp.w1, frozen};
-    EXPECT_EQ(msg([&] { OptContext o(c); }),
+    EXPECT_EQ(kiln_test::error_message([&] { OptContext o(c); }),
               "[opt] tensor " + frozen.label() + " is not a param: create it with Context::param");
   }
   {
     Mlp mlp(30);
     OptConfig c = mlp.config();
     c.outputs = mlp.logits.narrow(1, 0, 1).reshape({30});
-    EXPECT_NE(msg([&] { OptContext o(c); }).find("cross-entropy needs logits [30, classes]"),
+    EXPECT_NE(kiln_test::error_message([&] {
+                OptContext o(c);
+              }).find("cross-entropy needs logits [30, classes]"),
               std::string::npos);
   }
   {

@@ -1,4 +1,6 @@
-// Test helpers for bad-input errors: EXPECT_KILN_ERROR(stmt, "op", "part", ...)
+// Test helpers for bad-input errors, shared by every suite:
+// error_message(f) is the message of the kiln::Error f throws (a marker when it
+// throws something else or nothing); EXPECT_KILN_ERROR(stmt, "op", "part", ...)
 // checks that stmt throws kiln::Error whose message starts with "[op] " and
 // names every part (shapes, dtypes, values).
 #pragma once
