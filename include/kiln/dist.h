@@ -1,4 +1,4 @@
-// Distributed data-parallel training (DESIGN.md layer "distributed"): a
+// Distributed data-parallel training (docs/design.md, layer "distributed"): a
 // communicator over MPI and a ParallelHook (kiln/opt.h) that averages gradients
 // across processes in buckets, overlapped with the backward pass. See
 // docs/distributed.md.

@@ -132,7 +132,7 @@ struct Result {
 
 // ---------------------------------------------------------------------------
 // Data parallelism. The training layer comes before the distributed one
-// (DESIGN.md layers), so it defines only this hook and knows nothing of MPI;
+// (docs/design.md, "Layers"), so it defines only this hook and knows nothing of MPI;
 // kiln::dist::DataParallel (kiln/dist.h) implements it. With a hook the context
 // broadcasts params and optimizer state from rank 0 before its first forward
 // pass (and after load()), tells the hook when the backward pass before an
