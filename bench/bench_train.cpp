@@ -12,6 +12,9 @@
 //   profile/{fc,cnn}    forward and backward run node by node: counters give the
 //                       time per op (ms per physical batch; KILN_PROFILE_SHAPES=1
 //                       splits them by output shape)
+//   train_batch/gpt     one training step of kiln-gpt's default model (batch 12,
+//                       block 64: 768 tokens; examples/gpt), and
+//   profile/gpt         its forward and backward node by node, as profile/fc
 //
 //   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
 // Threads: KILN_BENCH_THREADS (default 2, the setting).
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt_model.h"  // examples/gpt
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
 
@@ -180,9 +184,54 @@ BENCHMARK(graph_compute_tiny)
     ->UseRealTime()
     ->ComputeStatistics("min", min_of);
 
+// kiln-gpt's default model and training step (examples/gpt/main.cpp's
+// OptConfig without the schedule), random tokens.
+struct GptBench {
+  GptBench() : cpu(bench_threads()) {
+    gpt::GptConfig c;
+    model = std::make_unique<gpt::Gpt>(ctx, c);
+    model->allocate(cpu);
+    model->init_gpt(1337);
+    const int64_t B = 12, T = c.block, V = c.vocab;
+    Tensor idx = ctx.input(i32, {B, T}, "idx"), targets = ctx.input(i32, {B, T}, "targets");
+    Tensor logits = (*model)(idx);
+    OptConfig oc;
+    oc.inputs = idx;
+    oc.outputs = logits;
+    oc.labels = targets;
+    oc.loss = LossKind::user;
+    oc.user_loss = cross_entropy(logits.reshape({B * T, V}), targets.reshape({B * T}));
+    oc.groups = weight_decay_groups(*model, 0.1f);
+    oc.model = model.get();
+    oc.clip_grad_norm = 1.0f;
+    oc.backends = {&cpu};
+    opt = std::make_unique<OptContext>(oc);
+    std::vector<int32_t> tok(size_t(B * T));
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7919 + 13) % 256);
+    opt->inputs().set(tok);
+    std::rotate(tok.begin(), tok.begin() + 1, tok.end());
+    opt->labels().set(tok);
+  }
+  Context ctx;
+  CpuBackend cpu;
+  std::unique_ptr<gpt::Gpt> model;
+  std::unique_ptr<OptContext> opt;
+};
+
+void train_batch_gpt(benchmark::State& st) {
+  GptBench m;
+  for (auto _ : st) m.opt->train_batch();
+  st.SetItemsProcessed(st.iterations() * 768);  // tokens
+}
+BENCHMARK(train_batch_gpt)
+    ->Name("train_batch/gpt")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of);
+
 // Node by node (one pool dispatch each, so small nodes read a little high).
-void profile(benchmark::State& st, bool cnn) {
-  Mnist m(cnn);
+template <class M>
+void profile_nodes(benchmark::State& st, M& m) {
   const auto& nodes = m.opt->graph().nodes();
   const size_t nf = m.opt->n_forward_nodes(), nb = m.opt->n_backward_nodes();
   std::map<std::string, double> ms;
@@ -204,6 +253,20 @@ void profile(benchmark::State& st, bool cnn) {
   m.opt->reset_grads();
   for (auto& [k, v] : ms) st.counters[k] = v / double(st.iterations());
 }
+void profile(benchmark::State& st, bool cnn) {
+  Mnist m(cnn);
+  profile_nodes(st, m);
+}
+void profile_gpt(benchmark::State& st) {
+  GptBench m;
+  profile_nodes(st, m);
+}
+BENCHMARK(profile_gpt)
+    ->Name("profile/gpt")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(20)
+    ->ComputeStatistics("min", min_of);
 BENCHMARK_CAPTURE(profile, fc, false)
     ->Name("profile/fc")
     ->Unit(benchmark::kMillisecond)

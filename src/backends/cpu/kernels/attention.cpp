@@ -83,14 +83,51 @@ void scores(const float* q, const float* kt, int64_t ld, int64_t e, int64_t j0, 
             float scale, float* s) {
   for (int64_t j = j0; j < j1; j += kW) {
     const int m = int(std::min(kW, j1 - j));
-    VF a0 = vm::c<VF>(0.0f), a1 = a0;
+    VF a0 = vm::c<VF>(0.0f), a1 = a0, a2 = a0, a3 = a0;
     int64_t c = 0;
-    for (; c + 2 <= e; c += 2) {  // two chains hide the FMA latency
+    for (; c + 4 <= e; c += 4) {  // four chains hide the FMA latency
       a0 = vm::madd(vm::c<VF>(q[c]), vm::loadv<VF>(kt + c * ld + j, m), a0);
       a1 = vm::madd(vm::c<VF>(q[c + 1]), vm::loadv<VF>(kt + (c + 1) * ld + j, m), a1);
+      a2 = vm::madd(vm::c<VF>(q[c + 2]), vm::loadv<VF>(kt + (c + 2) * ld + j, m), a2);
+      a3 = vm::madd(vm::c<VF>(q[c + 3]), vm::loadv<VF>(kt + (c + 3) * ld + j, m), a3);
     }
-    if (c < e) a0 = vm::madd(vm::c<VF>(q[c]), vm::loadv<VF>(kt + c * ld + j, m), a0);
-    vm::store(s + j, (a0 + a1) * vm::c<VF>(scale), m);
+    for (; c < e; ++c) a0 = vm::madd(vm::c<VF>(q[c]), vm::loadv<VF>(kt + c * ld + j, m), a0);
+    vm::store(s + j, ((a0 + a1) + (a2 + a3)) * vm::c<VF>(scale), m);
+  }
+}
+
+// acc[0, e) += sum over j in [j0, j1) of w[j] * rows[j * e, (j + 1) * e): up to
+// four vectors of acc at a time stay in registers over the whole j loop (two
+// sets, even and odd j, for two FMA chains each), instead of a load and store
+// of acc per row.
+void weighted_rows(const float* w, const float* rows, int64_t j0, int64_t j1, int64_t e,
+                   float* acc) {
+  constexpr int kV = 4;
+  for (int64_t c0 = 0; c0 < e; c0 += kV * kW) {
+    int m[kV];
+    int nv = 0;
+    for (; nv < kV && c0 + nv * kW < e; ++nv) m[nv] = int(std::min(kW, e - c0 - nv * kW));
+    VF a[kV], b[kV];
+    for (int v = 0; v < kV; ++v) b[v] = a[v] = vm::c<VF>(0.0f);
+    int64_t j = j0;
+    for (; j + 2 <= j1; j += 2) {
+      const VF w0 = vm::c<VF>(w[j]), w1 = vm::c<VF>(w[j + 1]);
+      const float* r0 = rows + j * e + c0;
+      const float* r1 = r0 + e;
+      for (int v = 0; v < nv; ++v) {
+        a[v] = vm::madd(w0, vm::loadv<VF>(r0 + v * kW, m[v]), a[v]);
+        b[v] = vm::madd(w1, vm::loadv<VF>(r1 + v * kW, m[v]), b[v]);
+      }
+    }
+    if (j < j1) {
+      const VF w0 = vm::c<VF>(w[j]);
+      const float* r0 = rows + j * e + c0;
+      for (int v = 0; v < nv; ++v) a[v] = vm::madd(w0, vm::loadv<VF>(r0 + v * kW, m[v]), a[v]);
+    }
+    for (int v = 0; v < nv; ++v) {
+      float* o = acc + c0 + v * kW;
+      vm::store(o, vm::loadv<VF>(o, m[v]) + (a[v] + b[v]), m[v]);
+    }
   }
 }
 
@@ -171,7 +208,7 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
           ls = ls + vm::loadv<VF>(s + j, mm);  // masked lanes read 0
         }
         l += vm::hsum(ls);
-        for (int64_t j = j0; j < j1; ++j) axpy(s[j], vp + j * e, acc, e);
+        weighted_rows(s, vp, j0, j1, e, acc);
       }
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
       for (int64_t c = 0; c < e; ++c) o[c] = acc[c] * inv;
@@ -237,17 +274,16 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
       }
       // p = exp(s - m) / l; dp[j] = dO . v_j (scale 1)
       scores(gi, vt, ld, e, 0, n, 1.0f, dp);
-      const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum);
+      const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum), vs = vm::c<VF>(p.scale);
       for (int64_t j = 0; j < n; j += kW) {
         const int mm = int(std::min(kW, n - j));
         const VF pj = vm::loadv<VF>(s + j, mm) * inv;
-        vm::store(s + j, pj, mm);                                      // p
-        vm::store(dp + j, pj * (vm::loadv<VF>(dp + j, mm) - vd), mm);  // ds
+        vm::store(s + j, pj, mm);                                           // p
+        vm::store(dp + j, pj * (vm::loadv<VF>(dp + j, mm) - vd) * vs, mm);  // scale * ds
       }
+      weighted_rows(dp, kp, 0, n, e, dqi);
       for (int64_t j = 0; j < n; ++j) {
-        const float ds = dp[j] * p.scale;
-        axpy(ds, kp + j * e, dqi, e);
-        axpy(ds, qi, dk + j * e, e);
+        axpy(dp[j], qi, dk + j * e, e);
         axpy(s[j], gi, dv + j * e, e);
       }
     }
