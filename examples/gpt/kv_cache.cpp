@@ -37,9 +37,30 @@ KvDecoder::KvDecoder(Gpt& model, kiln::Backend& backend)
     k_cache_.push_back(kc), v_cache_.push_back(vc), k_new_.push_back(k), v_new_.push_back(v);
   }
   logits_ = model.lm_head(model.ln_f(x));  // [1, 1, vocab]
-  buf_ =
-      kiln::allocate_tensors(ctx_, backend_);  // the new tensors only; weights stay where they are
+
+  // The prefill graph: Gpt::forward over the block, keeping each layer's k, v.
+  pre_idx_ = ctx_.input(kiln::i32, {1, block_}, "kv.prefill_tokens");
+  Tensor h = model.wte(pre_idx_) + model.wpe.weight().narrow(0, 0, block_);  // [1, block, C]
+  for (size_t l = 0; l < model.blocks.size(); ++l) {
+    auto& blk = static_cast<kiln::nn::TransformerBlock&>(model.blocks[l]);
+    Tensor qkv = blk.attn.c_attn(blk.ln_1(h));  // [1, block, 3C]
+    auto head = [&](int i) {
+      return qkv.narrow(2, i * C, C).reshape({1, block_, H, D}).permute({0, 2, 1, 3});
+    };
+    Tensor k = head(1).contiguous(), v = head(2).contiguous();  // [1, H, block, D]
+    kiln::AttentionOptions causal;
+    causal.causal = true;
+    Tensor y = kiln::attention(head(0), k, v, causal);
+    h = h + blk.attn.c_proj(y.permute({0, 2, 1, 3}).reshape({1, block_, C}));
+    h = h + blk.mlp(blk.ln_2(h));
+    pre_k_.push_back(k), pre_v_.push_back(v);
+  }
+  pre_logits_ = model.lm_head(model.ln_f(h));  // [1, block, vocab]
+  // The new tensors only, each its own memory (k, v of the prefill stay readable
+  // after it runs); the weights stay where they are.
+  buf_ = kiln::allocate_tensors(ctx_, backend_);
   graph_ = kiln::Graph::forward(logits_);
+  pre_graph_ = kiln::Graph::forward(pre_logits_);
   reset();
 }
 
@@ -48,6 +69,25 @@ void KvDecoder::reset() {
   mask_host_.assign(size_t(block_), -std::numeric_limits<float>::infinity());
   for (Tensor t : k_cache_) t.fill_zero();
   for (Tensor t : v_cache_) t.fill_zero();
+}
+
+const float* KvDecoder::prefill(const std::vector<int32_t>& tokens) {
+  const int64_t n = int64_t(tokens.size());
+  if (n < 1 || n > block_)
+    kiln::fail("gpt", "KV-cache prefill of ", n, " tokens: need 1..", block_);
+  reset();
+  std::vector<int32_t> window(size_t(block_), 0);  // after n: ignored (causal)
+  std::copy(tokens.begin(), tokens.end(), window.begin());
+  pre_idx_.set<int32_t>(window);
+  backend_.compute(pre_graph_);
+  for (size_t l = 0; l < k_cache_.size(); ++l) {
+    k_cache_[l].narrow(2, 0, n).set<float>(pre_k_[l].narrow(2, 0, n).get<float>());
+    v_cache_[l].narrow(2, 0, n).set<float>(pre_v_[l].narrow(2, 0, n).get<float>());
+  }
+  std::fill(mask_host_.begin(), mask_host_.begin() + n, 0.0f);
+  pos_ = n;
+  out_ = pre_logits_.narrow(1, n - 1, 1).get<float>();
+  return out_.data();
 }
 
 const float* KvDecoder::step(int32_t token) {

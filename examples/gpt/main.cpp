@@ -262,7 +262,8 @@ int sample_token(const float* logits, int64_t vocab, float temperature, int64_t 
 // graph over the whole block for every byte instead (positions after the
 // current length are ignored by the causal mask); --check-cache does both and
 // fails when their logits differ. When the context fills the block, it is cut
-// to its last block/2 bytes and the cache refilled from them.
+// to its last block/2 bytes and the cache refilled from them in one batched
+// pass (KvDecoder::prefill), as is the prompt.
 int sample(const Options& o) {
   Loaded m(o.out, o.threads);
   const gpt::GptConfig& c = m.model->config();
@@ -296,8 +297,8 @@ int sample(const Options& o) {
   std::unique_ptr<gpt::KvDecoder> dec;
   const float* cached = nullptr;
   auto refill = [&] {
-    dec->reset();
-    for (size_t i = start; i < tokens.size(); ++i) cached = dec->step(tokens[i]);
+    cached =
+        dec->prefill(std::vector<int32_t>(tokens.begin() + std::ptrdiff_t(start), tokens.end()));
   };
   if (!o.no_cache) {
     dec = std::make_unique<gpt::KvDecoder>(*m.model, m.cpu);
