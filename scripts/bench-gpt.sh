@@ -3,7 +3,8 @@
 # PyTorch (bench/gpt_pytorch.py, Debian's python3-torch, OMP_WAIT_POLICY=PASSIVE),
 # both on the same number of threads, runs alternated so that both see the same
 # machine; then kiln's sampling speed with and without the KV cache. Prints each
-# run's summary line and the medians. Results go in docs/benchmarks.md.
+# run's summary line and the medians; each run's log (validation loss at every
+# evaluation) stays in out/bench-gpt/. Results go in docs/benchmarks.md.
 #   bash scripts/bench-gpt.sh [ITERS (2000)] [REPEATS (1)] [THREADS (2)]
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -39,11 +40,13 @@ median_rate() {
 for ((r = 1; r <= repeats; ++r)); do
   log "run $r/$repeats: PyTorch"
   OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS="$threads" "$py" "$KILN_ROOT/bench/gpt_pytorch.py" \
-    --data "$KILN_ROOT/data/sotu" --out "$out/gpt.pt" --threads "$threads" --iters "$iters" |
-    tail -n1 | tee -a "$out/pytorch.txt"
+    --data "$KILN_ROOT/data/sotu" --out "$out/gpt.pt" --threads "$threads" --iters "$iters" \
+    >"$out/pytorch-$r.log"
+  tail -n1 "$out/pytorch-$r.log" | tee -a "$out/pytorch.txt"
   log "run $r/$repeats: kiln"
   "$gpt" train --data "$KILN_ROOT/data/sotu" --out "$out/gpt.gguf" --threads "$threads" \
-    --iters "$iters" 2>/dev/null | tail -n1 | tee -a "$out/kiln.txt"
+    --iters "$iters" >"$out/kiln-$r.log" 2>&1
+  tail -n1 "$out/kiln-$r.log" | tee -a "$out/kiln.txt"
 done
 k="$(median_rate "$out/kiln.txt")" p="$(median_rate "$out/pytorch.txt")"
 log "training tokens/s, median of $repeats: kiln $k, PyTorch $p, ratio $(awk -v k="$k" -v p="$p" 'BEGIN {printf "%.2f", k / p}')"
