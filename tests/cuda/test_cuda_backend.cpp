@@ -102,21 +102,33 @@ std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type,
   return missing;
 }
 
-TEST(CudaSupports, TrainingGraphsRunEntirelyOnCuda) {
+// The fused transformer primitives (docs/ops.md) have CPU kernels only so far:
+// the scheduler runs them on the CPU and everything else of a training graph
+// stays on CUDA. Any other op without a CUDA kernel fails this test.
+const std::set<std::string> kCpuOnlyFusedOps = {
+    "attention f32",  "attention_back f32",  "cross_entropy f32",         "cross_entropy_back f32",
+    "layer_norm f32", "layer_norm_back f32", "layer_norm_back_affine f32"};
+
+std::string ops_beyond_cpu_only_fused(const std::set<std::string>& missing) {
+  std::string bad;
+  for (const std::string& s : missing)
+    if (!kCpuOnlyFusedOps.count(s)) bad += s + ", ";
+  return bad;
+}
+
+TEST(CudaSupports, TrainingGraphsRunOnCudaButTheFusedTransformerOps) {
   for (auto& m : all_test_models()) {
     std::set<std::string> ops;
     const std::set<std::string> missing = unsupported_ops(*m, OptimizerType::adamw, &ops);
     std::string list;
     for (const std::string& s : ops) list += s + " ";
     std::cout << m->name << " training graph ops: " << list << "\n";
-    std::string bad;
-    for (const std::string& s : missing) bad += s + ", ";
-    EXPECT_TRUE(missing.empty()) << m->name << ": no CUDA kernel for " << bad;
+    EXPECT_EQ(ops_beyond_cpu_only_fused(missing), "") << m->name << ": no CUDA kernel";
     EXPECT_GT(ops.size(), 5u);
   }
   auto fc = mnist_fc();
   std::set<std::string> ops;
-  EXPECT_TRUE(unsupported_ops(*fc, OptimizerType::sgd, &ops).empty());
+  EXPECT_EQ(ops_beyond_cpu_only_fused(unsupported_ops(*fc, OptimizerType::sgd, &ops)), "");
   EXPECT_TRUE(ops.count("sgd_step"));
 }
 
