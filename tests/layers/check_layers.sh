@@ -50,7 +50,7 @@ public_layer() {
     sched.h) echo 4 ;;
     io.h | safetensors.h | state_dict.h) echo 5 ;;
     nn.h | nn/*) echo 6 ;;
-    opt.h | dataset.h | token_dataset.h) echo 7 ;;
+    opt.h | grad_store.h | dataset.h | token_dataset.h) echo 7 ;;
     dist.h) echo 8 ;;
     kiln.h) echo 9 ;;
     *) echo -1 ;;
