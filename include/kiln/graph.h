@@ -63,4 +63,21 @@ class Graph {
   std::weak_ptr<const void> life_ = detail::immortal_life();
 };
 
+// ---------------------------------------------------------------------------
+// Gradient checkpointing (torch.utils.checkpoint's trade: compute for memory).
+// checkpoint(x) marks x (and returns it): a backward pass built afterwards keeps
+// x and recomputes the forward nodes that lie between x and the previous
+// checkpoints (or the leaves) from them, instead of keeping those activations
+// alive; the graph allocator frees them after the forward pass. Nodes after the
+// last checkpoint are not recomputed (backward needs them at once). Recomputed
+// nodes repeat their op and parameters, so dropout draws the same mask. Mark
+// before Graph::backward.
+Tensor checkpoint(Tensor x);
+// Marks checkpoints in forward graph g automatically and returns them: among
+// its cut points (activations that are the only value live at their step) it
+// picks about sqrt(count) - 1, so the segments between them hold about equal
+// activation bytes (Chen et al., "Training deep nets with sublinear memory
+// cost"). A graph without two cut points gets none.
+std::vector<Tensor> auto_checkpoint(const Graph& g);
+
 }  // namespace kiln

@@ -63,7 +63,15 @@ class Module {
   // Builds this module's graph for input x. The default throws kiln::Error: a
   // module without a one-tensor forward (a container of parts) cannot be called.
   virtual Tensor forward(Tensor x);
-  Tensor operator()(Tensor x) { return forward(x); }
+  // forward(x), marked as a checkpoint when set_checkpoint() is on.
+  Tensor operator()(Tensor x);
+
+  // Gradient checkpointing per module: graphs built afterwards mark this
+  // module's output as a checkpoint (kiln::checkpoint): the backward pass keeps
+  // it and recomputes what lies between it and the previous checkpoint. Mark
+  // every block of a stack (or every k-th) for the usual memory-for-compute trade.
+  void set_checkpoint(bool on = true) { checkpoint_ = on; }
+  bool checkpointed() const { return checkpoint_; }
 
   // ---- parameters ----
   // Every parameter of the tree with its hierarchical name ("blocks.0.attn.c_attn.weight"):
@@ -176,6 +184,7 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   Tensor seed_;  // dropout's step seed (undefined until needed)
   bool training_ = true;
+  bool checkpoint_ = false;
   std::vector<std::unique_ptr<Buffer>> storage_;  // from allocate()
 };
 

@@ -202,6 +202,12 @@ struct OptConfig {
   // exceeds max_norm (torch.nn.utils.clip_grad_norm_). Computed by graph ops,
   // so it runs on any backend; grad_norm() reports the norm.
   float clip_grad_norm = 0.0f;
+  // Gradient checkpointing: checkpoints picked by auto_checkpoint (kiln/graph.h,
+  // about sqrt(layers) segments) before the backward pass is built, so the
+  // planned memory holds one segment's activations at a time and the backward
+  // pass recomputes the rest. Tensors marked by hand (kiln::checkpoint,
+  // nn::Module::set_checkpoint) are honoured with or without this option.
+  bool checkpointing = false;
   OptimizerType optimizer = OptimizerType::adamw;
   // Empty: schedule::constant() (default parameters). SGD keeps a momentum buffer
   // when the schedule's parameters for step 0 have momentum != 0.

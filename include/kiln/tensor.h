@@ -66,8 +66,9 @@ enum TensorFlag : uint32_t {
   kFlagOutput = 1u << 1,
   kFlagParam = 1u << 2,
   kFlagLoss = 1u << 3,
-  kFlagGrad = 1u << 4,     // a gradient (never gets a gradient itself)
-  kFlagGradAcc = 1u << 5,  // a persistent gradient accumulator of a param
+  kFlagGrad = 1u << 4,        // a gradient (never gets a gradient itself)
+  kFlagGradAcc = 1u << 5,     // a persistent gradient accumulator of a param
+  kFlagCheckpoint = 1u << 6,  // kept for the backward pass, which recomputes what feeds it
 };
 
 class Context;

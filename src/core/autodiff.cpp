@@ -2,16 +2,24 @@
 //  1. One forward pass marks nodes that depend on a param ("requires").
 //  2. One reverse pass walks from the loss; each node with a gradient calls its
 //     op's rule, which adds gradient nodes for the sources that require one.
+//     With checkpoints, rules read recomputed copies of the forward tensors
+//     between checkpoints (core/recompute.h).
 // Gradients are ordinary graph nodes (flagged kFlagGrad) and never get
 // gradients themselves; nothing is built for nodes off the param->loss paths.
 #include <unordered_set>
 
 #include "core/autodiff.h"
+#include "core/recompute.h"
 #include "kiln/detail/op_builder.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 
 namespace kiln {
+
+Tensor detail::GradCtx::out() const { return Tensor(re_ ? re_->of(node_) : node_); }
+Tensor detail::GradCtx::src(int i) const {
+  return Tensor(re_ ? re_->of(node_->src[i]) : node_->src[i]);
+}
 
 void detail::GradCtx::add(int i, Tensor g) {
   if (!needs_[i]) return;
@@ -52,6 +60,7 @@ void Graph::backward(Tensor loss) {
   seed.node()->flags |= kFlagGrad;
   grads_[loss.node()] = seed.node();
   const size_t first_new = ctx.size();
+  detail::Recompute re(std::span<TensorNode* const>(nodes_.data(), n_forward_));
   for (size_t k = n_forward_; k-- > 0;) {
     TensorNode* n = nodes_[k];
     auto it = grads_.find(n);
@@ -63,7 +72,7 @@ void Graph::backward(Tensor loss) {
       any |= needs[i];
     }
     if (!any) continue;
-    detail::GradCtx g(n, Tensor(it->second), needs);
+    detail::GradCtx g(n, Tensor(it->second), needs, re.active() ? &re : nullptr);
     detail::backward_rule(n->op)(g);
     for (int i = 0; i < n->n_src; ++i) {
       Tensor gi = g.added(i);

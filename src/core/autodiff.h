@@ -7,12 +7,16 @@
 
 namespace kiln::detail {
 
+class Recompute;
+
 class GradCtx {
  public:
-  GradCtx(TensorNode* node, Tensor grad, const bool* needs)
-      : node_(node), grad_(grad), needs_(needs) {}
-  Tensor out() const { return Tensor(node_); }  // the forward node
-  Tensor src(int i) const { return Tensor(node_->src[i]); }
+  // `re`: with gradient checkpointing, where rules read recomputed tensors.
+  GradCtx(TensorNode* node, Tensor grad, const bool* needs, Recompute* re = nullptr)
+      : node_(node), grad_(grad), needs_(needs), re_(re) {}
+  // The forward node and its sources (recomputed copies under checkpointing).
+  Tensor out() const;
+  Tensor src(int i) const;
   // The forward node's parameters (kiln/op_params.h): g.params<Op::SCALE>().mul.
   template <Op op>
   op_params_t<op> params() const {
@@ -31,6 +35,7 @@ class GradCtx {
   TensorNode* node_;
   Tensor grad_;
   const bool* needs_;
+  Recompute* re_;
   Tensor added_[kMaxSrc];
 };
 

@@ -145,7 +145,7 @@ Module& Sequential::operator[](size_t i) const {
 }
 
 Tensor Sequential::forward(Tensor x) {
-  for (auto& [n, m] : named_children()) x = m->forward(x);
+  for (auto& [n, m] : named_children()) x = (*m)(x);
   return x;
 }
 

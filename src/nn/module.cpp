@@ -4,6 +4,7 @@
 
 #include "kiln/alloc.h"
 #include "kiln/detail/rng.h"
+#include "kiln/graph.h"
 #include "kiln/nn.h"
 
 namespace kiln::nn {
@@ -28,6 +29,11 @@ std::string_view first_part(std::string_view name, std::string_view* rest) {
 Module::Module(Context& ctx) : ctx_(&ctx) {}
 Module::~Module() = default;
 Module::Module(Module&&) noexcept = default;
+
+Tensor Module::operator()(Tensor x) {
+  Tensor y = forward(x);
+  return checkpoint_ ? kiln::checkpoint(y) : y;
+}
 
 Tensor Module::forward(Tensor) {
   fail("nn", type_name(), " '", path(), "' has no one-tensor forward(); call its parts");

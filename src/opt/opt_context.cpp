@@ -92,6 +92,7 @@ void OptContext::Impl::build() {
     state_b.resize(params.size());
     return;
   }
+  if (cfg.checkpointing) auto_checkpoint(graph);
   graph.backward(loss);
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
