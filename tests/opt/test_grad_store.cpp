@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "core/error_check.h"
+#include "common/error_check.h"
 #include "kiln/grad_store.h"
 #include "opt_test_util.h"
 
