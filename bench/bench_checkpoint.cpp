@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
       "ms/step ckpt | time overhead |\n|---|---|---|---|---|---|---|---|---|\n");
   constexpr int64_t B = 4, T = 128, D = 128, H = 4;
   for (int depth : {8, 16, 32}) {
-    auto gpt = [depth](Context& ctx, std::unique_ptr<nn::Module>& owner) {
+    auto gpt = [=](Context& ctx, std::unique_ptr<nn::Module>& owner) {
       auto seq = std::make_unique<nn::Sequential>(ctx);
       for (int i = 0; i < depth; ++i) seq->push_back<nn::TransformerBlock>(D, H);
       owner = std::move(seq);
