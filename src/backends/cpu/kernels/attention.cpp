@@ -2,16 +2,18 @@
 // (one index of the leading dims) per task, heads split over threads, so the
 // result does not depend on the thread count. Memory is O(T) per head: the head's
 // keys and values are packed into thread scratch (k transposed, so the scores of
-// kW keys are one vector FMA chain over E), and the [Tq, Tk] score matrix never
-// exists.
+// a key block are vector FMA chains over E), and the [Tq, Tk] score matrix never
+// exists. Queries go in tiles of kR rows, so that every product is a
+// register-blocked micro-kernel (kR rows x kNV vectors of accumulators) that
+// loads each key or value row once per tile instead of once per query.
 //
-// Forward (FlashAttention's online softmax): per query row, keys in blocks of
-// kKeyBlock; the running max m, sum l and output accumulator are rescaled by
-// exp(m_old - m_new) when a block raises the max.
-// Backward: per query row the scores are recomputed, first for the row's
-// logsumexp L, then p = exp(s - L); with dp = dO v^T and D = dO . O,
-// ds = p (dp - D); dq = scale ds k, and dk += scale ds q, dv += p dO accumulate in
-// scratch for the head.
+// Forward (FlashAttention's online softmax): per query tile, keys in blocks of
+// kKeyBlock; each row's running max m, sum l and output accumulator are
+// rescaled by exp(m_old - m_new) when a block raises the max.
+// Backward (per query tile, keys in one pass): the scores S = scale q k^T and
+// dp = dO v^T are recomputed for the tile's rows (kR x Tk), then p = softmax(S)
+// and D = dO . O give ds = p (dp - D); dq = scale ds k, and dk += scale ds^T q,
+// dv += p^T dO accumulate in the head's rows of the output.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,65 +80,179 @@ void pack_rows(const HeadMat& src, int64_t m, int64_t e, float* dst) {
   }
 }
 
-// s[j] = scale * sum_c q[c] kt[c * ld + j] for j in [j0, j1); kt is E x ld.
-void scores(const float* q, const float* kt, int64_t ld, int64_t e, int64_t j0, int64_t j1,
-            float scale, float* s) {
-  for (int64_t j = j0; j < j1; j += kW) {
-    const int m = int(std::min(kW, j1 - j));
-    VF a0 = vm::c<VF>(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    int64_t c = 0;
-    for (; c + 4 <= e; c += 4) {  // four chains hide the FMA latency
-      a0 = vm::madd(vm::c<VF>(q[c]), vm::loadv<VF>(kt + c * ld + j, m), a0);
-      a1 = vm::madd(vm::c<VF>(q[c + 1]), vm::loadv<VF>(kt + (c + 1) * ld + j, m), a1);
-      a2 = vm::madd(vm::c<VF>(q[c + 2]), vm::loadv<VF>(kt + (c + 2) * ld + j, m), a2);
-      a3 = vm::madd(vm::c<VF>(q[c + 3]), vm::loadv<VF>(kt + (c + 3) * ld + j, m), a3);
-    }
-    for (; c < e; ++c) a0 = vm::madd(vm::c<VF>(q[c]), vm::loadv<VF>(kt + c * ld + j, m), a0);
-    vm::store(s + j, ((a0 + a1) + (a2 + a3)) * vm::c<VF>(scale), m);
+// Register-blocked tile products. A tile is up to kR query rows; the kernels
+// are templates over its row count so that every accumulator is a register.
+constexpr int kR = 4;
+constexpr int kNV = kW >= 16 ? 4 : 2;  // vectors per row: 16 accumulators (AVX-512), else 8
+
+// Calls f.template operator()<NV>() with NV = nvec, a vector count in [1, kNV].
+static_assert(kNV <= 4);
+template <class F>
+void with_vectors(int64_t nvec, F&& f) {
+  switch (nvec) {
+    case 1: f.template operator()<1>(); break;
+    case 2:
+      if constexpr (kNV >= 2) f.template operator()<2>();
+      break;
+    case 3:
+      if constexpr (kNV >= 3) f.template operator()<3>();
+      break;
+    default:
+      if constexpr (kNV >= 4) f.template operator()<4>();
+      break;
   }
 }
 
-// acc[0, e) += sum over j in [j0, j1) of w[j] * rows[j * e, (j + 1) * e): up to
-// four vectors of acc at a time stay in registers over the whole j loop (two
-// sets, even and odd j, for two FMA chains each), instead of a load and store
-// of acc per row.
-void weighted_rows(const float* w, const float* rows, int64_t j0, int64_t j1, int64_t e,
-                   float* acc) {
-  constexpr int kV = 4;
-  for (int64_t c0 = 0; c0 < e; c0 += kV * kW) {
-    int m[kV];
-    int nv = 0;
-    for (; nv < kV && c0 + nv * kW < e; ++nv) m[nv] = int(std::min(kW, e - c0 - nv * kW));
-    VF a[kV], b[kV];
-    for (int v = 0; v < kV; ++v) b[v] = a[v] = vm::c<VF>(0.0f);
-    int64_t j = j0;
-    for (; j + 2 <= j1; j += 2) {
-      const VF w0 = vm::c<VF>(w[j]), w1 = vm::c<VF>(w[j + 1]);
-      const float* r0 = rows + j * e + c0;
-      const float* r1 = r0 + e;
-      for (int v = 0; v < nv; ++v) {
-        a[v] = vm::madd(w0, vm::loadv<VF>(r0 + v * kW, m[v]), a[v]);
-        b[v] = vm::madd(w1, vm::loadv<VF>(r1 + v * kW, m[v]), b[v]);
+// S[r * lds + (j - j0)] = scale * sum_c a[r * e + c] bt[c * ld + j] for r < R,
+// j in [j0, j1): R rows of a (row-major) times columns of bt (E x ld). One call
+// covers NV vectors of columns from j, the last one m lanes wide.
+template <int R, int NV>
+void tile_scores_at(const float* a, const float* bt, int64_t ld, int64_t e, int64_t j, int m,
+                    float scale, float* S, int64_t lds) {
+  VF acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = vm::c<VF>(0.0f);
+  for (int64_t c = 0; c < e; ++c) {
+    VF b[NV];
+    const float* bc = bt + c * ld + j;
+    for (int v = 0; v + 1 < NV; ++v) b[v] = vm::loadv<VF>(bc + v * kW);
+    b[NV - 1] = vm::loadv<VF>(bc + (NV - 1) * kW, m);
+    for (int r = 0; r < R; ++r) {
+      const VF ar = vm::c<VF>(a[r * e + c]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(ar, b[v], acc[r][v]);
+    }
+  }
+  const VF vs = vm::c<VF>(scale);
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v + 1 < NV; ++v) vm::store(S + r * lds + v * kW, acc[r][v] * vs);
+    vm::store(S + r * lds + (NV - 1) * kW, acc[r][NV - 1] * vs, m);
+  }
+}
+
+template <int R>
+void tile_scores(const float* a, const float* bt, int64_t ld, int64_t e, int64_t j0, int64_t j1,
+                 float scale, float* S, int64_t lds) {
+  int64_t j = j0;
+  for (; j + kNV * kW <= j1; j += kNV * kW)
+    tile_scores_at<R, kNV>(a, bt, ld, e, j, kW, scale, S + (j - j0), lds);
+  if (j == j1) return;
+  const int64_t rest = j1 - j, nvec = (rest + kW - 1) / kW;  // <= kNV
+  const int m = int(rest - (nvec - 1) * kW);
+  with_vectors(
+      nvec, [&]<int NV>() { tile_scores_at<R, NV>(a, bt, ld, e, j, m, scale, S + (j - j0), lds); });
+}
+
+// Runs f.template operator()<NV>(c0, m) over the columns [0, e) in chunks of
+// up to kNV vectors (NV a compile-time count, the chunk's last vector m lanes
+// wide), so the kernels below keep their accumulators in registers.
+template <class F>
+void over_column_chunks(int64_t e, F&& f) {
+  int64_t c0 = 0;
+  for (; c0 + kNV * kW <= e; c0 += kNV * kW) f.template operator()<kNV>(c0, int(kW));
+  if (c0 == e) return;
+  const int64_t rest = e - c0, nvec = (rest + kW - 1) / kW;  // <= kNV
+  const int m = int(rest - (nvec - 1) * kW);
+  with_vectors(nvec, [&]<int NV>() { f.template operator()<NV>(c0, m); });
+}
+
+// Loads NV vectors from p, the last one m lanes wide (the rest read 0).
+template <int NV>
+void load_chunk(const float* p, int m, VF* out) {
+  for (int v = 0; v + 1 < NV; ++v) out[v] = vm::loadv<VF>(p + v * kW);
+  out[NV - 1] = vm::loadv<VF>(p + (NV - 1) * kW, m);
+}
+template <int NV>
+void store_chunk(float* p, int m, const VF* in) {
+  for (int v = 0; v + 1 < NV; ++v) vm::store(p + v * kW, in[v]);
+  vm::store(p + (NV - 1) * kW, in[NV - 1], m);
+}
+
+// acc[r * lda + c] += sum over j in [j0, j1) of W[r * ldw + (j - j0)] rows[j * e + c]
+// for r < R: R x NV accumulators stay in registers over the whole j loop, and
+// each row of `rows` is loaded once for R.
+template <int R>
+void tile_weighted(const float* W, int64_t ldw, const float* rows, int64_t j0, int64_t j1,
+                   int64_t e, float* acc, int64_t lda) {
+  over_column_chunks(e, [&]<int NV>(int64_t c0, int m) {
+    VF a[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) a[r][v] = vm::c<VF>(0.0f);
+    for (int64_t j = j0; j < j1; ++j) {
+      VF b[NV];
+      load_chunk<NV>(rows + j * e + c0, m, b);
+      for (int r = 0; r < R; ++r) {
+        const VF w = vm::c<VF>(W[r * ldw + (j - j0)]);
+        for (int v = 0; v < NV; ++v) a[r][v] = vm::madd(w, b[v], a[r][v]);
       }
     }
-    if (j < j1) {
-      const VF w0 = vm::c<VF>(w[j]);
-      const float* r0 = rows + j * e + c0;
-      for (int v = 0; v < nv; ++v) a[v] = vm::madd(w0, vm::loadv<VF>(r0 + v * kW, m[v]), a[v]);
+    for (int r = 0; r < R; ++r) {
+      VF o[NV];
+      load_chunk<NV>(acc + r * lda + c0, m, o);
+      for (int v = 0; v < NV; ++v) o[v] = o[v] + a[r][v];
+      store_chunk<NV>(acc + r * lda + c0, m, o);
     }
-    for (int v = 0; v < nv; ++v) {
-      float* o = acc + c0 + v * kW;
-      vm::store(o, vm::loadv<VF>(o, m[v]) + (a[v] + b[v]), m[v]);
-    }
-  }
+  });
 }
 
-// y[0, e) += a * x[0, e)
-inline void axpy(float a, const float* x, float* y, int64_t e) {
-  const VF va = vm::c<VF>(a);
-  for (int64_t c = 0; c < e; c += kW) {
-    const int m = int(std::min(kW, e - c));
-    vm::store(y + c, vm::madd(va, vm::loadv<VF>(x + c, m), vm::loadv<VF>(y + c, m)), m);
+// dst[j * e + c] += sum over r < R of W[r * ldw + j] a[r * e + c] for j in [0, n):
+// the R rows of a stay in registers while each dst row is loaded and stored
+// once for R.
+template <int R>
+void tile_outer_acc(const float* W, int64_t ldw, const float* a, int64_t n, int64_t e, float* dst) {
+  over_column_chunks(e, [&]<int NV>(int64_t c0, int m) {
+    VF ar[R][NV];
+    for (int r = 0; r < R; ++r) load_chunk<NV>(a + r * e + c0, m, ar[r]);
+    for (int64_t j = 0; j < n; ++j) {
+      VF x[NV];
+      load_chunk<NV>(dst + j * e + c0, m, x);
+      for (int r = 0; r < R; ++r) {
+        const VF w = vm::c<VF>(W[r * ldw + j]);
+        for (int v = 0; v < NV; ++v) x[v] = vm::madd(w, ar[r][v], x[v]);
+      }
+      store_chunk<NV>(dst + j * e + c0, m, x);
+    }
+  });
+}
+
+// max(init, s[0], ..., s[n - 1])
+float row_max(const float* s, int64_t n, float init) {
+  VF mx = vm::c<VF>(init);
+  int64_t j = 0;
+  for (; j + kW <= n; j += kW) mx = vm::max(mx, vm::loadv<VF>(s + j));
+  float m = vm::hmax(mx);
+  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+// s[j] = exp(s[j] - mx) for j < n; returns their sum. Full vectors are summed
+// as computed: reading back a just-stored vector would stall on store
+// forwarding (only the masked tail does, once per row).
+float exp_shifted_sum(float* s, int64_t n, float mx) {
+  const VF vmx = vm::c<VF>(mx);
+  VF sum = vm::c<VF>(0.0f);
+  int64_t j = 0;
+  for (; j + kW <= n; j += kW) {
+    const VF pe = vm::exp(vm::loadv<VF>(s + j) - vmx);
+    vm::store(s + j, pe);
+    sum = sum + pe;
+  }
+  if (j < n) {
+    const int m = int(n - j);
+    vm::store(s + j, vm::exp(vm::loadv<VF>(s + j, m) - vmx), m);
+    sum = sum + vm::loadv<VF>(s + j, m);  // masked lanes read 0
+  }
+  return vm::hsum(sum);
+}
+
+// Calls f.template operator()<R>() with R = nr in [1, kR] (the tile's row count
+// as a compile-time constant).
+template <class F>
+void with_rows(int nr, F&& f) {
+  switch (nr) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 3: f.template operator()<3>(); break;
+    default: f.template operator()<4>(); break;
   }
 }
 
@@ -147,6 +263,14 @@ inline float dot(const float* a, const float* b, int64_t e) {
     acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
   }
   return vm::hsum(acc);
+}
+
+// nr rows of src starting at i0 into dst (row-major, ld e).
+void pack_tile(const HeadMat& src, int64_t i0, int nr, int64_t e, float* dst) {
+  for (int r = 0; r < nr; ++r) {
+    const float* row = src.row(i0 + r, e, dst + r * e);
+    if (row != dst + r * e) std::memcpy(dst + r * e, row, size_t(e) * sizeof(float));
+  }
 }
 
 struct Dims {
@@ -169,49 +293,57 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   if (hr.empty()) return;
   const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
   const int64_t eb = round_up(e, kW);
-  float* kt =
-      static_cast<float*>(t.scratch(size_t(e * ld + D.tk * e + ld + 3 * eb) * sizeof(float)));
+  float* kt = static_cast<float*>(
+      t.scratch(size_t(e * ld + D.tk * e + kR * kKeyBlock + 2 * kR * eb + eb) * sizeof(float)));
   float* vp = kt + e * ld;
-  float* s = vp + D.tk * e;
-  float* qbuf = s + ld;
-  float* acc = qbuf + eb;
-  float* rbuf = acc + eb;
+  float* S = vp + D.tk * e;  // kR x kKeyBlock scores, then probabilities
+  float* qt = S + kR * kKeyBlock;
+  float* acc = qt + kR * eb;
+  float* rbuf = acc + kR * eb;
   float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const HeadMat qh = head_of(q, h), kh = head_of(k, h), vh = head_of(v, h);
     pack_transposed(kh, D.tk, e, kt, ld, rbuf);
     pack_rows(vh, D.tk, e, vp);
-    for (int64_t i = 0; i < D.tq; ++i) {
-      const float* qi = qh.row(i, e, qbuf);
-      const int64_t n = visible(i, D.tq, D.tk, p.causal);
-      float* o = out + (h * D.tq + i) * e;
-      std::fill(acc, acc + e, 0.0f);
-      float m = kNegInf, l = 0.0f;
-      for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {
-        const int64_t j1 = std::min(n, j0 + kKeyBlock);
-        scores(qi, kt, ld, e, j0, j1, p.scale, s);
-        float bm = m;
-        for (int64_t j = j0; j < j1; ++j) bm = s[j] > bm ? s[j] : bm;
-        if (bm == kNegInf) continue;         // (only with -inf inputs)
-        const float corr = vm::exp(m - bm);  // 0 on the first block
-        l *= corr;
-        if (m != kNegInf && corr != 1.0f)
-          for (int64_t c = 0; c < e; ++c) acc[c] *= corr;
-        m = bm;
-        // exp in vectors, then the value rows weighted by them
-        const VF vbm = vm::c<VF>(bm);
-        VF ls = vm::c<VF>(0.0f);
-        for (int64_t j = j0; j < j1; j += kW) {
-          const int mm = int(std::min(kW, j1 - j));
-          const VF pe = vm::exp(vm::loadv<VF>(s + j, mm) - vbm);
-          vm::store(s + j, pe, mm);
-          ls = ls + vm::loadv<VF>(s + j, mm);  // masked lanes read 0
-        }
-        l += vm::hsum(ls);
-        weighted_rows(s, vp, j0, j1, e, acc);
+    for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
+      const int nr = int(std::min<int64_t>(kR, D.tq - i0));
+      pack_tile(qh, i0, nr, e, qt);
+      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);  // the tile's last row
+      float m[kR], l[kR];
+      int64_t n_row[kR];
+      for (int r = 0; r < nr; ++r) {
+        m[r] = kNegInf;
+        l[r] = 0.0f;
+        n_row[r] = visible(i0 + r, D.tq, D.tk, p.causal);
       }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
-      for (int64_t c = 0; c < e; ++c) o[c] = acc[c] * inv;
+      std::fill(acc, acc + nr * e, 0.0f);
+      for (int64_t j0 = 0; j0 < n_max; j0 += kKeyBlock) {
+        const int64_t j1 = std::min(n_max, j0 + kKeyBlock);
+        with_rows(nr,
+                  [&]<int R>() { tile_scores<R>(qt, kt, ld, e, j0, j1, p.scale, S, kKeyBlock); });
+        for (int r = 0; r < nr; ++r) {
+          float* sr = S + r * kKeyBlock;
+          const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), j1 - j0);  // visible in block
+          const float bm = row_max(sr, n, m[r]);
+          if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
+            std::fill(sr, sr + (j1 - j0), 0.0f);
+            continue;
+          }
+          const float corr = vm::exp(m[r] - bm);  // 0 on the first block
+          l[r] *= corr;
+          if (m[r] != kNegInf && corr != 1.0f)
+            for (int64_t c = 0; c < e; ++c) acc[r * e + c] *= corr;
+          m[r] = bm;
+          l[r] += exp_shifted_sum(sr, n, bm);
+          std::fill(sr + n, sr + (j1 - j0), 0.0f);  // keys past the row's causal limit
+        }
+        with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
+      }
+      for (int r = 0; r < nr; ++r) {
+        float* o = out + (h * D.tq + i0 + r) * e;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
+        for (int64_t c = 0; c < e; ++c) o[c] = acc[r * e + c] * inv;
+      }
     }
   }
 }
@@ -227,16 +359,16 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   if (hr.empty()) return;
   const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
   const int64_t eb = round_up(e, kW);
-  float* kt = static_cast<float*>(
-      t.scratch(size_t(2 * e * ld + D.tk * e + 2 * ld + 4 * eb) * sizeof(float)));
+  float* kt = static_cast<float*>(t.scratch(
+      size_t(2 * e * ld + D.tk * e + 2 * kR * ld + 2 * kR * eb + 2 * eb) * sizeof(float)));
   float* vt = kt + e * ld;
   float* kp = vt + e * ld;
-  float* s = kp + D.tk * e;
-  float* dp = s + ld;
-  float* qbuf = dp + ld;
-  float* obuf = qbuf + eb;
-  float* gbuf = obuf + eb;
-  float* rbuf = gbuf + eb;
+  float* P = kp + D.tk * e;  // kR x ld: scores, then probabilities
+  float* dS = P + kR * ld;   // kR x ld: dO v^T, then scale * ds
+  float* qt = dS + kR * ld;
+  float* gt = qt + kR * eb;
+  float* obuf = gt + kR * eb;
+  float* rbuf = obuf + eb;
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const HeadMat qh = head_of(q, h), kh = head_of(k, h), vh = head_of(v, h);
     const HeadMat oh = head_of(o, h), gh = head_of(dout, h);
@@ -248,44 +380,48 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
     float* dv = out + nq + nk + h * D.tk * e;
     std::fill(dk, dk + D.tk * e, 0.0f);
     std::fill(dv, dv + D.tk * e, 0.0f);
-    for (int64_t i = 0; i < D.tq; ++i) {
-      float* dqi = dq + i * e;
-      std::fill(dqi, dqi + e, 0.0f);
-      const int64_t n = visible(i, D.tq, D.tk, p.causal);
-      if (n == 0) continue;
-      const float* qi = qh.row(i, e, qbuf);
-      const float* gi = gh.row(i, e, gbuf);
-      const float dsum = dot(gi, oh.row(i, e, obuf), e);
-      scores(qi, kt, ld, e, 0, n, p.scale, s);
-      float m = kNegInf;
-      for (int64_t j = 0; j < n; ++j) m = s[j] > m ? s[j] : m;
-      if (m == kNegInf) continue;
-      float l = 0.0f;
-      const VF vm_ = vm::c<VF>(m);
-      {
-        VF acc = vm::c<VF>(0.0f);
+    for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
+      const int nr = int(std::min<int64_t>(kR, D.tq - i0));
+      float* dqi = dq + i0 * e;  // the tile's rows of dq, contiguous
+      std::fill(dqi, dqi + nr * e, 0.0f);
+      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
+      if (n_max == 0) continue;
+      pack_tile(qh, i0, nr, e, qt);
+      pack_tile(gh, i0, nr, e, gt);
+      with_rows(nr, [&]<int R>() {
+        tile_scores<R>(qt, kt, ld, e, 0, n_max, p.scale, P, ld);
+        tile_scores<R>(gt, vt, ld, e, 0, n_max, 1.0f, dS, ld);  // dp[j] = dO . v_j
+      });
+      // Per row: p = softmax over its visible keys (0 past them, and for a row
+      // with none); ds = p (dp - dO . O), times scale for dq and dk.
+      for (int r = 0; r < nr; ++r) {
+        float* pr = P + r * ld;
+        float* dr = dS + r * ld;
+        const int64_t n = visible(i0 + r, D.tq, D.tk, p.causal);
+        const float m = row_max(pr, n, kNegInf);
+        if (m == kNegInf) {
+          std::fill(pr, pr + n_max, 0.0f);
+          std::fill(dr, dr + n_max, 0.0f);
+          continue;
+        }
+        const float l = exp_shifted_sum(pr, n, m);
+        const float dsum = dot(gt + r * e, oh.row(i0 + r, e, obuf), e);
+        const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum);
+        const VF vs = vm::c<VF>(p.scale);
         for (int64_t j = 0; j < n; j += kW) {
           const int mm = int(std::min(kW, n - j));
-          const VF pe = vm::exp(vm::loadv<VF>(s + j, mm) - vm_);
-          vm::store(s + j, pe, mm);
-          acc = acc + vm::loadv<VF>(s + j, mm);
+          const VF pj = vm::loadv<VF>(pr + j, mm) * inv;
+          vm::store(pr + j, pj, mm);                                          // p
+          vm::store(dr + j, pj * (vm::loadv<VF>(dr + j, mm) - vd) * vs, mm);  // scale * ds
         }
-        l = vm::hsum(acc);
+        std::fill(pr + n, pr + n_max, 0.0f);
+        std::fill(dr + n, dr + n_max, 0.0f);
       }
-      // p = exp(s - m) / l; dp[j] = dO . v_j (scale 1)
-      scores(gi, vt, ld, e, 0, n, 1.0f, dp);
-      const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum), vs = vm::c<VF>(p.scale);
-      for (int64_t j = 0; j < n; j += kW) {
-        const int mm = int(std::min(kW, n - j));
-        const VF pj = vm::loadv<VF>(s + j, mm) * inv;
-        vm::store(s + j, pj, mm);                                           // p
-        vm::store(dp + j, pj * (vm::loadv<VF>(dp + j, mm) - vd) * vs, mm);  // scale * ds
-      }
-      weighted_rows(dp, kp, 0, n, e, dqi);
-      for (int64_t j = 0; j < n; ++j) {
-        axpy(dp[j], qi, dk + j * e, e);
-        axpy(s[j], gi, dv + j * e, e);
-      }
+      with_rows(nr, [&]<int R>() {
+        tile_weighted<R>(dS, ld, kp, 0, n_max, e, dqi, e);  // dq = scale ds k
+        tile_outer_acc<R>(dS, ld, qt, n_max, e, dk);        // dk += scale ds^T q
+        tile_outer_acc<R>(P, ld, gt, n_max, e, dv);         // dv += p^T dO
+      });
     }
   }
 }
