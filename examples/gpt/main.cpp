@@ -349,7 +349,8 @@ int main(int argc, char** argv) {
     s->add_option("--data", o.data, "corpus directory (bash scripts/get-sotu.sh)")
         ->capture_default_str();
     s->add_option("--model,--out", o.out, "model file (GGUF)")->capture_default_str();
-    s->add_option("--threads", o.threads, "CPU threads")->capture_default_str();
+    s->add_option("--threads", o.threads, "CPU threads (sample: 1 unless given)")
+        ->capture_default_str();
     s->add_option("--seed", o.seed, "seed (init and batches; sampling)")->capture_default_str();
     s->add_option("--eval-windows", o.eval_windows, "validation windows (a multiple of 8)")
         ->capture_default_str();
@@ -396,6 +397,9 @@ int main(int argc, char** argv) {
   try {
     if (tr->parsed()) return train(o);
     if (ev->parsed()) return evaluate(o);
+    // A decode step is ~2 MFLOP: a second thread costs more in barriers than it
+    // gains (docs/benchmarks.md, sampling), so sampling defaults to one.
+    if (sa->get_option("--threads")->count() == 0) o.threads = 1;
     return sample(o);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "\nerror: %s\n", e.what());
