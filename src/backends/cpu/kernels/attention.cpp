@@ -25,6 +25,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_ops.h"
 #include "backends/cpu/kernels/vec_math.h"
 
 namespace kiln::cpu {
@@ -214,36 +215,6 @@ void tile_outer_acc(const float* W, int64_t ldw, const float* a, int64_t n, int6
   });
 }
 
-// max(init, s[0], ..., s[n - 1])
-float row_max(const float* s, int64_t n, float init) {
-  VF mx = vm::c<VF>(init);
-  int64_t j = 0;
-  for (; j + kW <= n; j += kW) mx = vm::max(mx, vm::loadv<VF>(s + j));
-  float m = vm::hmax(mx);
-  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
-  return m;
-}
-
-// s[j] = exp(s[j] - mx) for j < n; returns their sum. Full vectors are summed
-// as computed: reading back a just-stored vector would stall on store
-// forwarding (only the masked tail does, once per row).
-float exp_shifted_sum(float* s, int64_t n, float mx) {
-  const VF vmx = vm::c<VF>(mx);
-  VF sum = vm::c<VF>(0.0f);
-  int64_t j = 0;
-  for (; j + kW <= n; j += kW) {
-    const VF pe = vm::exp(vm::loadv<VF>(s + j) - vmx);
-    vm::store(s + j, pe);
-    sum = sum + pe;
-  }
-  if (j < n) {
-    const int m = int(n - j);
-    vm::store(s + j, vm::exp(vm::loadv<VF>(s + j, m) - vmx), m);
-    sum = sum + vm::loadv<VF>(s + j, m);  // masked lanes read 0
-  }
-  return vm::hsum(sum);
-}
-
 // Calls f.template operator()<R>() with R = nr in [1, kR] (the tile's row count
 // as a compile-time constant).
 template <class F>
@@ -324,7 +295,7 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
         for (int r = 0; r < nr; ++r) {
           float* sr = S + r * kKeyBlock;
           const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), j1 - j0);  // visible in block
-          const float bm = row_max(sr, n, m[r]);
+          const float bm = std::max(m[r], row_max(sr, n));
           if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
             std::fill(sr, sr + (j1 - j0), 0.0f);
             continue;
@@ -334,7 +305,7 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
           if (m[r] != kNegInf && corr != 1.0f)
             for (int64_t c = 0; c < e; ++c) acc[r * e + c] *= corr;
           m[r] = bm;
-          l[r] += exp_shifted_sum(sr, n, bm);
+          l[r] += exp_store_sum(sr, n, bm);
           std::fill(sr + n, sr + (j1 - j0), 0.0f);  // keys past the row's causal limit
         }
         with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
@@ -398,13 +369,13 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
         float* pr = P + r * ld;
         float* dr = dS + r * ld;
         const int64_t n = visible(i0 + r, D.tq, D.tk, p.causal);
-        const float m = row_max(pr, n, kNegInf);
+        const float m = row_max(pr, n);
         if (m == kNegInf) {
           std::fill(pr, pr + n_max, 0.0f);
           std::fill(dr, dr + n_max, 0.0f);
           continue;
         }
-        const float l = exp_shifted_sum(pr, n, m);
+        const float l = exp_store_sum(pr, n, m);
         const float dsum = dot(gt + r * e, oh.row(i0 + r, e, obuf), e);
         const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum);
         const VF vs = vm::c<VF>(p.scale);

@@ -15,6 +15,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_ops.h"
 #include "backends/cpu/kernels/vec_math.h"
 #include "kiln/error.h"
 
@@ -48,17 +49,8 @@ const float* logits_row(const TensorNode* x, int64_t r, int64_t c, float* buf) {
 
 // max and log(sum(exp(x - max))) of a row.
 std::pair<float, float> max_and_log_sum(const float* x, int64_t c) {
-  VF m = vm::c<VF>(kNegInf);
-  int64_t j = 0;
-  for (; j + kW <= c; j += kW) m = vm::max(m, vm::loadv<VF>(x + j));
-  float mx = vm::hmax(m);
-  for (; j < c; ++j) mx = x[j] > mx ? x[j] : mx;
-  const VF vmx = vm::c<VF>(mx);
-  VF s = vm::c<VF>(0.0f);
-  for (j = 0; j + kW <= c; j += kW) s = s + vm::exp(vm::loadv<VF>(x + j) - vmx);
-  float sum = vm::hsum(s);
-  for (; j < c; ++j) sum += vm::exp(x[j] - mx);
-  return {mx, vm::log(sum)};
+  const float mx = row_max(x, c);
+  return {mx, vm::log(exp_sum(x, c, mx))};
 }
 
 }  // namespace

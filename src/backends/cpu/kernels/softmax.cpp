@@ -16,6 +16,7 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/kernels/row_ops.h"
 #include "backends/cpu/kernels/vec_math.h"
 
 namespace kiln::cpu {
@@ -33,36 +34,6 @@ std::pair<int64_t, int64_t> items(const ThreadCtx& t, int64_t n, int64_t cost) {
 
 using vm::VF;
 constexpr int64_t kW = vm::kW;
-
-// Vector body plus a scalar tail; vm's scalar and vector forms give identical
-// bits, and the order is fixed per row, so nothing depends on the thread split.
-float row_max(const float* y, int64_t n) {
-  VF acc = vm::c<VF>(kNegInf);
-  int64_t c = 0;
-  for (; c + kW <= n; c += kW) acc = vm::max(acc, vm::loadv<VF>(y + c));
-  float mx = vm::hmax(acc);
-  for (; c < n; ++c) mx = y[c] > mx ? y[c] : mx;
-  return mx;
-}
-
-// y[c] = exp(y[c] - mx) (when store) and returns the sum of those values.
-float exp_sum(float* y, int64_t n, float mx, bool store) {
-  const VF vmx = vm::c<VF>(mx);
-  VF acc = vm::c<VF>(0.0f);
-  int64_t c = 0;
-  for (; c + kW <= n; c += kW) {
-    const VF e = vm::exp(vm::loadv<VF>(y + c) - vmx);
-    acc = acc + e;
-    if (store) vm::store(y + c, e);
-  }
-  float s = vm::hsum(acc);
-  for (; c < n; ++c) {
-    const float e = vm::exp(y[c] - mx);
-    s += e;
-    if (store) y[c] = e;
-  }
-  return s;
-}
 
 void row_scale(float* y, int64_t n, float s) {
   const VF vs = vm::c<VF>(s);
@@ -88,10 +59,10 @@ void finish_row(float* y, int64_t n, int64_t cols) {
   if constexpr (kLog) {
     // (v - max) - log(sum) keeps the precision that v - (max + log(sum)) loses
     // when |max| is large.
-    const float ls = vm::log(exp_sum(y, n, mx, false));
+    const float ls = vm::log(exp_sum(y, n, mx));
     for (int64_t c = 0; c < n; ++c) y[c] = (y[c] - mx) - ls;
   } else {
-    row_scale(y, n, 1.0f / exp_sum(y, n, mx, true));
+    row_scale(y, n, 1.0f / exp_store_sum(y, n, mx));
   }
   for (int64_t c = n; c < cols; ++c) y[c] = fill;
 }
