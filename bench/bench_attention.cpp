@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 
 namespace {

@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/dist.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 #if KILN_HAVE_MPI

@@ -14,7 +14,7 @@
 #include <functional>
 #include <string>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

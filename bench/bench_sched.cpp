@@ -22,12 +22,12 @@
 #include <memory>
 #include <vector>
 
-#include "kiln/alloc.h"
 #include "kiln/context.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/sched.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
-#include "kiln/sched.h"
 #if KILN_HAVE_BLAS
 #include "kiln/blas.h"
 #endif

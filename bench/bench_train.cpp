@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gpt_model.h"  // examples/gpt
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
 

@@ -134,10 +134,11 @@ void report_placement(const kiln::OptContext& opt, const Backends& be) {
   if (be.list.size() < 2) return;
   std::string elsewhere;
   for (kiln::TensorNode* n : opt.graph().nodes()) {
-    const kiln::OpKind k = kiln::op_kind(n->op);
+    const kiln::Op op = kiln::Tensor(n).op();
+    const kiln::OpKind k = kiln::op_kind(op);
     kiln::Backend* b = opt.backend_of(n);
     if ((k != kiln::OpKind::COMPUTE && k != kiln::OpKind::ALIAS) || !b || b == be.list[0]) continue;
-    const std::string item = std::string(kiln::op_name(n->op)) + " (" + b->name() + ")";
+    const std::string item = std::string(kiln::op_name(op)) + " (" + b->name() + ")";
     if (elsewhere.find(item) == std::string::npos)
       elsewhere += (elsewhere.empty() ? "" : ", ") + item;
   }

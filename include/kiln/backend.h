@@ -58,7 +58,7 @@ class BufferType {
   virtual size_t alignment() const = 0;
   virtual size_t max_size() const { return SIZE_MAX; }
   // Bytes tensor t needs in a buffer of this type (may pad).
-  virtual size_t alloc_size(const TensorNode* t) const { return t->nbytes(); }
+  virtual size_t alloc_size(const TensorNode* t) const;  // default: t's bytes, unpadded
   virtual bool is_host() const = 0;
   [[nodiscard]] virtual std::unique_ptr<Buffer> alloc(size_t size) = 0;
 };

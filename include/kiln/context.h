@@ -1,7 +1,7 @@
 // Context: owns the metadata of every tensor built from it (an arena; node
 // addresses are stable). It holds no tensor data: backends' buffers do.
 #pragma once
-#include <deque>
+#include <memory>
 #include <string>
 
 #include "kiln/tensor.h"
@@ -10,7 +10,8 @@ namespace kiln {
 
 class Context {
  public:
-  Context() = default;
+  Context();
+  ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -20,8 +21,8 @@ class Context {
   Tensor param(DType t, const Shape& s, std::string name = {});
   Tensor tensor(DType t, const Shape& s, std::string name = {});
 
-  size_t size() const { return nodes_.size(); }
-  TensorNode* node(size_t i) { return &nodes_[i]; }
+  size_t size() const;
+  TensorNode* node(size_t i);
 
   // Used by op builders: a new contiguous node (strides set from the shape).
   TensorNode* new_node(DType t, const Shape& s, Op op);
@@ -32,7 +33,8 @@ class Context {
   const detail::LifeToken& life() const { return life_; }
 
  private:
-  std::deque<TensorNode> nodes_;
+  struct Nodes;  // a deque of TensorNode (kiln/ext/tensor_node.h): stable addresses
+  std::unique_ptr<Nodes> nodes_;
   detail::LifeToken life_ = std::make_shared<int>(0);
 };
 

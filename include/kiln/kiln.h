@@ -1,6 +1,9 @@
 // kiln: tensors, lazy graphs, reverse-mode autodiff and compute backends in C++20.
+// The user API: everything a program needs to build, train, save and run models.
+// Extension points (tensor metadata, op parameters and builders, the graph
+// allocator, the scheduler, registering a backend) are in kiln/ext/, for backend
+// authors and tools; kiln.h includes none of them.
 #pragma once
-#include "kiln/alloc.h"
 #include "kiln/backend.h"
 #include "kiln/context.h"
 #include "kiln/cpu.h"
@@ -10,12 +13,12 @@
 #include "kiln/grad_store.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/memory_plan.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/opt.h"
 #include "kiln/registry.h"
 #include "kiln/safetensors.h"
-#include "kiln/sched.h"
 #include "kiln/state_dict.h"
 #include "kiln/tensor.h"
 #include "kiln/token_dataset.h"

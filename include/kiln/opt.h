@@ -31,11 +31,11 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/alloc.h"
 #include "kiln/backend.h"
 #include "kiln/dataset.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/memory_plan.h"
 #include "kiln/nn.h"
 #include "kiln/tensor.h"
 

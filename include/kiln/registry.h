@@ -9,7 +9,7 @@
 // Built in: "cuda" (when kiln was built with CUDA, see KILN_HAVE_CUDA and
 // kiln/cuda.h, and a device is present), "blas" (when kiln was built with
 // OpenBLAS, see KILN_HAVE_BLAS and kiln/blas.h) and "cpu" (always). Names are
-// matched case-insensitively.
+// matched case-insensitively. Adding a backend of one's own: kiln/ext/registry.h.
 // backend_names() lists them in order of preference (accelerators first, "cpu"
 // last), so make_backends(backend_names()) is a sensible default for a Scheduler.
 #pragma once
@@ -48,18 +48,5 @@ std::vector<std::unique_ptr<Backend>> make_backends(const std::vector<std::strin
                                                     const BackendOptions& opt = {});
 std::vector<std::unique_ptr<Backend>> make_backends(std::string_view names,
                                                     const BackendOptions& opt = {});
-
-// Adds a backend (out-of-tree backends, tests). A backend of the same name is
-// replaced. `preferred`: listed before the built-in ones instead of after them.
-void register_backend(BackendInfo info, bool preferred = false);
-
-namespace detail {
-// The built-in backends, most preferred first; defined by the backends layer
-// (src/backends/builtin_backends.cpp) so that this layer names none of them.
-std::vector<BackendInfo> builtin_backends();
-// Why a built-in backend of that (lower-case) name is not in the list ("" when it
-// is, or when no built-in backend has the name): e.g. "cuda" without a device.
-std::string builtin_unavailable_reason(std::string_view name);
-}  // namespace detail
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// Tensor metadata (TensorNode, owned by a Context) and the Tensor handle users hold.
+// The Tensor handle users hold, shapes and the op enum. The metadata behind a
+// handle (TensorNode, owned by a Context) is extension API: kiln/ext/tensor_node.h.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -53,14 +54,6 @@ class Shape {
   std::array<int64_t, kMaxDims> d_{};
 };
 
-namespace detail {
-// Raw parameter bytes of a node: written and read only as the op's struct from
-// kiln/op_params.h (op_params<Op::X>(node)), never by position.
-struct OpParamBytes {
-  alignas(8) unsigned char bytes[80] = {};
-};
-}  // namespace detail
-
 enum TensorFlag : uint32_t {
   kFlagInput = 1u << 0,
   kFlagOutput = 1u << 1,
@@ -84,39 +77,7 @@ using LifeToken = std::shared_ptr<const void>;
 const LifeToken& immortal_life();
 [[noreturn]] void fail_dead_context(const char* what);
 
-// Metadata of one tensor. Data-free until an allocator sets `data`. Internal: op
-// builders, allocators, the scheduler and backend kernels read and write these
-// fields; programs use the Tensor handle. (kiln::TensorNode names it for backend
-// code, which takes nodes in its interface.)
-struct TensorNode {
-  int64_t id = 0;  // creation index inside its context
-  DType dtype = DType::f32;
-  Shape shape;
-  std::array<int64_t, kMaxDims> stride{};  // byte strides per dim
-  Op op = Op::NONE;
-  OpParamBytes params;  // see kiln/op_params.h
-  std::array<TensorNode*, kMaxSrc> src{};
-  int n_src = 0;
-  TensorNode* view_src = nullptr;  // set for VIEW ops: memory owner (never itself a view)
-  size_t view_offs = 0;            // byte offset inside view_src
-  void* data = nullptr;
-  Buffer* buffer = nullptr;
-  uint32_t flags = 0;
-  std::string name;
-  Context* ctx = nullptr;
-
-  int64_t numel() const { return shape.numel(); }
-  size_t elem_size() const { return dtype_size(dtype); }
-  bool is_view() const { return view_src != nullptr; }
-  bool is_contiguous() const;
-  // Bytes a freshly allocated, contiguous tensor of this shape needs.
-  size_t nbytes() const { return size_t(numel()) * elem_size(); }
-  // Byte offset of the element at a multi-index (idx has ndim entries).
-  int64_t offset_of(const int64_t* idx) const;
-  // How messages name a tensor: "#12 'fc1.weight'", or "#12" when unnamed
-  // (the id tells unnamed tensors apart and matches Graph::dump()).
-  std::string label() const;
-};
+struct TensorNode;  // the metadata behind a Tensor: kiln/ext/tensor_node.h
 
 }  // namespace detail
 using detail::TensorNode;
@@ -138,17 +99,17 @@ class Tensor {
   explicit operator bool() const { return defined(); }
   bool operator==(const Tensor& o) const { return n_ == o.n_; }
 
-  DType dtype() const { return node()->dtype; }
-  const Shape& shape() const { return node()->shape; }
-  int ndim() const { return node()->shape.ndim(); }
+  DType dtype() const;
+  const Shape& shape() const;
+  int ndim() const;
   int64_t size(int dim) const;  // negative dims count from the end
-  int64_t numel() const { return node()->numel(); }
-  Op op() const { return node()->op; }
-  const std::string& name() const { return node()->name; }
-  std::string label() const { return node()->label(); }  // "#12 'fc1.weight'" (TensorNode::label)
+  int64_t numel() const;
+  Op op() const;
+  const std::string& name() const;
+  std::string label() const;  // "#12 'fc1.weight'", "#12" when unnamed
   Tensor& set_name(std::string name);
-  bool has_flag(TensorFlag f) const { return (node()->flags & f) != 0; }
-  Context& ctx() const { return *node()->ctx; }
+  bool has_flag(TensorFlag f) const;
+  Context& ctx() const;
 
   // Views and copies (PyTorch names).
   [[nodiscard]] Tensor reshape(const Shape& s) const;  // copies first when not contiguous
@@ -163,7 +124,7 @@ class Tensor {
 
   // Data access once the tensor has memory (see kiln/backend.h). Element type must
   // match the dtype (uint16_t for f16/bf16). set/get work on non-contiguous views.
-  bool has_data() const { return node()->data != nullptr; }
+  bool has_data() const;
   template <class V>
   void set(std::span<const V> values);
   template <class V>

@@ -1,7 +1,7 @@
 // GraphAllocator: plan (graph_plan.cpp, placement.cpp), size the buffer, point
 // the tensors at their blocks.
 #include "alloc/graph_plan.h"
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 
 namespace kiln {
 

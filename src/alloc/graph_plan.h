@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 
 namespace kiln::alloc_detail {
 

@@ -3,7 +3,7 @@
 // scan beats any tree here and keeps the behaviour easy to reason about.
 #include <algorithm>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 
 namespace kiln {
 

@@ -6,9 +6,12 @@
 
 #include "kiln/backend.h"
 #include "kiln/context.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
 
 namespace kiln {
+
+size_t BufferType::alloc_size(const TensorNode* t) const { return t->nbytes(); }
 
 void Backend::compute(const Graph& g) {
   for (const TensorNode* l : g.leafs())

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kiln/backend.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

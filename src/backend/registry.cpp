@@ -3,7 +3,7 @@
 // explicit rather than each backend registering itself from a static initialiser,
 // which a static libkiln.a would drop at link time, and this layer names no
 // concrete backend.
-#include "kiln/registry.h"
+#include "kiln/ext/registry.h"
 
 #include <algorithm>
 #include <cctype>

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kiln/backend.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln {

@@ -6,12 +6,13 @@
 
 #include "backends/cpu/thread_pool.h"
 #include "kiln/cpu.h"
-#include "kiln/registry.h"
+#include "kiln/ext/registry.h"
 #if KILN_HAVE_BLAS
 #include "kiln/blas.h"
 #endif
 #if KILN_HAVE_CUDA
 #include "kiln/cuda.h"
+#include "kiln/ext/tensor_node.h"
 #endif
 
 namespace kiln::detail {

@@ -10,7 +10,7 @@
 
 #include "core/autodiff.h"
 #include "core/recompute.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 

@@ -2,7 +2,7 @@
 // `void backward_<ENUM>(GradCtx&)` defined next to its builder in src/core/ops/.
 // Rules are written with kiln's own ops, so the backward pass is an ordinary graph.
 #pragma once
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::detail {
@@ -17,7 +17,7 @@ class GradCtx {
   // The forward node and its sources (recomputed copies under checkpointing).
   Tensor out() const;
   Tensor src(int i) const;
-  // The forward node's parameters (kiln/op_params.h): g.params<Op::SCALE>().mul.
+  // The forward node's parameters (kiln/ext/op_params.h): g.params<Op::SCALE>().mul.
   template <Op op>
   op_params_t<op> params() const {
     return op_params<op>(*node_);

@@ -6,6 +6,7 @@
 
 #include "core/recompute.h"
 #include "kiln/context.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
 
 namespace kiln {

@@ -1,6 +1,9 @@
 #include "kiln/context.h"
 
-#include "kiln/detail/op_builder.h"
+#include <deque>
+
+#include "kiln/ext/op_builder.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 
@@ -21,10 +24,17 @@ size_t detail::checked_nbytes(const char* op, const std::string& name, DType t, 
   return size_t(bytes);
 }
 
+struct Context::Nodes : std::deque<TensorNode> {};
+
+Context::Context() : nodes_(std::make_unique<Nodes>()) {}
+Context::~Context() = default;
+size_t Context::size() const { return nodes_->size(); }
+TensorNode* Context::node(size_t i) { return &(*nodes_)[i]; }
+
 TensorNode* Context::new_node(DType t, const Shape& s, Op op) {
   detail::checked_nbytes(op_name(op), {}, t, s);
-  TensorNode& n = nodes_.emplace_back();
-  n.id = int64_t(nodes_.size() - 1);
+  TensorNode& n = nodes_->emplace_back();
+  n.id = int64_t(nodes_->size() - 1);
   n.dtype = t;
   n.shape = s;
   n.stride = detail::contiguous_strides(s, dtype_size(t));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

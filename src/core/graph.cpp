@@ -2,6 +2,7 @@
 #include "kiln/graph.h"
 
 #include "kiln/context.h"
+#include "kiln/ext/tensor_node.h"
 
 #include <sstream>
 

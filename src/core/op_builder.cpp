@@ -1,4 +1,4 @@
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 
 namespace kiln::detail {
 

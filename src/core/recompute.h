@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::detail {

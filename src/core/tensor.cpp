@@ -3,6 +3,7 @@
 // (src/backend/tensor_data.cpp).
 #include "kiln/tensor.h"
 #include "kiln/context.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 
@@ -42,6 +43,17 @@ int64_t TensorNode::offset_of(const int64_t* idx) const {
   for (int d = 0; d < shape.ndim(); ++d) o += idx[d] * stride[d];
   return o;
 }
+
+DType Tensor::dtype() const { return node()->dtype; }
+const Shape& Tensor::shape() const { return node()->shape; }
+int Tensor::ndim() const { return node()->shape.ndim(); }
+int64_t Tensor::numel() const { return node()->numel(); }
+Op Tensor::op() const { return node()->op; }
+const std::string& Tensor::name() const { return node()->name; }
+std::string Tensor::label() const { return node()->label(); }
+bool Tensor::has_flag(TensorFlag f) const { return (node()->flags & f) != 0; }
+Context& Tensor::ctx() const { return *node()->ctx; }
+bool Tensor::has_data() const { return node()->data != nullptr; }
 
 int64_t Tensor::size(int dim) const {
   const int n = ndim();

@@ -12,6 +12,7 @@
 
 #include "dist/comm_impl.h"
 #include "kiln/backend.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::dist {
 

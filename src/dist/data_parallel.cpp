@@ -15,6 +15,7 @@
 
 #include "dist/comm_impl.h"
 #include "kiln/backend.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::dist {
 

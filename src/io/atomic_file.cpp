@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::io {
 

@@ -16,6 +16,7 @@
 
 #include "io/io_util.h"
 #include "io/safetensors_format.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/safetensors.h"
 
 namespace kiln {

@@ -2,7 +2,8 @@
 // Flatten, Sequential. Default inits follow PyTorch's reset_parameters().
 #include <cmath>
 
-#include "kiln/detail/rng.h"
+#include "kiln/ext/rng.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/nn.h"
 
 namespace kiln::nn {

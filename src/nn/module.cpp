@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "kiln/alloc.h"
-#include "kiln/detail/rng.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/rng.h"
 #include "kiln/graph.h"
 #include "kiln/nn.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/nn.h"
 #include "kiln/state_dict.h"
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/opt.h"
 
 namespace kiln {

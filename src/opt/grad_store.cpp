@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "kiln/alloc.h"
 #include "kiln/context.h"
+#include "kiln/ext/alloc.h"
 
 namespace kiln {
 

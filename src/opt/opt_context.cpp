@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "kiln/cpu.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/ops.h"
 #include "opt/opt_context_impl.h"
 

@@ -4,9 +4,9 @@
 #include <memory>
 #include <vector>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/sched.h"
 #include "kiln/opt.h"
-#include "kiln/sched.h"
 
 namespace kiln {
 

@@ -2,7 +2,7 @@
 // hyper-parameter tensors. (Param initialisers: src/nn/init.cpp.)
 #include <cmath>
 
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/opt.h"
 
 namespace kiln {

@@ -1,4 +1,5 @@
 // Param groups for weight decay (nanoGPT's configure_optimizers rule).
+#include "kiln/ext/tensor_node.h"
 #include "kiln/opt.h"
 
 namespace kiln {

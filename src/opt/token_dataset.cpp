@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

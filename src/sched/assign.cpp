@@ -1,4 +1,4 @@
-// Scheduler step 1: every tensor of the graph -> a backend (rules in kiln/sched.h).
+// Scheduler step 1: every tensor of the graph -> a backend (rules in kiln/ext/sched.h).
 #include <string>
 
 #include "sched/sched_impl.h"

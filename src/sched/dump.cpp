@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "kiln/sched.h"
+#include "kiln/ext/sched.h"
 #include "sched/sched_impl.h"
 
 namespace kiln::sched_detail {

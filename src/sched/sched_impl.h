@@ -1,4 +1,4 @@
-// Internal: the scheduler's own structures (kiln/sched.h). A Schedule is built
+// Internal: the scheduler's own structures (kiln/ext/sched.h). A Schedule is built
 // from a graph in two steps and never touches the graph's nodes:
 //   1. assign (assign.cpp): every tensor -> a backend index;
 //   2. split (split.cpp): runs of nodes per backend, the copies each run needs,
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/backend.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::sched_detail {

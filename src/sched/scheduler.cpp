@@ -2,7 +2,7 @@
 // one GraphAllocator per buffer type, runs it.
 #include <algorithm>
 
-#include "kiln/sched.h"
+#include "kiln/ext/sched.h"
 #include "sched/sched_impl.h"
 
 namespace kiln {

@@ -7,6 +7,7 @@
 #include <climits>
 #include <sstream>
 #include <unordered_map>
+#include "kiln/ext/tensor_node.h"
 
 using namespace kiln;
 

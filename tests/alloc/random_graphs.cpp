@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "alloc_check.h"
+#include "kiln/ext/tensor_node.h"
 
 using namespace kiln;
 

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "alloc_check.h"
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 
 using namespace kiln;
 using alloc_test::bytes_of;

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "alloc_check.h"
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 
 using namespace kiln;
 using alloc_test::check_overlaps;

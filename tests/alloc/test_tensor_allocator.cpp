@@ -1,7 +1,7 @@
 // TensorAllocator: alignment, best fit, merging, high-water mark, errors, measure mode.
 #include <gtest/gtest.h>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "common/error_check.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/kiln.h"
-#include "kiln/op_params.h"
 
 namespace {
 

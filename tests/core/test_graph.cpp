@@ -7,8 +7,8 @@
 #include <unordered_set>
 
 #include "core/autodiff.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/kiln.h"
-#include "kiln/op_params.h"
 
 using namespace kiln;
 

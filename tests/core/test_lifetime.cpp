@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/error_check.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 namespace {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/error_check.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 namespace {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

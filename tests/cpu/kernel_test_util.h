@@ -13,7 +13,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/dtype.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::kernel_test {
@@ -70,7 +70,7 @@ class Nodes {
     std::swap(st[nd - 1], st[nd - 2]);
     return view(b, s, st);
   }
-  // p: the op's struct from kiln/op_params.h (or raw OpParamBytes).
+  // p: the op's struct from kiln/ext/op_params.h (or raw OpParamBytes).
   template <class P = NoParams>
   TensorNode* op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
                  const P& p = {}) {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <random>
 
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "kernel_test_util.h"
-#include "kiln/detail/rng.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/rng.h"
 
 namespace kiln::kernel_test {
 namespace {

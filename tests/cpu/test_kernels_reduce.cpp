@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernel_test_util.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::kernel_test {
 namespace {

@@ -21,10 +21,13 @@
 
 #include "common/error_check.h"
 #include "cuda/cuda_models.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/sched.h"
 #include "kiln/kiln.h"
 
 #if KILN_HAVE_CUDA
 #include "kiln/cuda.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::test {
 namespace {

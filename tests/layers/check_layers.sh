@@ -4,14 +4,18 @@
 # layers before it (docs/design.md, "Layers"):
 #   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,ops,op_params}.h, ops.def, detail/
 #   1 backend API   src/backend, kiln/{backend,registry}.h
-#   2 allocators    src/alloc, kiln/alloc.h
+#   2 allocators    src/alloc, kiln/ext/alloc.h
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
-#   4 scheduler     src/sched, kiln/sched.h
+#   4 scheduler     src/sched, kiln/ext/sched.h
 #   5 io            src/io, kiln/{io,safetensors,state_dict}.h
 #   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   7 training      src/opt, kiln/{opt,dataset}.h
 #   8 distributed   src/dist, kiln/dist.h
-#   9 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
+#   9 programs      examples/ (user API only; kiln/kiln.h includes all of it)
+# Headers are user API (include/kiln/*.h) or extension API (include/kiln/ext/*.h:
+# tensor metadata, op parameters and builders, allocators, the scheduler,
+# registering backends). User headers and programs must not include extension
+# headers; the library's layers and the checks may.
 # A layer's private headers ("core/...", "backends/cpu/...": paths under src/) are
 # for that layer alone. Checks (tests/, bench/) may use everything and are not
 # scanned.
@@ -35,7 +39,7 @@ file_layer() {
     src/opt/*) echo 7 ;;
     src/dist/*) echo 8 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
-    examples/* | tools/*) echo 9 ;;
+    examples/*) echo 9 ;;
     *) echo -1 ;;
   esac
 }
@@ -43,11 +47,12 @@ file_layer() {
 # Layer of a public header, by its path under include/kiln/ (-1: unknown).
 public_layer() {
   case "$1" in
-    dtype.h | error.h | tensor.h | context.h | graph.h | ops.h | ops.def | op_params.h | detail/*) echo 0 ;;
-    backend.h | registry.h) echo 1 ;;
-    alloc.h) echo 2 ;;
+    dtype.h | error.h | tensor.h | context.h | graph.h | ops.h | ops.def) echo 0 ;;
+    ext/tensor_node.h | ext/op_params.h | ext/op_builder.h | ext/rng.h) echo 0 ;;
+    backend.h | registry.h | ext/registry.h) echo 1 ;;
+    memory_plan.h | ext/alloc.h) echo 2 ;;
     cpu.h | blas.h | cuda.h) echo 3 ;;
-    sched.h) echo 4 ;;
+    ext/sched.h) echo 4 ;;
     io.h | safetensors.h | state_dict.h) echo 5 ;;
     nn.h | nn/*) echo 6 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h) echo 7 ;;
@@ -80,7 +85,7 @@ report() {
 }
 
 files=()
-for d in src include/kiln examples tools; do
+for d in src include/kiln examples; do
   [[ -d "$d" ]] || continue
   while IFS= read -r f; do files+=("$f"); done < <(find "$d" -type f \( -name '*.h' -o -name '*.hpp' \
     -o -name '*.cpp' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.def' \) | sort)
@@ -95,6 +100,9 @@ for f in "${files[@]}"; do
   while IFS=: read -r line inc; do
     inc="${inc#*\"}"
     inc="${inc%%\"*}"
+    if [[ "$inc" == kiln/ext/* && ( "$layer" == 9 || ( "$f" == include/kiln/* && "$f" != include/kiln/ext/* ) ) ]]; then
+      report "$f:$line: includes $inc, an extension header: user headers and programs use the user API (include/kiln/*.h) only"
+    fi
     if [[ "$inc" == kiln/* ]]; then
       hl="$(public_layer "${inc#kiln/}")"
       if [[ "$hl" == -1 ]]; then

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/opt.h"
 #include "nn_test_util.h"
 

@@ -2,6 +2,7 @@
 // reference (tests/nn/reference.h), gradients by central differences.
 #include <set>
 
+#include "kiln/ext/tensor_node.h"
 #include "nn_test_util.h"
 #include "reference.h"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error_check.h"
+#include "kiln/ext/tensor_node.h"
 #include "nn_test_util.h"
 
 namespace kiln::test {

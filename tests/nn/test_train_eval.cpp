@@ -1,6 +1,8 @@
 // One set of weights, two graphs: a training graph (batch 8, dropout on) run by
 // an OptContext and an evaluation graph (batch 1, dropout off) run directly;
 // Dropout's behaviour in each mode.
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
 #include "nn_test_util.h"
 #include "reference.h"
 

@@ -22,6 +22,7 @@
 
 #if KILN_HAVE_CUDA
 #include "kiln/cuda.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::test {
 namespace {

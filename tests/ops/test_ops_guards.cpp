@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "kiln/ext/tensor_node.h"
 #include "ops/harness/check.h"
 
 namespace kiln::test {

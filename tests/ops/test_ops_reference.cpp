@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "kiln/detail/rng.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/rng.h"
 #include "ops/harness/check.h"
 
 namespace kiln::test {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/error_check.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/grad_store.h"
 #include "opt_test_util.h"
 

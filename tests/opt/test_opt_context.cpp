@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "common/error_check.h"
-#include "kiln/sched.h"
+#include "kiln/ext/sched.h"
 #include "opt_test_util.h"
 
 namespace kiln::test {

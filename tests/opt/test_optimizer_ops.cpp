@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/error_check.h"
+#include "kiln/ext/tensor_node.h"
 #include "opt_test_util.h"
 
 namespace kiln::test {

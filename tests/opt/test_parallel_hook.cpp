@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "common/temp_dir.h"
+#include "kiln/ext/tensor_node.h"
 #include "opt_test_util.h"
 
 namespace kiln::test {

@@ -14,9 +14,9 @@
 
 #include "kiln/context.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/sched.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
-#include "kiln/sched.h"
 
 namespace sched_test {
 

@@ -3,7 +3,8 @@
 //
 // Tolerance: sgemm sums in another order than kiln's GEMM, so results differ
 // in the last bits; we require max|a-b| <= 1e-5 * max|a| per tensor.
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/sched.h"
 #include "kiln/registry.h"
 #include "sched_test_util.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "kiln/cpu.h"
-#include "kiln/registry.h"
+#include "kiln/ext/registry.h"
 
 using namespace kiln;
 

@@ -1,6 +1,7 @@
 // docs/design.md, principle 6: scheduling and running one graph many times gives the
 // same results every time and leaves the user's graph exactly as it was (ggml's
 // scheduler rewrote node sources in place, which broke the second run).
+#include "kiln/ext/tensor_node.h"
 #include "sched_test_util.h"
 
 using namespace kiln;

@@ -1,6 +1,7 @@
 // The scheduler with a device-like test backend (own memory, only some ops):
 // many splits and copies, and still the CPU backend's bits.
-#include "kiln/alloc.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/sched.h"
 #include "sched_test_util.h"
 
 using namespace kiln;

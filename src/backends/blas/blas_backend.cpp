@@ -18,6 +18,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "kiln/blas.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/tensor_node.h"
 
 // OpenBLAS extensions, declared here as well in case the cblas.h found is not
 // OpenBLAS's own (identical redeclarations are fine).

@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/launch.h"
 #include "kiln/dtype.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cuda {

@@ -15,6 +15,7 @@
 #include "backends/cuda/launch.h"
 #include "backends/cuda/params.h"
 #include "kiln/cuda.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln {
 

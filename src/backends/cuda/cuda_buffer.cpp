@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_buffer.h"
 #include "backends/cuda/launch.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 

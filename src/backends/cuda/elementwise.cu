@@ -13,8 +13,9 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/params.h"
-#include "kiln/detail/rng.h"
 #include "kiln/error.h"
+#include "kiln/ext/rng.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {

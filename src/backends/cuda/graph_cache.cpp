@@ -5,6 +5,7 @@
 
 #include "backends/cuda/launch.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 
@@ -32,7 +33,7 @@ std::vector<int64_t> GraphCache::signature(const std::vector<TensorNode*>& nodes
   s.push_back(tf32);
   for (const TensorNode* n : nodes) {
     add_tensor(s, n);
-    // The parameter bytes (kiln/op_params.h), 8 at a time.
+    // The parameter bytes (kiln/ext/op_params.h), 8 at a time.
     static_assert(sizeof(n->params.bytes) % 8 == 0);
     for (size_t k = 0; k < sizeof(n->params.bytes); k += 8) {
       int64_t v;

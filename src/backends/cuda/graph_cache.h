@@ -15,6 +15,7 @@
 #include <list>
 #include <vector>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cuda {

@@ -12,6 +12,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/params.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {

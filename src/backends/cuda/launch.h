@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cuda {

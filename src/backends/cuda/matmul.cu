@@ -23,6 +23,7 @@
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cublas_api.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {

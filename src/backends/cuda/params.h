@@ -1,10 +1,10 @@
 // The op parameters the CUDA launchers read, by meaning, from the ops' typed
-// parameter structs (kiln/op_params.h). Every parameter read in
+// parameter structs (kiln/ext/op_params.h). Every parameter read in
 // src/backends/cuda goes through here.
 #pragma once
 #include <cstdint>
 
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cuda::prm {

@@ -8,6 +8,7 @@
 #include "backends/cuda/cublas_api.h"
 #include "backends/cuda/launch.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 

@@ -1,7 +1,7 @@
 // Elementwise binary ops with numpy broadcasting, comparisons, where, constants,
 // and the arithmetic operators. Builders + backward rules.
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

@@ -19,7 +19,7 @@
 //   its first maximum (row-major); avg_pool2d counts padding as zeros and always
 //   divides by KH*KW (count_include_pad=True). No dilation, no ceil_mode.
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

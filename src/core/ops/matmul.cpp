@@ -1,6 +1,6 @@
 // matmul: a @ b with broadcast batch dims; f32/f16/bf16 inputs, f32 output.
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

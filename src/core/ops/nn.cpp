@@ -22,12 +22,12 @@
 //   biased variance as PyTorch; eps >= 0. layer_norm is one fused primitive
 //   (LAYER_NORM); cross_entropy with i32 labels too (CROSS_ENTROPY).
 // - dropout: p in [0, 1); identity when !training or p == 0. The mask depends only
-//   on (seed ^ seed_tensor[0], element index), see kiln/detail/rng.h.
+//   on (seed ^ seed_tensor[0], element index), see kiln/ext/rng.h.
 #include <cmath>
 #include <utility>
 
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

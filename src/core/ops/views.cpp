@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "core/autodiff.h"
-#include "kiln/detail/op_builder.h"
+#include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {

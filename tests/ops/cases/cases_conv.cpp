@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {

@@ -1,7 +1,7 @@
 // Cases: embedding (get_rows) and scatter_add_rows, concat, pad, repeat and
 // repeat_back. Specs check the PyTorch semantics of the public API (pad's
 // last-dim-first order, repeat's tiling, concat of several tensors).
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {

@@ -2,8 +2,8 @@
 // random masks and dropout.
 #include <cmath>
 
-#include "kiln/detail/rng.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/rng.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {

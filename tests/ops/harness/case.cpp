@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "kiln/detail/rng.h"
+#include "kiln/ext/rng.h"
 
 namespace kiln::test {
 

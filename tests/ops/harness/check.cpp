@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "kiln/ext/tensor_node.h"
 #include "ops/harness/session.h"
 
 namespace kiln::test {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "kiln/ext/tensor_node.h"
 #include "ops/harness/check.h"
 #include "ops/harness/session.h"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::test {
 

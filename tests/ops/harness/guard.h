@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 namespace kiln::test {

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/ext/tensor_node.h"
 #include "ops/reference/reference.h"
 
 namespace kiln::test {

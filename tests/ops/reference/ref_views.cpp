@@ -1,7 +1,7 @@
 // Reference: views, in-place accumulation, copies and constants.
 #include <cstdint>
 
-#include "kiln/detail/rng.h"
+#include "kiln/ext/rng.h"
 #include "ops/reference/reference.h"
 
 namespace kiln::test {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiln/dtype.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::test {
 

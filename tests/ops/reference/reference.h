@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln::test {
@@ -55,7 +55,7 @@ struct RefArgs {
   int n_src = 0;
   const RefValue& in(int i) const;  // throws RefError when src i is missing
   template <class P>
-  P params() const {  // the node's parameters (kiln/op_params.h)
+  P params() const {  // the node's parameters (kiln/ext/op_params.h)
     return op_params<P>(*node);
   }
   // Other tensors an op rewrites in place (optimizer state): applied by ref_eval

@@ -54,7 +54,7 @@
 #include "backends/cpu/kernels/vec_math.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/dtype.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/tensor.h"
 
 #if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)

@@ -4,7 +4,8 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
-#include "kiln/detail/rng.h"
+#include "kiln/ext/rng.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cpu {
 

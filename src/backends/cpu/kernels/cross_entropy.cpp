@@ -18,6 +18,7 @@
 #include "backends/cpu/kernels/row_ops.h"
 #include "backends/cpu/kernels/vec_math.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cpu {
 

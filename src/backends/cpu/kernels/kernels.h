@@ -10,6 +10,7 @@
 // contiguous unless it is an ALIAS op. Errors in the data throw kiln::Error.
 #pragma once
 #include "backends/cpu/thread_pool.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {

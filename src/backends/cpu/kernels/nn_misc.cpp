@@ -11,6 +11,7 @@
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "kiln/dtype.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cpu {
 

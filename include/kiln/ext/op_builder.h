@@ -4,7 +4,8 @@
 #include <initializer_list>
 
 #include "kiln/context.h"
-#include "kiln/op_params.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/ops.h"
 #include "kiln/tensor.h"
 
@@ -13,7 +14,7 @@ namespace kiln::detail {
 // A new contiguous node of `op` in the first src's context.
 TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
                    const OpParamBytes& p = {});
-// The same with the op's parameter struct (kiln/op_params.h).
+// The same with the op's parameter struct (kiln/ext/op_params.h).
 template <class P>
 TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
                    const P& p) {

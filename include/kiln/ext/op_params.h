@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/tensor.h"
 
 namespace kiln {

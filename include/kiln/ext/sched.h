@@ -41,8 +41,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/alloc.h"
 #include "kiln/backend.h"
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
 
 namespace kiln {
