@@ -487,6 +487,9 @@ TEST(CudaDevice, ScatterAddRowsIsTheCpuSum) {
   };
   const auto got = run_built(gpu, build, 3), want = run_built(cpu, build, 3);
   EXPECT_TRUE(same_bits(got[0], want[0]));
+  // cub's sort sizes and launches inside a stream capture too.
+  EXPECT_EQ(gpu.stats().captures, 1);
+  EXPECT_EQ(gpu.stats().replays, 2);
 }
 
 // A long axis with many outputs: the thread-per-output path sums in runs of
