@@ -22,6 +22,10 @@
 #    find nothing left are reported as skipped. A second run on the same warm
 #    machine reuses the build (build/device).
 #
+# Knobs (for a trial here, without a GPU: the device steps then skip):
+# KILN_CHECK_BUILD_DIR, KILN_CHECK_JOBS, KILN_CHECK_TARGETS, KILN_CHECK_BUDGET_S,
+# KILN_CHECK_OWN_GTEST=1 (build GoogleTest from build/devdeps even if installed).
+#
 # Output: summary.txt (one line per step: ok / FAILED / TIMEOUT / skipped,
 # seconds, and the step's key lines) and logs.tgz (every step's full log) under
 # $OUT when set, else build/device-check/. The summary is also printed last.
@@ -103,8 +107,8 @@ step() {
   note "$(printf '%-22s %-22s %4ds' "$name" "$status" $(($(date +%s) - t0)))"
   # The lines that say how it went: gtest totals and failures, sanitizer
   # summaries, kiln-mnist's result, errors.
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY|test_acc=|train_time_s|ops not on|CUDA backend with|error:|Error|terminate' \
-    "$LOGS/$name.log" | grep -v '^\[  SKIPPED \] .*\.' | head -25 | sed 's/^/    /' | tee -a "$SUMMARY"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\] [0-9]+ tests.*ran|ERROR SUMMARY|RACECHECK SUMMARY|test_acc=|ops not on|CUDA backend with|error:|Failure|terminate called|\[cuda\]' \
+    "$LOGS/$name.log" | grep -v '^\[  SKIPPED \] [A-Za-z]' | head -25 | sed 's/^/    /' | tee -a "$SUMMARY"
   return 0
 }
 
