@@ -4,7 +4,7 @@
 #
 # 1. Here, on the development machine (no GPU needed):
 #      bash scripts/cuda-device-check.sh prepare
-#    puts what the device image lacks into build/devdeps/ (ignored by git, about
+#    puts what the device image does not list into build/devdeps/ (ignored by git, about
 #    15 MiB): GoogleTest's sources (built there), the CLI11 and nlohmann/json
 #    headers, and the MNIST files gzipped (fetched with scripts/get-mnist.sh when
 #    data/mnist lacks them; SKIP_MNIST=1 leaves them out).
@@ -12,7 +12,7 @@
 #    with carry ["build/devdeps"] and timeout_s 600):
 #      bash scripts/cuda-device-check.sh
 #    builds kiln in Release with CUDA (-j16; BLAS, MPI and the benchmarks off:
-#    the image has neither), then, in this order, each step with a time limit:
+#    not needed here, and not in the image), then, in this order, each step with a time limit:
 #      kiln_test_cuda; kiln_test_ops OpsCuda (every harness case vs the CPU);
 #      compute-sanitizer memcheck on both (OpsCuda: one shard of the cases);
 #      racecheck on the reduction/softmax/scatter tests of both;
@@ -134,7 +134,7 @@ trap finish EXIT
 } >"$LOGS/machine.log" 2>&1
 note "machine: $(nvidia-smi -L 2>/dev/null | head -1 || echo 'no nvidia-smi')"
 
-# ---- dependencies the image lacks (prepare put their sources in build/devdeps)
+# ---- dependencies the image may lack (prepare put their sources in build/devdeps)
 PREFIX="$DEPS/prefix"
 deps() {
   # KILN_CHECK_OWN_GTEST=1: build it even where the system has one (a trial of this path).
