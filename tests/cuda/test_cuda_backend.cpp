@@ -546,15 +546,18 @@ TEST(CudaDevice, MatmulCopiesUnreadableAndMixedOperands) {
   auto build = [](Context& ctx) {
     Tensor a = ctx.input(f32, {6, 4, 5}), w = ctx.input(f32, {6, 3});
     Tensor a16 = a.to(f16), w16 = w.to(f16);
-    Tensor out1 =
-        matmul(a16.permute({2, 1, 0}), w16);          // f16 x f16; [5, 4, 6] without a unit stride
-    Tensor out2 = matmul(a.permute({2, 1, 0}), w16);  // f32 (the same layout) x f16
+    // f16 x f16, a [5, 4, 6] view without a unit stride in its last two dims.
+    Tensor out1 = matmul(a16.permute({2, 1, 0}), w16);
+    Tensor out2 = matmul(a.permute({2, 1, 0}), w16);    // f32 (the same layout) x f16
     Tensor out3 = matmul(a16.permute({1, 2, 0}), w16);  // [4, 5, 6] read transposed in place
     Tensor out4 = matmul(a16.permute({1, 2, 0}), w);    // f16 x f32: both in f32
-    Built r{Graph::forward({out1, out2, out3, out4}), {out1, out2, out3, out4}, {}};
+    Tensor b = ctx.input(f32, {4, 6, 3});
+    Tensor out5 = matmul(a16.permute({1, 2, 0}), b.to(f16));  // batched, per-batch strides
+    Built r{Graph::forward({out1, out2, out3, out4, out5}), {out1, out2, out3, out4, out5}, {}};
     r.set_inputs = [=]() mutable {
       a.set(ramp(a.numel(), 1.0f, 1));
       w.set(ramp(w.numel(), 1.0f, 3));
+      b.set(ramp(b.numel(), 1.0f, 4));
     };
     return r;
   };
