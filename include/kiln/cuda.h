@@ -47,6 +47,10 @@ struct CudaOptions {
   bool allow_tf32 = false;
   // Capture repeated node lists as CUDA graphs and replay them.
   bool graphs = true;
+  // Node lists kept as CUDA graphs (least recently used dropped beyond it). A
+  // step the scheduler splits around CPU-only ops is one list per CUDA split;
+  // with fewer entries than that nothing would replay (Stats::evictions grows).
+  int max_graphs = 256;
 };
 
 class CudaBackend : public Backend {
@@ -67,9 +71,10 @@ class CudaBackend : public Backend {
 
   // Counters of compute() calls, for tests and benchmarks.
   struct Stats {
-    int64_t eager = 0;     // node lists launched kernel by kernel
-    int64_t captures = 0;  // node lists captured into a CUDA graph
-    int64_t replays = 0;   // launches of a captured graph (the capturing run included)
+    int64_t eager = 0;      // node lists launched kernel by kernel
+    int64_t captures = 0;   // node lists captured into a CUDA graph
+    int64_t replays = 0;    // launches of a captured graph (the capturing run included)
+    int64_t evictions = 0;  // node lists dropped from the graph cache (max_graphs)
   };
   Stats stats() const;
 

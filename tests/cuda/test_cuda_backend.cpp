@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <set>
 #include <string>
@@ -79,6 +80,9 @@ TEST(CudaRegistry, ListedOnlyWithADevice) {
     EXPECT_FALSE(cuda_unavailable_reason().empty());
     EXPECT_THROW(CudaBackend{}, Error);
   }
+  EXPECT_TRUE(kiln_test::is_error(
+      kiln_test::error_message([] { (void)CudaBackend(CudaOptions{.max_graphs = 0}); }), "cuda",
+      {"max_graphs"}));
 }
 
 // Ops of a model's training graph (AdamW or SGD) that CUDA cannot run.
@@ -201,9 +205,13 @@ struct Mixed {
     o.padding[0] = o.padding[1] = 1;
     Tensor c = max_pool2d(gelu(conv2d(x, w, {}, o)));  // [2, 4, 3, 3]
     Tensor f = c.reshape({2, 36});
-    Tensor s = softmax(matmul(f, f.T()), {.scale = 0.1f});         // [2, 2]
-    Tensor e = embedding(f.T().contiguous(), idx);                 // [5, 2]
-    out = sum(concat({s, e}, 0), 0) + sum(max(layer_norm(f), 1));  // [2]
+    Tensor s = softmax(matmul(f, f.T()), {.scale = 0.1f});  // [2, 2]
+    Tensor e = embedding(f.T().contiguous(), idx);          // [5, 2]
+    // A layer norm written out: the fused LAYER_NORM has no CUDA kernel yet, and
+    // this graph must run on CUDA alone.
+    Tensor ctr = f - mean(f, 1, true);
+    Tensor nrm = ctr / sqrt(mean(sqr(ctr), 1, true) + 1e-5f);
+    out = sum(concat({s, e}, 0), 0) + sum(max(nrm, 1));  // [2]
     Tensor loss = sum(out);
     g = Graph::forward(loss);
     g.expand(out);
@@ -214,6 +222,14 @@ struct Mixed {
     idx.set(std::vector<int32_t>{0, 5, 35, 7, 1});
   }
 };
+
+// The device tests run Mixed on CudaBackend alone (no scheduler): every node
+// must have a CUDA kernel. Checked here without a device.
+TEST(CudaSupports, MixedGraphNeedsNoFallback) {
+  Mixed m;
+  for (TensorNode* n : m.g.nodes())
+    EXPECT_TRUE(CudaBackend::supports(n)) << op_name(n->op) << " " << dtype_name(n->dtype);
+}
 
 std::vector<float> run_mixed(Backend& be, int seed, std::vector<float>* grad = nullptr) {
   Mixed m;
@@ -352,7 +368,8 @@ TEST(CudaDevice, SchedulerFallsBackToCpu) {
 }
 
 // A few AdamW steps of each test model on CUDA and on the CPU, from the same
-// values: losses and params agree.
+// values: losses and params agree. The CUDA side has the CPU as fallback for
+// the fused ops without a CUDA kernel (cross_entropy, layer_norm, attention).
 TEST(CudaDevice, TrainingStepsMatchCpu) {
   SKIP_WITHOUT_DEVICE();
   for (int k = 0; k < 3; ++k) {
@@ -362,15 +379,250 @@ TEST(CudaDevice, TrainingStepsMatchCpu) {
       TestModel& m = *models[size_t(k)];
       CudaBackend gpu;
       CpuBackend cpu(1);
-      OptContext opt(m.config({side == 0 ? static_cast<Backend*>(&gpu) : &cpu}));
+      std::vector<Backend*> backends = {&cpu};
+      if (side == 0) backends = {&gpu, &cpu};
+      OptContext opt(m.config(backends));
       m.fill(opt, 7);
       for (int step = 0; step < 3; ++step) losses[side].push_back(float(opt.train_batch()));
       for (const Tensor& p : m.params)
         for (float v : p.get<float>()) params[side].push_back(v);
-      if (side == 0) EXPECT_GE(gpu.stats().replays, 1) << "the training step was never replayed";
+      if (side == 0) {
+        EXPECT_GE(gpu.stats().replays, 1) << "the training step was never replayed";
+        EXPECT_EQ(gpu.stats().evictions, 0);
+      }
     }
     EXPECT_TRUE(close(losses[0], losses[1], 1e-4)) << all_test_models()[size_t(k)]->name;
     EXPECT_TRUE(close(params[0], params[1], 1e-4)) << all_test_models()[size_t(k)]->name;
+  }
+}
+
+// ---------------------------------------------------------------- device: the
+// cases the review of the kernels found (each compared with the CPU backend).
+
+// A graph built by `build` (outputs to read, and the inputs to set once memory
+// exists), run on `be`; the outputs' values as f32 (i32 outputs converted).
+struct Built {
+  Graph g;
+  std::vector<Tensor> outs;
+  std::function<void()> set_inputs;
+};
+std::vector<std::vector<float>> run_built(Backend& be, const std::function<Built(Context&)>& build,
+                                          int runs = 1) {
+  Context ctx;
+  Built b = build(ctx);
+  for (TensorNode* n : b.g.nodes())  // the test's graph must not need the CPU
+    EXPECT_TRUE(be.supports_op(n)) << op_name(n->op) << " " << dtype_name(n->dtype);
+  auto buf = allocate_tensors(ctx, be);
+  if (b.set_inputs) b.set_inputs();
+  for (int r = 0; r < runs; ++r) be.compute(b.g);
+  std::vector<std::vector<float>> r;
+  for (const Tensor& t : b.outs) {
+    if (t.dtype() == i32) {
+      std::vector<float> v;
+      for (int32_t x : t.get<int32_t>()) v.push_back(float(x));
+      r.push_back(v);
+    } else {
+      r.push_back(t.get<float>());
+    }
+  }
+  return r;
+}
+
+// Same bits (NaN payloads aside: any NaN equals any NaN).
+::testing::AssertionResult same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::memcmp(&a[i], &b[i], 4) != 0)
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs " << b[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CudaDevice, CountEqualOverTheWholeGrid) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  const int64_t n = 3'000'007;  // hundreds of blocks, a partial last one
+  auto build = [&](Context& ctx) {
+    Tensor a = ctx.input(i32, {n}), b = ctx.input(i32, {n});
+    Tensor x = ctx.input(f32, {n / 7, 7});
+    Tensor c = count_equal(a, b), cf = count_equal(x, x.T().contiguous().T());
+    Built r{Graph::forward({c, cf}), {c, cf}, {}};
+    r.set_inputs = [=]() mutable {
+      std::vector<int32_t> va(static_cast<size_t>(n)), vb(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        va[size_t(i)] = int32_t(i % 1000);
+        vb[size_t(i)] = i % 3 == 0 ? int32_t(i % 1000) : -1;
+      }
+      a.set(va);
+      b.set(vb);
+      x.set(ramp(x.numel(), 1.0f, 3));
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build);
+  EXPECT_EQ(got[0][0], float((n + 2) / 3));
+  EXPECT_EQ(got[1][0], float(n / 7 * 7));
+}
+
+// Embedding backward (SCATTER_ADD_ROWS) with repeated and hot rows: the same
+// bits as the CPU (each row's values added in index order).
+TEST(CudaDevice, ScatterAddRowsIsTheCpuSum) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  auto build = [](Context& ctx) {
+    Tensor table = ctx.param(f32, {50, 7}, "table"), idx = ctx.input(i32, {40, 100}, "idx");
+    Tensor up = ctx.input(f32, {40, 100, 7}, "up");
+    Tensor loss = sum(embedding(table, idx) * up);
+    Built r{Graph::forward(loss), {}, {}};
+    r.g.backward(loss);
+    r.outs = {r.g.grad(table)};
+    r.set_inputs = [=]() mutable {
+      std::vector<int32_t> v(4000);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = i % 3 == 0 ? 7 : int32_t((i * 31) % 49);
+      idx.set(v);
+      up.set(ramp(up.numel(), 1.7f, 5));
+      table.set(ramp(table.numel(), 0.5f, 1));
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build, 3), want = run_built(cpu, build, 3);
+  EXPECT_TRUE(same_bits(got[0], want[0]));
+  // cub's sort sizes and launches inside a stream capture too.
+  EXPECT_EQ(gpu.stats().captures, 1);
+  EXPECT_EQ(gpu.stats().replays, 2);
+}
+
+// A long axis with many outputs: the thread-per-output path sums in runs of
+// 256 as the CPU does (same bits for a strided axis); the block path is close.
+TEST(CudaDevice, LongAxisSumsWithManyOutputs) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  auto build = [](Context& ctx) {
+    Tensor x = ctx.input(f32, {4096, 5000});
+    Tensor s0 = sum(x, 0), s1 = sum(x, 1), m0 = max(x, 0);
+    Built r{Graph::forward({s0, s1, m0}), {s0, s1, m0}, {}};
+    r.set_inputs = [=]() mutable {
+      std::vector<float> v(size_t(x.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f + 0.01f * float(i % 13);
+      x.set(v);
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build), want = run_built(cpu, build);
+  EXPECT_TRUE(same_bits(got[0], want[0]));
+  EXPECT_TRUE(close(got[1], want[1], 1e-6));
+  EXPECT_TRUE(same_bits(got[2], want[2]));
+}
+
+// NaN in softmax rows: as the CPU kernel (a NaN with a finite max: the unmasked
+// entries NaN; a NaN among -inf only: the whole row NaN; masked rows: 0 / -inf).
+TEST(CudaDevice, SoftmaxNanRowsLikeTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  auto build = [](Context& ctx) {
+    Tensor x = ctx.input(f32, {5, 4});
+    SoftmaxOptions causal;
+    causal.causal = true;
+    Tensor a = softmax(x), b = log_softmax(x), c = softmax(x, causal), d = log_softmax(x, causal);
+    Built r{Graph::forward({a, b, c, d}), {a, b, c, d}, {}};
+    r.set_inputs = [=]() mutable {
+      const float nan = std::nanf(""), inf = INFINITY;
+      x.set(std::vector<float>{nan,  1,    2, 3,   nan, -inf, -inf, -inf, -inf, -inf,
+                               -inf, -inf, 1, nan, 0,   2,    -inf, 0,    1,    nan});
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build), want = run_built(cpu, build);
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(same_bits(got[k], want[k])) << "output " << k;
+}
+
+// MATMUL operands cuBLAS cannot read as they lie, with equal and mixed dtypes.
+TEST(CudaDevice, MatmulCopiesUnreadableAndMixedOperands) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  auto build = [](Context& ctx) {
+    Tensor a = ctx.input(f32, {6, 4, 5}), w = ctx.input(f32, {6, 3});
+    Tensor a16 = a.to(f16), w16 = w.to(f16);
+    // f16 x f16, a [5, 4, 6] view without a unit stride in its last two dims.
+    Tensor out1 = matmul(a16.permute({2, 1, 0}), w16);
+    Tensor out2 = matmul(a.permute({2, 1, 0}), w16);    // f32 (the same layout) x f16
+    Tensor out3 = matmul(a16.permute({1, 2, 0}), w16);  // [4, 5, 6] read transposed in place
+    Tensor out4 = matmul(a16.permute({1, 2, 0}), w);    // f16 x f32: both in f32
+    Tensor b = ctx.input(f32, {4, 6, 3});
+    Tensor out5 = matmul(a16.permute({1, 2, 0}), b.to(f16));  // batched, per-batch strides
+    Built r{Graph::forward({out1, out2, out3, out4, out5}), {out1, out2, out3, out4, out5}, {}};
+    r.set_inputs = [=]() mutable {
+      a.set(ramp(a.numel(), 1.0f, 1));
+      w.set(ramp(w.numel(), 1.0f, 3));
+      b.set(ramp(b.numel(), 1.0f, 4));
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build), want = run_built(cpu, build);
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_TRUE(close(got[k], want[k], 1e-5)) << "output " << k;
+}
+
+// conv2d gradients whose dy has a zero row stride (sum over the channels) or
+// is a broadcast scalar on a 1x1 output: gathered, not handed to cuBLAS with ld 0.
+TEST(CudaDevice, ConvGradientsOfBroadcastOutputs) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu;
+  CpuBackend cpu(1);
+  auto build = [](Context& ctx) {
+    Tensor x = ctx.param(f32, {2, 3, 5, 5}, "x"), w = ctx.param(f32, {4, 3, 3, 3}, "w");
+    Tensor x1 = ctx.param(f32, {2, 3, 3, 3}, "x1");
+    Tensor loss = sum(sum(conv2d(x, w), 1)) + sum(conv2d(x1, w));  // [2, 4, 3, 3] and [2, 4, 1, 1]
+    Built r{Graph::forward(loss), {}, {}};
+    r.g.backward(loss);
+    r.outs = {r.g.grad(x), r.g.grad(w), r.g.grad(x1)};
+    r.set_inputs = [=]() mutable {
+      x.set(ramp(x.numel(), 1.0f, 1));
+      w.set(ramp(w.numel(), 0.3f, 2));
+      x1.set(ramp(x1.numel(), 1.0f, 3));
+    };
+    return r;
+  };
+  const auto got = run_built(gpu, build), want = run_built(cpu, build);
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_TRUE(close(got[k], want[k], 1e-5)) << "output " << k;
+}
+
+// Two node lists alternating through a cache of one: each drops the other, so
+// nothing replays; a cache of two replays both.
+TEST(CudaDevice, GraphCacheSizeDecidesReplays) {
+  SKIP_WITHOUT_DEVICE();
+  for (int cap = 1; cap <= 2; ++cap) {
+    CudaBackend gpu({.max_graphs = cap});
+    Context ctx;
+    Tensor x = ctx.input(f32, {64});
+    Tensor y1 = exp(x), y2 = sqr(x) + 1.0f;
+    Graph g1 = Graph::forward(y1), g2 = Graph::forward(y2);
+    auto buf = allocate_tensors(ctx, gpu);
+    x.set(ramp(64, 1.0f, 1));
+    for (int r = 0; r < 4; ++r) {
+      gpu.compute(g1);
+      gpu.compute(g2);
+    }
+    const CudaBackend::Stats st = gpu.stats();
+    if (cap == 1) {
+      EXPECT_EQ(st.replays, 0);
+      EXPECT_EQ(st.eager, 8);
+      EXPECT_EQ(st.evictions, 7);
+    } else {
+      EXPECT_EQ(st.eager, 2);
+      EXPECT_EQ(st.captures, 2);
+      EXPECT_EQ(st.replays, 6);
+      EXPECT_EQ(st.evictions, 0);
+    }
+    const float x3 = ramp(64, 1.0f, 1)[3];
+    EXPECT_FLOAT_EQ(y2.get<float>()[3], x3 * x3 + 1.0f);
   }
 }
 

@@ -11,6 +11,7 @@
 // races and no atomics are needed. The pooling backward ops add in the same
 // order as the CPU's generic loops.
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/gemm_plan.h"
 #include "backends/cuda/params.h"
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
@@ -164,24 +165,20 @@ __global__ void k_pool_back(Planes x, Planes gr, Geom g, float* dx, int64_t tota
 }
 
 // A [rows, cols] f32 matrix view of dims (rd, rd+1, ...) of t (columns = later
-// dims merged row-major), or a dense copy of those dims (per leading index too)
-// in `buf` when they do not merge. Returns the element row stride and the
-// element stride between consecutive leading indices.
+// dims merged row-major) as it lies when cuBLAS can read it (matrix_view in
+// gemm_plan.h), else a dense f32 copy of t in `buf`. Returns the element row
+// stride and the element stride between consecutive leading indices.
 struct Mat {
   const float* p;
   int64_t rs, bs;
 };
 Mat as_matrix(const TensorNode* t, int rd, float* buf, const Launch& L) {
   const int nd = t->shape.ndim();
-  int64_t expect = 4;
-  bool merged = t->dtype == DType::f32;
-  for (int d = nd - 1; d > rd; --d) {
-    if (t->shape[d] != 1 && t->stride[size_t(d)] != expect) merged = false;
-    expect *= t->shape[d];
-  }
-  if (merged)
-    return {static_cast<const float*>(t->data), t->stride[size_t(rd)] / 4,
-            rd > 0 ? t->stride[0] / 4 : 0};
+  int64_t shape[kMaxDims] = {};
+  for (int d = 0; d < nd; ++d) shape[d] = t->shape[d];
+  MatrixView v;
+  if (matrix_view(t->dtype, nd, shape, t->stride.data(), rd, &v))
+    return {static_cast<const float*>(t->data), v.rs, v.bs};
   gather_f32(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->numel(), buf, L);
   int64_t cols = 1;
   for (int d = nd - 1; d > rd; --d) cols *= t->shape[d];

@@ -42,6 +42,23 @@ int64_t element_offset(const TensorNode* t, int64_t i) {
 }  // namespace
 
 struct CudaBackend::Impl {
+  explicit Impl(const CudaOptions& o) : opt(o), graphs(size_t(std::max(o.max_graphs, 1))) {}
+  // Frees whatever was created, also when the constructor stopped half way.
+  ~Impl() {
+    if (!stream && !blas && !blas_ws && !ws && !err) return;
+    cudaSetDevice(opt.device);
+    if (stream) cudaStreamSynchronize(stream);
+    graphs.clear();
+    if (blas) cuda::cublas().destroy(blas);
+    if (blas_ws) cudaFree(blas_ws);
+    if (ws) cudaFree(ws);
+    if (err) cudaFree(err);
+    if (stream) cudaStreamDestroy(stream);
+    cudaGetLastError();  // errors while tearing down are not this process's next error
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   CudaOptions opt;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -123,9 +140,9 @@ struct CudaBackend::Impl {
   }
 };
 
-CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
+CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>(opt)) {
   Impl& m = *impl_;
-  m.opt = opt;
+  if (opt.max_graphs < 1) fail("cuda", "max_graphs must be at least 1, got ", opt.max_graphs);
   const int count = cuda_device_count();
   if (opt.device < 0 || opt.device >= count) {
     const std::string why = cuda_unavailable_reason();
@@ -143,17 +160,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : impl_(std::make_unique<Impl>()) {
                    "cublasSetWorkspace");
 }
 
-CudaBackend::~CudaBackend() {
-  Impl& m = *impl_;
-  cudaSetDevice(m.opt.device);
-  if (m.stream) cudaStreamSynchronize(m.stream);
-  m.graphs.clear();
-  if (m.blas) cuda::cublas().destroy(m.blas);
-  if (m.blas_ws) cudaFree(m.blas_ws);
-  if (m.ws) cudaFree(m.ws);
-  if (m.err) cudaFree(m.err);
-  if (m.stream) cudaStreamDestroy(m.stream);
-}
+CudaBackend::~CudaBackend() = default;  // Impl frees the device resources
 
 BufferType& CudaBackend::buffer_type() { return cuda::device_buffer_type(impl_->opt.device); }
 
@@ -161,7 +168,11 @@ const CudaOptions& CudaBackend::options() const { return impl_->opt; }
 
 bool CudaBackend::supports(const TensorNode* node) { return cuda::supported(node); }
 
-CudaBackend::Stats CudaBackend::stats() const { return impl_->stats; }
+CudaBackend::Stats CudaBackend::stats() const {
+  Stats s = impl_->stats;
+  s.evictions = impl_->graphs.evictions();
+  return s;
+}
 
 void CudaBackend::synchronize() {
   check(cudaSetDevice(impl_->opt.device), "cudaSetDevice");
@@ -198,8 +209,7 @@ void CudaBackend::compute(std::span<TensorNode* const> nodes) {
   } else {
     cuda::GraphCache::Entry& e =
         m.graphs.lookup(cuda::GraphCache::signature(m.work, m.ws, m.err, m.opt.allow_tf32));
-    ++e.runs;
-    switch (cuda::GraphCache::action(e)) {
+    switch (cuda::GraphCache::next_run(e)) {
       case cuda::GraphCache::Action::eager:
         m.launch_all();
         ++m.stats.eager;

@@ -236,6 +236,15 @@ void gather_f32(const char* src, DType t, const Idx& si, int64_t n, float* out, 
   check_launch("gather_f32");
 }
 
+void gather_dense(const char* src, DType t, const Idx& si, const Shape& shape, char* out,
+                  const Launch& L) {
+  const int64_t n = shape.numel();
+  if (n == 0) return;
+  const int64_t es = int64_t(dtype_size(t));
+  k_copy<<<grid_for(n), kThreads, 0, L.stream>>>(out, dense_idx(shape, es), src, si, t, t, n);
+  check_launch("gather_dense");
+}
+
 void copy_ops(TensorNode* dst, const Launch& L) {
   const int64_t n = dst->numel();
   char* d = static_cast<char*>(dst->data);

@@ -59,6 +59,7 @@ GraphCache::Entry& GraphCache::lookup(std::vector<int64_t> sig) {
   if (entries_.size() >= capacity_) {
     if (entries_.back().exec) cudaGraphExecDestroy(entries_.back().exec);
     entries_.pop_back();
+    ++evictions_;
   }
   entries_.emplace_front();
   entries_.front().sig = std::move(sig);

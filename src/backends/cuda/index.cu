@@ -3,11 +3,16 @@
 // PAD, REPEAT, REPEAT_BACK. dst is contiguous; sources have any strides; the
 // data-movement ops copy elements of 2 or 4 bytes whatever their dtype.
 //
-// SCATTER_ADD_ROWS sums without atomics: thread (column c, row group) walks the
-// indices in order and adds the values whose row falls in its group, so every
-// dst element is the sum over k in increasing order, as on the CPU.
+// SCATTER_ADD_ROWS sums without float atomics, as a segmented sum: the value
+// positions k are sorted by their row (cub's radix sort, stable, so each row's
+// positions stay in increasing k), each row finds its segment by binary search,
+// and thread (row, column) adds its segment's values in order. Every dst
+// element is the sum over k in increasing order from 0, as on the CPU (the same
+// bits), and the work is O(indices + dst) instead of every thread scanning every
+// index.
 // REPEAT_BACK sums each dst element's tiles in row-major tile order (the CPU's).
 #include <cstring>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/params.h"
@@ -61,23 +66,99 @@ __global__ void k_get_rows(const char* table, int64_t rs, int64_t cs, int64_t ro
   }
 }
 
-// Thread (c, g): column c of the dst rows [g*per, (g+1)*per).
-__global__ void k_scatter_add_rows(const char* vals, Idx vrow, int64_t vs, const char* ind, Idx ii,
-                                   int64_t count, int64_t rows, int64_t dim, int64_t per,
-                                   int64_t groups, float* out, unsigned long long* err) {
-  KILN_GRID_LOOP(t, dim * groups) {
-    const int64_t c = t % dim, g = t / dim;
-    const int64_t r0 = g * per, r1 = min(rows, r0 + per);
-    for (int64_t k = 0; k < count; ++k) {
-      const int32_t v = ldi(ind, ii.off(k));
-      if (v < 0 || v >= rows) {
-        if (t == 0) report_bad(err, k);
-        continue;
-      }
-      if (v < r0 || v >= r1) continue;
-      out[v * dim + c] += ldf(vals, vrow.off(k) + c * vs);
-    }
+// keys[k] = the row of value k (rows for a bad index, sorting after all rows),
+// pos[k] = k.
+__global__ void k_row_keys(const char* ind, Idx ii, int64_t count, int64_t rows, uint32_t* keys,
+                           int32_t* pos, unsigned long long* err) {
+  KILN_GRID_LOOP(k, count) {
+    const int32_t v = ldi(ind, ii.off(k));
+    const bool bad = v < 0 || v >= rows;
+    if (bad) report_bad(err, k);
+    keys[k] = bad ? uint32_t(rows) : uint32_t(v);
+    pos[k] = int32_t(k);
   }
+}
+
+// start[r] = first sorted position whose key is >= r, r in [0, rows].
+__global__ void k_row_starts(const uint32_t* keys, int64_t count, int64_t rows, int32_t* start) {
+  KILN_GRID_LOOP(r, rows + 1) {
+    int64_t lo = 0, hi = count;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (int64_t(keys[mid]) < r) lo = mid + 1;
+      else hi = mid;
+    }
+    start[r] = int32_t(lo);
+  }
+}
+
+// out[r, c] = sum of value row pos[j], column c, for j in row r's segment, in order.
+__global__ void k_segment_sum(const char* vals, Idx vrow, int64_t vs, const int32_t* pos,
+                              const int32_t* start, int64_t rows, int64_t dim, float* out) {
+  KILN_GRID_LOOP(i, rows * dim) {
+    const int64_t r = i / dim, c = i % dim;
+    float acc = 0.0f;
+    for (int32_t j = start[r]; j < start[r + 1]; ++j) acc += ldf(vals, vrow.off(pos[j]) + c * vs);
+    out[i] = acc;
+  }
+}
+
+// The scratch of SCATTER_ADD_ROWS, in order, each 256-byte aligned.
+struct ScatterScratch {
+  int64_t count = 0, rows = 0;
+  int bits = 1;         // key bits the sort looks at (keys are <= rows)
+  size_t sort_tmp = 0;  // cub's temporary storage
+  static size_t up(size_t b) { return (b + 255) / 256 * 256; }
+  size_t keys() const { return up(size_t(count) * 4); }  // each of keys, keys', pos, pos'
+  size_t starts() const { return up(size_t(rows + 1) * 4); }
+  size_t total() const { return 4 * keys() + starts() + up(sort_tmp); }
+};
+
+ScatterScratch scatter_scratch(const TensorNode* dst) {
+  ScatterScratch s;
+  s.count = dst->src[1]->numel();
+  s.rows = dst->shape[0];
+  if (s.count > INT_MAX || s.rows >= INT_MAX)
+    fail("scatter_add_rows", "more than 2^31 indices or rows on CUDA: ", s.count, " indices, ",
+         s.rows, " rows");
+  while (s.bits < 32 && (int64_t(1) << s.bits) <= s.rows) ++s.bits;
+  if (s.count > 0)
+    check(cub::DeviceRadixSort::SortPairs(nullptr, s.sort_tmp, static_cast<uint32_t*>(nullptr),
+                                          static_cast<uint32_t*>(nullptr),
+                                          static_cast<int32_t*>(nullptr),
+                                          static_cast<int32_t*>(nullptr), int(s.count), 0, s.bits),
+          "scatter_add_rows: sizing the sort");
+  return s;
+}
+
+void scatter_add_rows(TensorNode* dst, const Launch& L) {
+  const TensorNode *vals = dst->src[0], *ind = dst->src[1];
+  const int64_t rows = dst->shape[0], dim = dst->shape[1];
+  const ScatterScratch sc = scatter_scratch(dst);
+  if (sc.count == 0) {
+    check(cudaMemsetAsync(dst->data, 0, dst->nbytes(), L.stream), "scatter_add_rows: zero dst");
+    return;
+  }
+  char* p = L.ws;
+  auto* keys = reinterpret_cast<uint32_t*>(p);
+  auto* keys_sorted = reinterpret_cast<uint32_t*>(p += sc.keys());
+  auto* pos = reinterpret_cast<int32_t*>(p += sc.keys());
+  auto* pos_sorted = reinterpret_cast<int32_t*>(p += sc.keys());
+  auto* start = reinterpret_cast<int32_t*>(p += sc.keys());
+  void* tmp = p + sc.starts();
+  size_t tmp_bytes = sc.sort_tmp;
+  k_row_keys<<<grid_for(sc.count), kThreads, 0, L.stream>>>(
+      static_cast<const char*>(ind->data), idx_of(ind), sc.count, rows, keys, pos, L.err);
+  check_launch("scatter_add_rows");
+  check(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, keys, keys_sorted, pos, pos_sorted,
+                                        int(sc.count), 0, sc.bits, L.stream),
+        "scatter_add_rows: sorting the indices");
+  k_row_starts<<<grid_for(rows + 1), kThreads, 0, L.stream>>>(keys_sorted, sc.count, rows, start);
+  check_launch("scatter_add_rows");
+  k_segment_sum<<<grid_for(rows * dim), kThreads, 0, L.stream>>>(
+      static_cast<const char*>(vals->data), rows_idx(vals), last_stride(vals), pos_sorted, start,
+      rows, dim, static_cast<float*>(dst->data));
+  check_launch("scatter_add_rows");
 }
 
 // Multi-index helpers over up to 4 dims.
@@ -208,22 +289,16 @@ void index_ops(TensorNode* dst, const Launch& L) {
           int(table->elem_size()), static_cast<char*>(dst->data), n, L.err);
       return check_launch("embedding");
     }
-    case Op::SCATTER_ADD_ROWS: {
-      const TensorNode *vals = dst->src[0], *ind = dst->src[1];
-      const int64_t rows = dst->shape[0], dim = dst->shape[1], count = ind->numel();
-      check(cudaMemsetAsync(dst->data, 0, dst->nbytes(), L.stream), "scatter_add_rows: zero dst");
-      if (rows == 0 || dim == 0) return;
-      // Enough (column, row group) threads to fill the GPU, each scanning all indices.
-      const int64_t groups = std::clamp<int64_t>(65536 / dim, 1, rows),
-                    per = (rows + groups - 1) / groups;
-      k_scatter_add_rows<<<grid_for(dim * groups), kThreads, 0, L.stream>>>(
-          static_cast<const char*>(vals->data), rows_idx(vals), last_stride(vals),
-          static_cast<const char*>(ind->data), idx_of(ind), count, rows, dim, per, groups,
-          static_cast<float*>(dst->data), L.err);
-      return check_launch("scatter_add_rows");
-    }
+    case Op::SCATTER_ADD_ROWS:
+      if (dst->numel() == 0) return;
+      return scatter_add_rows(dst, L);
     default: fail("cuda", "index_ops got ", op_name(dst->op));
   }
+}
+
+size_t index_workspace(const TensorNode* dst) {
+  if (dst->op != Op::SCATTER_ADD_ROWS || dst->numel() == 0) return 0;
+  return scatter_scratch(dst).total();
 }
 
 void layout_ops(TensorNode* dst, const Launch& L) {

@@ -52,9 +52,10 @@ void optim_ops(TensorNode* dst, const Launch& L);   // OPT_STEP_ADAMW OPT_STEP_S
 // reduce.cu
 void reduce_ops(TensorNode* dst, const Launch& L);   // SUM MAX ARGMAX COUNT_EQUAL
 void softmax_ops(TensorNode* dst, const Launch& L);  // SOFTMAX LOG_SOFTMAX
-size_t reduce_workspace(const TensorNode* dst);
+size_t reduce_workspace(const TensorNode* dst);      // full SUM/MAX, COUNT_EQUAL
 // index.cu
 void index_ops(TensorNode* dst, const Launch& L);   // ONE_HOT GET_ROWS SCATTER_ADD_ROWS
+size_t index_workspace(const TensorNode* dst);      // SCATTER_ADD_ROWS's sort
 void layout_ops(TensorNode* dst, const Launch& L);  // CONCAT PAD REPEAT REPEAT_BACK
 // conv.cu
 void conv_ops(TensorNode* dst, const Launch& L);  // IM2COL COL2IM CONV2D* *POOL2D*

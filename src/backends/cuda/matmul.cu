@@ -7,11 +7,12 @@
 // with ld = rs, already the transpose cuBLAS wants (CUBLAS_OP_N); a transposed
 // view (rs == 1, x.T()) is read with ld = cs and CUBLAS_OP_T. So the views of
 // matmul's backward (a.T() @ dC, dC @ b.T()) are read in place, never copied.
-// An operand whose layout has no unit stride, or whose dtype differs from the
-// other's (cuBLAS wants one input type), is first gathered into a dense f32
-// copy in the workspace. Batch dims (numpy broadcast, stride 0 for a broadcast
-// operand) are merged where all three operands allow; the last merged batch dim
-// is cuBLAS's batch, outer ones (rare broadcast patterns) loop.
+// An operand whose layout cuBLAS cannot read is first gathered into a dense
+// copy in the workspace (in its own dtype); with mixed input dtypes (cuBLAS
+// wants one input type) the non-f32 operands are gathered into f32 copies
+// (matmul_prep in gemm_plan.h decides, tested without a device). Batch dims (numpy broadcast,
+// stride 0 for a broadcast operand) are merged where all three operands allow; the last merged
+// batch dim is cuBLAS's batch, outer ones (rare broadcast patterns) loop.
 //
 // Precision: f32 inputs use CUBLAS_COMPUTE_32F (no TF32) unless the backend was
 // made with allow_tf32; f16/bf16 inputs accumulate in f32 (CUBLAS_COMPUTE_32F,
@@ -22,36 +23,12 @@
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/cublas_api.h"
+#include "backends/cuda/gemm_plan.h"
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {
-
-struct Operand {
-  cublasOperation_t op;
-  int64_t ld;
-};
-
-// How cuBLAS reads a row-major rows x cols operand with element strides rs, cs
-// (as the first factor of C^T = B^T A^T, see top); false when it cannot.
-bool operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs, Operand* out) {
-  if (cols == 1 || cs == 1) {
-    const int64_t ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
-    if (ld >= std::max<int64_t>(cols, 1) && ld <= INT_MAX) {
-      *out = {CUBLAS_OP_N, ld};
-      return true;
-    }
-  }
-  if (rows == 1 || rs == 1) {
-    const int64_t ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
-    if (ld >= std::max<int64_t>(rows, 1) && ld <= INT_MAX) {
-      *out = {CUBLAS_OP_T, ld};
-      return true;
-    }
-  }
-  return false;
-}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -107,8 +84,7 @@ size_t esize(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 }  // namespace
 
 bool gemm_layout_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  Operand o;
-  return operand(rows, cols, rs, cs, &o);
+  return gemm_layout_readable(rows, cols, rs, cs);
 }
 
 void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmView A, GemmView B,
@@ -124,65 +100,82 @@ void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmV
     }
     return;
   }
-  Operand oa, ob;
-  if (!operand(M, K, A.rs, A.cs, &oa) || !operand(K, N, B.rs, B.cs, &ob))
+  GemmRead ra, rb;
+  if (!gemm_read(M, K, A.rs, A.cs, &ra) || !gemm_read(K, N, B.rs, B.cs, &rb))
     fail("cuda", "gemm operand layout not readable by cuBLAS (internal error)");
   if (A.type != B.type) fail("cuda", "gemm operands of different types (internal error)");
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   const cublasComputeType_t ct =
       A.type == CUDA_R_32F && L.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasOperation_t opa = ra.transpose ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          opb = rb.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   // C^T [N, M] = op(B) [N, K] @ op(A) [K, M], column-major.
   check_blas(cublas().gemm_strided_batched_ex(
-                 L.blas, ob.op, oa.op, int(N), int(M), int(K), &alpha, B.p, B.type, int(ob.ld),
-                 B.batch_stride, A.p, A.type, int(oa.ld), A.batch_stride, &beta, C, CUDA_R_32F,
+                 L.blas, opb, opa, int(N), int(M), int(K), &alpha, B.p, B.type, int(rb.ld),
+                 B.batch_stride, A.p, A.type, int(ra.ld), A.batch_stride, &beta, C, CUDA_R_32F,
                  int(ldc), c_batch_stride, int(batch), ct, CUBLAS_GEMM_DEFAULT),
              "cublasGemmStridedBatchedEx");
 }
 
-// Operands that cuBLAS cannot read as they are get a dense f32 copy: a layout
-// without a unit stride in the last two dims, or mixed input dtypes.
-static bool needs_copy(const TensorNode* t, const TensorNode* other) {
+namespace {
+
+bool readable(const TensorNode* t) {
   const int nd = t->shape.ndim();
   const int64_t es = int64_t(t->elem_size());
-  if (t->dtype != other->dtype) return t->dtype != DType::f32;  // the f32 one stays
-  return !gemm_layout_ok(t->shape[nd - 2], t->shape[nd - 1], t->stride[size_t(nd - 2)] / es,
-                         t->stride[size_t(nd - 1)] / es);
+  const int64_t rs = t->stride[size_t(nd - 2)], cs = t->stride[size_t(nd - 1)];
+  return rs % es == 0 && cs % es == 0 &&
+         gemm_layout_readable(t->shape[nd - 2], t->shape[nd - 1], rs / es, cs / es);
 }
 
-size_t matmul_workspace(const TensorNode* dst) {
+MatmulPrep prep_of(const TensorNode* dst) {
   const TensorNode *a = dst->src[0], *b = dst->src[1];
-  size_t n = 0;
-  if (needs_copy(a, b)) n += size_t(a->numel()) * 4;
-  if (needs_copy(b, a)) n += size_t(b->numel()) * 4;
-  return n;
+  return matmul_prep(a->dtype, readable(a), b->dtype, readable(b));
+}
+
+// Bytes of t's copy after p, rounded up so that the next copy stays aligned.
+size_t copy_bytes(const TensorNode* t, Prep p) {
+  if (p == Prep::none) return 0;
+  const size_t es = p == Prep::to_f32 ? 4 : t->elem_size();
+  return (size_t(t->numel()) * es + 255) / 256 * 256;
+}
+
+}  // namespace
+
+size_t matmul_workspace(const TensorNode* dst) {
+  const MatmulPrep p = prep_of(dst);
+  return copy_bytes(dst->src[0], p.a) + copy_bytes(dst->src[1], p.b);
 }
 
 void matmul_op(TensorNode* dst, const Launch& L) {
   const TensorNode *a = dst->src[0], *b = dst->src[1];
-  const int nd = dst->shape.ndim(), na = a->shape.ndim(), nbd = b->shape.ndim();
-  const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[na - 1];
+  const int nd = dst->shape.ndim();
+  const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[a->shape.ndim() - 1];
   if (dst->numel() == 0) return;
-  // Element strides of each operand (of its dense f32 copy when it needs one).
-  float* ws = reinterpret_cast<float*>(L.ws);
-  auto prepare = [&](const TensorNode* t, const TensorNode* other, int64_t* st) -> GemmView {
+  const MatmulPrep plan = prep_of(dst);
+  // Element strides of each operand (of its dense copy when it gets one).
+  char* ws = L.ws;
+  auto prepare = [&](const TensorNode* t, Prep p, int64_t* st) -> GemmView {
     const int tn = t->shape.ndim();
-    if (!needs_copy(t, other)) {
+    if (p == Prep::none) {
       const int64_t es = int64_t(t->elem_size());
       for (int d = 0; d < tn; ++d) st[d] = t->stride[size_t(d)] / es;
       return {t->data, cuda_type(t->dtype), st[tn - 2], st[tn - 1], 0};
     }
-    gather_f32(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->numel(), ws, L);
+    if (p == Prep::to_f32)
+      gather_f32(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->numel(),
+                 reinterpret_cast<float*>(ws), L);
+    else gather_dense(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->shape, ws, L);
     int64_t acc = 1;
     for (int d = tn - 1; d >= 0; --d) {
       st[d] = acc;
       acc *= t->shape[d];
     }
-    GemmView v{ws, CUDA_R_32F, st[tn - 2], st[tn - 1], 0};
-    ws += t->numel();
+    GemmView v{ws, cuda_type(prepared_dtype(t->dtype, p)), st[tn - 2], st[tn - 1], 0};
+    ws += copy_bytes(t, p);
     return v;
   };
   int64_t sta[kMaxDims] = {}, stb[kMaxDims] = {};
-  GemmView A = prepare(a, b, sta), B = prepare(b, a, stb);
+  GemmView A = prepare(a, plan.a, sta), B = prepare(b, plan.b, stb);
   const Batch bt = batch_dims(dst, a, b, sta, stb);
   float* C = static_cast<float*>(dst->data);
   const int64_t ldc = M > 1 ? dst->stride[size_t(nd - 2)] / 4 : N;

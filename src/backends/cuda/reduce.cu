@@ -4,24 +4,27 @@
 // Determinism: no float atomics anywhere. A full reduction cuts the row-major
 // element sequence into fixed chunks of kChunk elements, one block each (the
 // block's combining order is fixed by block_reduce), and a second one-block
-// kernel adds the chunk results in a fixed order (in double for sums). An axis
-// reduction gives each output element to one thread (short axes) or one block
-// (long axes); which one depends only on the shape. So a result depends only on
-// the data and the shape, never on timing. MAX propagates NaN (torch.max).
+// kernel adds the chunk results in a fixed order (in double for sums); COUNT_EQUAL
+// counts the same way (exact integers). An axis reduction gives each output
+// element to one thread or one block (axis_path in reduce_plan.h: shape and
+// layout only), and sums in runs of 256 terms as the CPU does (blocked_sum), so
+// long axes do not drift. So a result depends only on the data and the layout,
+// never on timing. MAX propagates NaN (torch.max). SOFTMAX treats NaN as the
+// CPU kernel does: a NaN in a row makes the row's unmasked results NaN (the
+// whole row when every other entry is -inf).
 #include <cfloat>
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/params.h"
+#include "backends/cuda/reduce_plan.h"
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int64_t kChunk = 4096;       // elements per block of a full reduction
-constexpr int64_t kLongAxis = 1024;    // axis length from which a block reduces one output
-constexpr int64_t kFewOutputs = 4096;  // ... when there are at most this many outputs
+constexpr int64_t kChunk = 4096;  // elements per block of a full reduction
 
 // ---- full reductions
 template <bool kMax>
@@ -66,12 +69,13 @@ __global__ void k_axis_thread(const char* s, Idx oi, int64_t step, int64_t len, 
                               int64_t n_out) {
   KILN_GRID_LOOP(o, n_out) {
     const char* p = s + oi.off(o);
-    float acc = kMax ? -INFINITY : 0.0f;
-    for (int64_t k = 0; k < len; ++k) {
-      const float v = ldf(p, k * step);
-      acc = kMax ? fmax_nan(acc, v) : acc + v;
+    if (kMax) {
+      float acc = -INFINITY;
+      for (int64_t k = 0; k < len; ++k) acc = fmax_nan(acc, ldf(p, k * step));
+      d[o] = acc;
+    } else {
+      d[o] = blocked_sum(len, [&](int64_t k) { return ldf(p, k * step); });
     }
-    d[o] = acc;
   }
 }
 
@@ -79,10 +83,13 @@ template <bool kMax>
 __global__ void k_axis_block(const char* s, Idx oi, int64_t step, int64_t len, float* d) {
   __shared__ float shm[33];
   const char* p = s + oi.off(blockIdx.x);
-  float acc = kMax ? -INFINITY : 0.0f;
-  for (int64_t k = threadIdx.x; k < len; k += blockDim.x) {
-    const float v = ldf(p, k * step);
-    acc = kMax ? fmax_nan(acc, v) : acc + v;
+  float acc = -INFINITY;
+  const int64_t mine = len > threadIdx.x ? (len - threadIdx.x + blockDim.x - 1) / blockDim.x : 0;
+  if (kMax) {
+    for (int64_t k = threadIdx.x; k < len; k += blockDim.x) acc = fmax_nan(acc, ldf(p, k * step));
+  } else {  // this thread's terms k = tid + j*blockDim, in runs (blocked_sum)
+    acc =
+        blocked_sum(mine, [&](int64_t j) { return ldf(p, (threadIdx.x + j * blockDim.x) * step); });
   }
   const float r =
       kMax ? block_reduce(acc, -INFINITY, MaxNanOp{}, shm) : block_reduce(acc, 0.0f, SumOp{}, shm);
@@ -118,17 +125,28 @@ __global__ void k_argmax(const char* s, Idx oi, int64_t step, int64_t len, bool 
   }
 }
 
-__global__ void k_count_equal(const char* a, Idx ai, const char* b, Idx bi, DType t, int64_t n,
-                              int32_t* d) {
+// COUNT_EQUAL over the whole grid: block b counts chunk b (kChunk elements)
+// into partial[b]; k_count_final adds the partials (integers: exact).
+__global__ void k_count_chunks(const char* a, Idx ai, const char* b, Idx bi, DType t, int64_t n,
+                               long long* partial) {
   __shared__ long long shm[33];
+  const int64_t b0 = int64_t(blockIdx.x) * kChunk, b1 = min(n, b0 + kChunk);
   long long c = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
     const char* pa = a + ai.off(i);
     const char* pb = b + bi.off(i);
     if (t == DType::i32)
       c += *reinterpret_cast<const int32_t*>(pa) == *reinterpret_cast<const int32_t*>(pb);
     else c += load_as_f32(pa, t) == load_as_f32(pb, t);
   }
+  const long long r = block_reduce(c, 0ll, SumOp{}, shm);
+  if (threadIdx.x == 0) partial[blockIdx.x] = r;
+}
+
+__global__ void k_count_final(const long long* partial, int64_t nb, int32_t* d) {
+  __shared__ long long shm[33];
+  long long c = 0;
+  for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) c += partial[i];
   const long long r = block_reduce(c, 0ll, SumOp{}, shm);
   if (threadIdx.x == 0) *d = int32_t(r);
 }
@@ -144,6 +162,7 @@ template <bool kLog>
 __global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t cols,
                           int64_t nrows_causal, float scale, bool causal, float* out) {
   __shared__ float shm[33];
+  __shared__ int shm_n[33];
   const int64_t r = blockIdx.x;
   int64_t rem = r, xoff = 0, moff = 0, row_in_mat = 0;
   for (int d = g.nd - 2; d >= 0; --d) {
@@ -162,15 +181,25 @@ __global__ void k_softmax(const char* x, const char* mask, RowGeom g, int64_t co
     return v;
   };
   float* y = out + r * cols;
+  // The max of the non-NaN entries (as the CPU's row_max) and whether there is a NaN.
   float mx = -INFINITY;
-  // NaN-propagating max: a row holding NaN gives NaN (as PyTorch), not a "masked" -inf row.
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) mx = fmax_nan(mx, val(c));
+  int nans = 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = val(c);
+    if (v != v) ++nans;
+    else mx = v > mx ? v : mx;
+  }
   mx = block_reduce(mx, -INFINITY, MaxNanOp{}, shm);
+  nans = block_reduce(nans, 0, SumOp{}, shm_n);
   const float fill = kLog ? -INFINITY : 0.0f;
-  if (mx == -INFINITY) {  // every entry masked: no distribution, avoid NaN
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = fill;
+  if (mx == -INFINITY) {  // every entry masked: no distribution, avoid NaN...
+    // ...unless the row holds NaN: then the whole row is NaN (as the CPU kernel),
+    // so a NaN loss never turns into a finite or -inf one.
+    const float v = nans ? NAN : fill;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = v;
     return;
   }
+  // With a NaN and a finite max, exp(NaN - mx) makes the sum, so every result, NaN.
   float s = 0.0f;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) s += expf(val(c) - mx);
   s = block_reduce(s, 0.0f, SumOp{}, shm);
@@ -230,7 +259,7 @@ void reduce(TensorNode* dst, const Launch& L) {
   }
   const AxisPlan a = plan_axis(src, int(prm::axis(dst)));
   if (a.n_out == 0) return;
-  if (a.len >= kLongAxis && a.n_out <= kFewOutputs)
+  if (axis_path(a.len, a.n_out, a.step, int64_t(src->elem_size())) == AxisPath::block)
     k_axis_block<kMax><<<unsigned(a.n_out), kThreads, 0, L.stream>>>(s, a.oi, a.step, a.len, d);
   else
     k_axis_thread<kMax>
@@ -241,8 +270,10 @@ void reduce(TensorNode* dst, const Launch& L) {
 }  // namespace
 
 size_t reduce_workspace(const TensorNode* dst) {
-  if ((dst->op != Op::SUM && dst->op != Op::MAX) || !full_reduction(dst)) return 0;
-  return size_t((dst->src[0]->numel() + kChunk - 1) / kChunk) * sizeof(double);
+  const bool full = dst->op == Op::COUNT_EQUAL ||
+                    ((dst->op == Op::SUM || dst->op == Op::MAX) && full_reduction(dst));
+  if (!full) return 0;
+  return size_t((dst->src[0]->numel() + kChunk - 1) / kChunk) * 8;  // a double or long long each
 }
 
 void reduce_ops(TensorNode* dst, const Launch& L) {
@@ -260,9 +291,15 @@ void reduce_ops(TensorNode* dst, const Launch& L) {
     }
     case Op::COUNT_EQUAL: {
       const TensorNode *a = dst->src[0], *b = dst->src[1];
-      k_count_equal<<<1, 1024, 0, L.stream>>>(
-          static_cast<const char*>(a->data), idx_of(a), static_cast<const char*>(b->data),
-          idx_of(b), a->dtype, a->numel(), static_cast<int32_t*>(dst->data));
+      const int64_t n = a->numel(), nb = (n + kChunk - 1) / kChunk;
+      long long* partial = reinterpret_cast<long long*>(L.ws);
+      if (nb > 0) {
+        k_count_chunks<<<unsigned(nb), kThreads, 0, L.stream>>>(
+            static_cast<const char*>(a->data), idx_of(a), static_cast<const char*>(b->data),
+            idx_of(b), a->dtype, n, partial);
+        check_launch("count_equal");
+      }
+      k_count_final<<<1, 1024, 0, L.stream>>>(partial, nb, static_cast<int32_t*>(dst->data));
       return check_launch("count_equal");
     }
     default: fail("cuda", "reduce_ops got ", op_name(dst->op));

@@ -131,7 +131,9 @@ bool checks_indices(Op op) {
 size_t workspace_bytes(const TensorNode* n) {
   switch (n->op) {
     case Op::SUM:
-    case Op::MAX: return reduce_workspace(n);
+    case Op::MAX:
+    case Op::COUNT_EQUAL: return reduce_workspace(n);
+    case Op::SCATTER_ADD_ROWS: return index_workspace(n);
     case Op::MATMUL: return matmul_workspace(n);
     case Op::CONV2D:
     case Op::CONV2D_BACK_INPUT:

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The first checks of the CUDA backend on a real GPU, as ONE script for a session
+# that has a few device minutes (docs/cuda.md, "What is verified"). Two steps:
+#
+# 1. Here, on the development machine (no GPU needed):
+#      bash scripts/cuda-device-check.sh prepare
+#    puts what the device image does not list into build/devdeps/ (ignored by git, about
+#    15 MiB): GoogleTest's sources (built there), the CLI11 and nlohmann/json
+#    headers, and the MNIST files gzipped (fetched with scripts/get-mnist.sh when
+#    data/mnist lacks them; SKIP_MNIST=1 leaves them out).
+# 2. On the device machine, from the repository root (the device tool's `run`,
+#    with carry ["build/devdeps"] and timeout_s 600):
+#      bash scripts/cuda-device-check.sh
+#    builds kiln in Release with CUDA (-j16; BLAS, MPI and the benchmarks off:
+#    not needed here, and not in the image), then, in this order, each step with a time limit:
+#      kiln_test_cuda; kiln_test_ops OpsCuda (every harness case vs the CPU);
+#      compute-sanitizer memcheck on both (OpsCuda: one shard of the cases);
+#      racecheck on the reduction/softmax/scatter tests of both;
+#      kiln-mnist train fc and cnn, 30 epochs, --backend cuda, timed.
+#    The whole run stays under KILN_CHECK_BUDGET_S (default 470 s, ~8 minutes
+#    on an H100): a step gets min(its own limit, what is left), and steps that
+#    find nothing left are reported as skipped. A second run on the same warm
+#    machine reuses the build (build/device).
+#
+# Knobs (for a trial here, without a GPU: the device steps then skip):
+# KILN_CHECK_BUILD_DIR, KILN_CHECK_JOBS, KILN_CHECK_TARGETS, KILN_CHECK_BUDGET_S,
+# KILN_CHECK_OWN_GTEST=1 (build GoogleTest from build/devdeps even if installed).
+#
+# Output: summary.txt (one line per step: ok / FAILED / TIMEOUT / skipped,
+# seconds, and the step's key lines) and logs.tgz (every step's full log) under
+# $OUT when set, else build/device-check/. The summary is also printed last.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+DEPS="$ROOT/build/devdeps"
+
+# ------------------------------------------------------------------ prepare
+if [[ "${1:-}" == "prepare" ]]; then
+  set -e
+  mkdir -p "$DEPS/prefix/include" "$DEPS/prefix/lib/cmake/CLI11"
+  [[ -d /usr/src/googletest ]] || { echo "prepare: /usr/src/googletest missing (apt-get install googletest)" >&2; exit 1; }
+  rm -rf "$DEPS/googletest"
+  cp -r /usr/src/googletest "$DEPS/googletest"
+  cp -r /usr/include/CLI "$DEPS/prefix/include/"
+  cp -r /usr/include/nlohmann "$DEPS/prefix/include/"
+  # A config of our own: Debian's CLI11Config.cmake points at /usr/include.
+  cat >"$DEPS/prefix/lib/cmake/CLI11/CLI11Config.cmake" <<'EOF'
+if(NOT TARGET CLI11::CLI11)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  set_target_properties(CLI11::CLI11 PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../../include")
+endif()
+EOF
+  if [[ "${SKIP_MNIST:-0}" != 1 ]]; then
+    bash "$ROOT/scripts/get-mnist.sh"
+    mkdir -p "$DEPS/mnist"
+    for f in "$ROOT"/data/mnist/*-ubyte; do gzip -c "$f" >"$DEPS/mnist/$(basename "$f").gz"; done
+  fi
+  du -sh "$DEPS"
+  echo "prepare: done. On the device: run(command='bash scripts/cuda-device-check.sh'," \
+    "carry=['build/devdeps'], timeout_s=600)"
+  exit 0
+fi
+
+# ------------------------------------------------------------------ device run
+START=$(date +%s)
+BUDGET="${KILN_CHECK_BUDGET_S:-470}"
+JOBS="${KILN_CHECK_JOBS:-16}"
+BUILD="${KILN_CHECK_BUILD_DIR:-$ROOT/build/device}"
+RESULTS="${OUT:-$ROOT/build/device-check}"
+LOGS="$(mktemp -d)"
+mkdir -p "$RESULTS"
+SUMMARY="$LOGS/summary.txt"
+: >"$SUMMARY"
+export PATH="$PATH:/usr/local/cuda/bin"
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME LIMIT_S CMD...: runs CMD with its output in $LOGS/NAME.log, limited
+# to min(LIMIT_S, budget left) (a function of this script runs unlimited: its
+# commands are short); one summary line plus the log's key lines.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local l
+  l=$(left)
+  ((l < limit)) && limit=$l
+  if ((limit < 10)); then
+    note "$(printf '%-22s skipped (time budget spent)' "$name")"
+    return 0
+  fi
+  local t0 rc status
+  t0=$(date +%s)
+  if declare -F "$1" >/dev/null; then  # a function of this script (timeout runs programs only)
+    "$@" >"$LOGS/$name.log" 2>&1
+  else
+    timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  fi
+  rc=$?
+  case $rc in
+    0) status="ok" ;;
+    124 | 137) status="TIMEOUT after ${limit}s" ;;
+    *) status="FAILED (exit $rc)" ;;
+  esac
+  note "$(printf '%-22s %-22s %4ds' "$name" "$status" $(($(date +%s) - t0)))"
+  # The lines that say how it went: gtest totals and failures, sanitizer
+  # summaries, kiln-mnist's result, errors.
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\] [0-9]+ tests.*ran|ERROR SUMMARY|RACECHECK SUMMARY|test_acc=|ops not on|CUDA backend with|error:|Failure|terminate called|\[cuda\]' \
+    "$LOGS/$name.log" | grep -v '^\[  SKIPPED \] [A-Za-z]' | head -25 | sed 's/^/    /' | tee -a "$SUMMARY"
+  return 0
+}
+
+finish() {
+  note "total $(($(date +%s) - START))s of a ${BUDGET}s budget"
+  cp "$SUMMARY" "$RESULTS/summary.txt"
+  tar -C "$LOGS" -czf "$RESULTS/logs.tgz" . 2>/dev/null
+  echo "==== summary (also $RESULTS/summary.txt; full logs in logs.tgz)"
+  cat "$SUMMARY"
+  rm -rf "$LOGS"
+}
+trap finish EXIT
+
+# ---- what the machine has
+{
+  echo "date: $(date -u)"
+  nvidia-smi -L 2>&1 || echo "nvidia-smi: not available"
+  nvcc --version 2>&1 | tail -2
+  "${CXX:-g++}" --version 2>&1 | head -1
+  cmake --version 2>&1 | head -1
+  echo "ninja $(ninja --version 2>&1)"
+  compute-sanitizer --version 2>&1 | head -2 || true
+} >"$LOGS/machine.log" 2>&1
+note "machine: $(nvidia-smi -L 2>/dev/null | head -1 || echo 'no nvidia-smi')"
+
+# ---- dependencies the image may lack (prepare put their sources in build/devdeps)
+PREFIX="$DEPS/prefix"
+deps() {
+  # KILN_CHECK_OWN_GTEST=1: build it even where the system has one (a trial of this path).
+  if [[ ! -f "$PREFIX/include/gtest/gtest.h" ]] &&
+    [[ ! -f /usr/include/gtest/gtest.h || "${KILN_CHECK_OWN_GTEST:-0}" == 1 ]]; then
+    [[ -d "$DEPS/googletest" ]] || { echo "no GoogleTest: run 'scripts/cuda-device-check.sh prepare' and carry build/devdeps"; return 1; }
+    cmake -S "$DEPS/googletest" -B "$DEPS/gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_GMOCK=OFF -DCMAKE_INSTALL_PREFIX="$PREFIX" &&
+      cmake --build "$DEPS/gtest-build" -j "$JOBS" && cmake --install "$DEPS/gtest-build"
+  fi
+}
+step deps 120 deps
+
+CONF=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BLAS=OFF
+  -DKILN_MPI=OFF -DKILN_BUILD_BENCH=OFF "-DCMAKE_PREFIX_PATH=$PREFIX")
+[[ -f /usr/include/nlohmann/json.hpp ]] || CONF+=("-DKILN_NLOHMANN_JSON_INCLUDE_DIR=$PREFIX/include")
+configure() {
+  cmake "${CONF[@]}" | tee "$LOGS/cmake-out.txt" || return 1
+  grep -q "kiln: CUDA backend with" "$LOGS/cmake-out.txt" ||
+    { echo "error: the CUDA backend was not configured (see above)"; return 1; }
+}
+step configure 90 configure
+# KILN_CHECK_TARGETS: fewer targets for a trial of this script without a GPU.
+read -r -a TARGETS <<<"${KILN_CHECK_TARGETS:-kiln_test_cuda kiln_test_ops kiln-mnist}"
+step build 300 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+
+T="$BUILD/tests"
+SAN=(compute-sanitizer --error-exitcode 86 --print-limit 20)
+REDUCE_CUDA='CudaDevice.Reductions*:CudaDevice.CountEqual*:CudaDevice.Softmax*:CudaDevice.ScatterAdd*:CudaDevice.MixedGraph*'
+REDUCE_OPS='*OpsCuda*/sum*:*OpsCuda*/max*:*OpsCuda*/softmax*:*OpsCuda*/log_softmax*:*OpsCuda*/count*:*OpsCuda*/argmax*:*OpsCuda*/embedding*'
+if [[ -x "$T/kiln_test_cuda" ]]; then
+  step kiln_test_cuda 90 "$T/kiln_test_cuda"
+fi
+if [[ -x "$T/kiln_test_ops" ]]; then
+  step ops_cuda 150 "$T/kiln_test_ops" --gtest_filter='*OpsCuda*'
+fi
+if ! command -v compute-sanitizer >/dev/null; then
+  note "compute-sanitizer: not found, sanitizer steps skipped"
+else
+  [[ -x "$T/kiln_test_cuda" ]] &&
+    step memcheck_cuda 120 "${SAN[@]}" --tool memcheck --leak-check full "$T/kiln_test_cuda" \
+      --gtest_filter='-CudaDevice.LongAxisSums*'
+  [[ -x "$T/kiln_test_ops" ]] &&
+    step memcheck_ops 75 env GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=0 \
+      "${SAN[@]}" --tool memcheck "$T/kiln_test_ops" --gtest_filter='*OpsCuda*'
+  [[ -x "$T/kiln_test_cuda" ]] &&
+    step racecheck_cuda 60 "${SAN[@]}" --tool racecheck "$T/kiln_test_cuda" --gtest_filter="$REDUCE_CUDA"
+  [[ -x "$T/kiln_test_ops" ]] &&
+    step racecheck_ops 45 "${SAN[@]}" --tool racecheck "$T/kiln_test_ops" --gtest_filter="$REDUCE_OPS"
+fi
+
+# ---- MNIST, 30 epochs each, on the GPU (the CPU runs the loss, which has no CUDA kernel yet)
+MNIST_DIR="$ROOT/data/mnist"
+if [[ ! -f "$MNIST_DIR/train-images-idx3-ubyte" && -d "$DEPS/mnist" ]]; then
+  MNIST_DIR="$(mktemp -d)"
+  for f in "$DEPS"/mnist/*.gz; do gunzip -c "$f" >"$MNIST_DIR/$(basename "$f" .gz)"; done
+fi
+MNIST="$BUILD/examples/kiln-mnist"
+if [[ -x "$MNIST" && -f "$MNIST_DIR/train-images-idx3-ubyte" ]]; then
+  for model in fc cnn; do
+    limit=90
+    [[ $model == cnn ]] && limit=150
+    step "mnist_$model" "$limit" "$MNIST" train --model "$model" --backend cuda --epochs 30 \
+      --data "$MNIST_DIR" --out "$LOGS/mnist-$model.gguf" --quiet
+  done
+else
+  note "mnist: skipped (no kiln-mnist, or no MNIST files: run 'prepare' with the data and carry build/devdeps)"
+fi
+rm -f "$LOGS"/*.gguf
