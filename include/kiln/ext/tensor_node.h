@@ -12,7 +12,7 @@
 namespace kiln {
 namespace detail {
 // Raw parameter bytes of a node: written and read only as the op's struct from
-// kiln/op_params.h (op_params<Op::X>(node)), never by position.
+// kiln/ext/op_params.h (op_params<Op::X>(node)), never by position.
 struct OpParamBytes {
   alignas(8) unsigned char bytes[80] = {};
 };
@@ -27,7 +27,7 @@ struct TensorNode {
   Shape shape;
   std::array<int64_t, kMaxDims> stride{};  // byte strides per dim
   Op op = Op::NONE;
-  OpParamBytes params;  // see kiln/op_params.h
+  OpParamBytes params;  // see kiln/ext/op_params.h
   std::array<TensorNode*, kMaxSrc> src{};
   int n_src = 0;
   TensorNode* view_src = nullptr;  // set for VIEW ops: memory owner (never itself a view)
