@@ -11,7 +11,7 @@
 #   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   7 training      src/opt, kiln/{opt,dataset}.h
 #   8 distributed   src/dist, kiln/dist.h
-#   9 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
+#   9 programs      examples/ (public headers only; kiln/kiln.h includes all)
 # A layer's private headers ("core/...", "backends/cpu/...": paths under src/) are
 # for that layer alone. Checks (tests/, bench/) may use everything and are not
 # scanned.
@@ -35,7 +35,7 @@ file_layer() {
     src/opt/*) echo 7 ;;
     src/dist/*) echo 8 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
-    examples/* | tools/*) echo 9 ;;
+    examples/*) echo 9 ;;
     *) echo -1 ;;
   esac
 }
@@ -80,7 +80,7 @@ report() {
 }
 
 files=()
-for d in src include/kiln examples tools; do
+for d in src include/kiln examples; do
   [[ -d "$d" ]] || continue
   while IFS= read -r f; do files+=("$f"); done < <(find "$d" -type f \( -name '*.h' -o -name '*.hpp' \
     -o -name '*.cpp' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.def' \) | sort)
