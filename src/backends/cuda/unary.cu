@@ -42,6 +42,7 @@ KILN_CUDA_UNARY(ABS, fabsf(x))
 KILN_CUDA_UNARY(SIGN, x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f)  // NaN: 0 (torch)
 KILN_CUDA_UNARY(SQR, x* x)
 KILN_CUDA_UNARY(SQRT, sqrtf(x))
+KILN_CUDA_UNARY(RSQRT, 1.0f / sqrtf(x))  // as the CPU kernel, not the approximate rsqrtf
 KILN_CUDA_UNARY(EXP, expf(x))
 KILN_CUDA_UNARY(LOG, logf(x))
 KILN_CUDA_UNARY(SIN, sinf(x))

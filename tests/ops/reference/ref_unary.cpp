@@ -35,6 +35,9 @@ RefValue ref_SQR(const RefArgs& a) {
 RefValue ref_SQRT(const RefArgs& a) {
   return unary(a, [](double x) { return std::sqrt(x); });
 }
+RefValue ref_RSQRT(const RefArgs& a) {
+  return unary(a, [](double x) { return 1.0 / std::sqrt(x); });
+}
 RefValue ref_EXP(const RefArgs& a) {
   return unary(a, [](double x) { return std::exp(x); });
 }
