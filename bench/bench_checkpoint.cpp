@@ -1,4 +1,4 @@
-// Gradient checkpointing (issue 11): planned memory and time of a training step
+// Gradient checkpointing: planned memory and time of a training step
 // with and without OptConfig::checkpointing, for stacks of GPT blocks
 // (nn::TransformerBlock; batch 4, 128 tokens, width 128, 4 heads, MSE against a
 // target) of depth 8, 16 and 32, and a deep MLP (32 Linear+ReLU layers of 512,

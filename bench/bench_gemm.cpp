@@ -1,5 +1,5 @@
-// kiln::cpu::gemm vs OpenBLAS cblas_sgemm (when found) on the shapes the issue
-// names, at 2 threads (and 1 for reference). Counter GFLOPS = 2*M*N*K / time.
+// kiln::cpu::gemm vs OpenBLAS cblas_sgemm (when found) on the shapes below, at 2
+// threads (and 1 for reference). Counter GFLOPS = 2*M*N*K / time.
 //
 //   bench_gemm --benchmark_repetitions=7 --benchmark_report_aggregates_only=true
 //              --benchmark_enable_random_interleaving=true

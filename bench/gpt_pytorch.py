@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The baseline for issue 10's figures: kiln-gpt's model and recipe in PyTorch.
+"""The baseline for the GPT figures (docs/benchmarks.md): kiln-gpt's model and recipe in PyTorch.
 
 Same corpus definition (docs/gpt.md), model (nanoGPT: learned positions, pre-LN
 blocks, causal attention, 4x exact-GELU MLP, tied LM head, nanoGPT init), recipe

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10's figures in one run: kiln-gpt against the same model and recipe in
+# The GPT figures (docs/benchmarks.md) in one run: kiln-gpt against the same model and recipe in
 # PyTorch (bench/gpt_pytorch.py, Debian's python3-torch, OMP_WAIT_POLICY=PASSIVE),
 # both on the same number of threads, runs alternated so that both see the same
 # machine; then kiln's sampling speed with and without the KV cache. Prints each

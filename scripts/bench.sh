@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_deps
 build_preset
 
-# The targets are stated for 2 threads; OpenBLAS reads this at start-up.
+# The benchmark targets are stated for 2 threads (the project's machine); OpenBLAS reads this at start-up.
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-2}"
 
 log "machine"

@@ -191,7 +191,9 @@ class Module {
 // ---------------------------------------------------------------------------
 // Primitives the layers build on. Attention is the fused kiln::attention (the
 // composite softmax(q k^T) v only when dropout on its weights is active).
-struct AttentionOptions {
+// Options of scaled_dot_product_attention: kiln::AttentionOptions (the fused
+// primitive's) plus dropout, and causal by default.
+struct SdpaOptions {
   bool causal = true;
   float scale = 0.0f;    // 0: 1/sqrt(head dim)
   float dropout = 0.0f;  // on the attention weights, when training
@@ -200,7 +202,7 @@ struct AttentionOptions {
   Tensor seed_tensor;  // dropout's per-step seed (i32, optional)
 };
 // q, k, v [B, H, T, D] -> softmax(q k^T * scale (+ causal mask)) v, [B, H, T, D].
-Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOptions& opt = {});
 
 // ---------------------------------------------------------------------------
 // Layers. Shapes follow PyTorch: weights [out, in], inputs [..., features].

@@ -39,6 +39,7 @@ namespace kiln {
 [[nodiscard]] Tensor sign(Tensor x);
 [[nodiscard]] Tensor sqr(Tensor x);
 [[nodiscard]] Tensor sqrt(Tensor x);
+[[nodiscard]] Tensor rsqrt(Tensor x);  // 1 / sqrt(x), one op (torch.rsqrt)
 [[nodiscard]] Tensor exp(Tensor x);
 [[nodiscard]] Tensor log(Tensor x);
 [[nodiscard]] Tensor sin(Tensor x);

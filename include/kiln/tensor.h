@@ -18,14 +18,19 @@ inline constexpr int kMaxDims = 4;
 inline constexpr int kMaxSrc = 5;  // optimizer steps read param, grad, two moments, hyper-params
 
 enum class Op : uint8_t {
-#define KILN_OP(e, name, kind, inplace, grad) e,
+#define KILN_OP(e, family, kind, inplace, grad) e,
 #include "kiln/ops.def"
 #undef KILN_OP
-  COUNT
+  COUNT,
+  // Former names of the optimizer steps, still spelt so in src/opt (to be
+  // replaced there, then removed).
+  OPT_STEP_ADAMW = ADAMW_STEP,
+  OPT_STEP_SGD = SGD_STEP,
 };
 enum class OpKind : uint8_t { LEAF, VIEW, ALIAS, COMPUTE };
 
-const char* op_name(Op op);
+const char* op_name(Op op);    // the enumerator in lower case: Op::LEAKY_RELU -> "leaky_relu"
+const char* op_family(Op op);  // the op's family (ops.def): Op::LEAKY_RELU -> "unary"
 OpKind op_kind(Op op);
 bool op_can_inplace(Op op);
 bool op_has_grad(Op op);

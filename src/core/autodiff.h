@@ -43,7 +43,7 @@ using BackwardFn = void (*)(GradCtx&);
 
 #define KILN_BACKWARD_0(e)
 #define KILN_BACKWARD_1(e) void backward_##e(GradCtx& g);
-#define KILN_OP(e, name, kind, inplace, grad) KILN_BACKWARD_##grad(e)
+#define KILN_OP(e, family, kind, inplace, grad) KILN_BACKWARD_##grad(e)
 #include "kiln/ops.def"
 #undef KILN_OP
 #undef KILN_BACKWARD_0

@@ -5,7 +5,7 @@
 
 namespace kiln::nn {
 
-Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOptions& opt) {
   if (!q.defined() || !k.defined() || !v.defined()) fail("attention", "q, k and v must be defined");
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4)
     fail("attention", "q, k, v must be [B, H, T, D], got ", q.shape().str(), ", ", k.shape().str(),
@@ -49,7 +49,7 @@ Tensor CausalSelfAttention::forward(Tensor x) {
   auto head = [&](int i) {
     return qkv.narrow(2, i * dim_, dim_).reshape({B, T, H, D}).permute({0, 2, 1, 3});
   };
-  AttentionOptions o;
+  SdpaOptions o;
   o.causal = true;
   o.dropout = dropout_;
   o.training = training();

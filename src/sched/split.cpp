@@ -23,7 +23,7 @@ TensorNode* new_copy(Schedule& s, TensorNode* from) {
     c.stride[size_t(d)] = st;
     st *= from->shape[d];
   }
-  c.op = Op::CPY;
+  c.op = Op::COPY;
   c.src[0] = from;
   c.n_src = 1;
   c.ctx = from->ctx;

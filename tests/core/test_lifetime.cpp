@@ -1,4 +1,4 @@
-// The API cannot be used after free (issue 14, item 10). A Tensor or Graph whose
+// The API cannot be used after free. A Tensor or Graph whose
 // Context is gone throws kiln::Error instead of reading freed metadata; a buffer
 // that dies detaches the tensors placed in it (has_data() becomes false) and
 // computing on them throws instead of reading freed memory. These tests are also
@@ -53,7 +53,8 @@ TEST(Lifetime, GraphAfterItsContextIsDestroyedThrows) {
   EXPECT_KILN_ERROR((void)g.dump(), "graph", "destroyed");
 }
 
-// The issue's case: the buffer from allocate_tensors dies, the graph runs again.
+// The case that once read freed memory: the buffer from allocate_tensors dies, the graph runs
+// again.
 TEST(Lifetime, ComputeAfterTheBufferIsDestroyedThrows) {
   kiln::Context ctx;
   Tensor x = ctx.input(f32, {64, 64}, "x");

@@ -1,4 +1,4 @@
-// Sizes cannot overflow (issue 14, item 4): every tensor creation and view checks
+// Sizes cannot overflow: every tensor creation and view checks
 // its element count and byte size against int64 and fails with a kiln::Error
 // naming the op (and the tensor), instead of wrapping to a small buffer that the
 // kernels then overrun.
@@ -33,7 +33,7 @@ TEST(SizeOverflow, ShapeNumelDoesNotWrap) {
 
 TEST(SizeOverflow, LeavesCheckElementCountAndBytes) {
   kiln::Context ctx;
-  // The element count overflows (the issue's example: it wrapped to 8).
+  // The element count overflows (it used to wrap to 8).
   EXPECT_KILN_ERROR(ctx.input(f32, {k2p61 + 1, 8}, "x"), "input", "'x'",
                     "[2305843009213693953, 8]");
   EXPECT_KILN_ERROR(ctx.param(f32, {k2p40, k2p40}, "w"), "param", "'w'");

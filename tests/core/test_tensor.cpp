@@ -45,7 +45,7 @@ TEST(Tensor, ContiguousAndReshapeCopyOnlyWhenNeeded) {
   EXPECT_EQ(x.contiguous(), x);
   EXPECT_EQ(x.reshape({3, 2}).op(), Op::RESHAPE);
   Tensor tc = x.T().contiguous();
-  EXPECT_EQ(tc.op(), Op::CPY);
+  EXPECT_EQ(tc.op(), Op::COPY);
   Tensor flat = x.T().reshape({6});  // copies, then views
   Graph g = Graph::forward(flat);
   CpuBackend cpu(2);

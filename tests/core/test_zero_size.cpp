@@ -1,4 +1,4 @@
-// Zero-element tensors (issue 14, item 7) are valid: they get memory (has_data()
+// Zero-element tensors are valid: they get memory (has_data()
 // is true), values can be set and read (none), and ops compute on them as in
 // PyTorch: elementwise ops and views give empty results, a sum over an empty
 // axis is 0, matmul with an empty inner dim gives zeros, max over an empty axis

@@ -145,8 +145,8 @@ TEST(KernelsBinary, CompareF32AndI32) {
         set(b, i, t == i32 && bv[i] != bv[i] ? 9 : bv[i]);
         set(b, 6 + i, 3);
       }
-      TensorNode* d = ns.op(Op::CMP, f32, {2, 6}, {a, b}, CompareParams{CompareMode(mode)});
-      run(cpu::kernel_CMP, d, 2);
+      TensorNode* d = ns.op(Op::COMPARE, f32, {2, 6}, {a, b}, CompareParams{CompareMode(mode)});
+      run(cpu::kernel_COMPARE, d, 2);
       for (int i = 0; i < 12; ++i) {
         float x = at_bcast(a, {2, 6}, i), y = at(b, i);
         bool want = mode == 0   ? x == y
@@ -303,10 +303,10 @@ TEST(KernelsCopy, HalfAndBfloatMatchScalarConversionsBitForBit) {
     Nodes ns;
     TensorNode* x = ns.make(f32, {n});
     for (int64_t i = 0; i < n; ++i) set(x, i, v[size_t(i)]);
-    TensorNode* y = ns.op(Op::CPY, h, {n}, {x});
-    run(cpu::kernel_CPY, y, 2);
-    TensorNode* z = ns.op(Op::CPY, f32, {n}, {y});
-    run(cpu::kernel_CPY, z, 2);
+    TensorNode* y = ns.op(Op::COPY, h, {n}, {x});
+    run(cpu::kernel_COPY, y, 2);
+    TensorNode* z = ns.op(Op::COPY, f32, {n}, {y});
+    run(cpu::kernel_COPY, z, 2);
     const uint16_t* bits = (const uint16_t*)y->data;
     for (int64_t i = 0; i < n; ++i) {
       uint16_t want = h == f16 ? f32_to_f16(v[size_t(i)]) : f32_to_bf16(v[size_t(i)]);
@@ -316,8 +316,8 @@ TEST(KernelsCopy, HalfAndBfloatMatchScalarConversionsBitForBit) {
     }
     // NaN stays NaN both ways.
     set(x, 0, kNaN);
-    run(cpu::kernel_CPY, y, 1);
-    run(cpu::kernel_CPY, z, 1);
+    run(cpu::kernel_COPY, y, 1);
+    run(cpu::kernel_COPY, z, 1);
     EXPECT_TRUE(std::isnan(at(z, 0)));
   }
 }
@@ -328,11 +328,11 @@ TEST(KernelsCopy, IntFloatConversions) {
   const int32_t iv[] = {3, -3, 0, 16777216, INT32_MAX, INT32_MIN, 0, 2147483520};
   TensorNode* x = ns.make(f32, {8});
   for (int i = 0; i < 8; ++i) set(x, i, fv[i]);
-  TensorNode* y = ns.op(Op::CPY, i32, {8}, {x});
-  run(cpu::kernel_CPY, y, 1);
+  TensorNode* y = ns.op(Op::COPY, i32, {8}, {x});
+  run(cpu::kernel_COPY, y, 1);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(((int32_t*)y->data)[i], iv[i]) << fv[i];
-  TensorNode* z = ns.op(Op::CPY, f32, {8}, {y});
-  run(cpu::kernel_CPY, z, 1);
+  TensorNode* z = ns.op(Op::COPY, f32, {8}, {y});
+  run(cpu::kernel_COPY, z, 1);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(at(z, i), float(iv[i]));
 }
 
@@ -344,9 +344,9 @@ TEST(KernelsCopy, StridedSourcesAnyDtype) {
     // permute (2, 0, 3, 1) of base: shape [7, 5, 8, 6].
     Strides bs = base->stride;
     TensorNode* v = ns.view(base, {7, 5, 8, 6}, {bs[2], bs[0], bs[3], bs[1]});
-    TensorNode* d = ns.op(Op::CPY, dt, v->shape, {v});
+    TensorNode* d = ns.op(Op::COPY, dt, v->shape, {v});
     for (int nth : {1, 2}) {
-      run(cpu::kernel_CPY, d, nth);
+      run(cpu::kernel_COPY, d, nth);
       for (int64_t i = 0; i < d->numel(); ++i) {
         float x = at(v, i);
         float want = dt == f32   ? x
@@ -360,18 +360,18 @@ TEST(KernelsCopy, StridedSourcesAnyDtype) {
   Nodes ns;
   TensorNode* t = ns.transposed(f32, {30, 20});
   fill_random(t, -1, 1, 12);
-  TensorNode* d = ns.op(Op::CPY, f32, {600}, {t});
-  run(cpu::kernel_CPY, d, 2);
+  TensorNode* d = ns.op(Op::COPY, f32, {600}, {t});
+  run(cpu::kernel_COPY, d, 2);
   for (int64_t i = 0; i < 600; ++i) ASSERT_EQ(at(d, i), at(t, i));
 }
 
 TEST(KernelsCopy, FillRandMaskAccumulate) {
   Nodes ns;
-  TensorNode* f = ns.op(Op::FILL, f32, {100003}, {}, FillParams{2.5f});
-  run(cpu::kernel_FILL, f, 2);
+  TensorNode* f = ns.op(Op::FULL, f32, {100003}, {}, FillParams{2.5f});
+  run(cpu::kernel_FULL, f, 2);
   for (int64_t i = 0; i < f->numel(); ++i) ASSERT_EQ(at(f, i), 2.5f);
-  TensorNode* fi = ns.op(Op::FILL, i32, {33}, {}, FillParams{7.9f});
-  run(cpu::kernel_FILL, fi, 2);
+  TensorNode* fi = ns.op(Op::FULL, i32, {33}, {}, FillParams{7.9f});
+  run(cpu::kernel_FULL, fi, 2);
   for (int64_t i = 0; i < 33; ++i) ASSERT_EQ(((int32_t*)fi->data)[i], 7);
 
   TensorNode* seed = ns.make(i32, {1});

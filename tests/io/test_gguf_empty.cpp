@@ -1,4 +1,4 @@
-// Zero-element tensors (issue 14, item 7) save to and load from GGUF like any
+// Zero-element tensors save to and load from GGUF like any
 // other: a [0, 3] tensor next to ordinary ones round-trips with its shape.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// GGUF regressions of issue 14: overflow hidden by a zero dim (item 5), huge
-// alignments (6), lookups by name in files with many tensors (8), metadata of
-// the wrong type naming the file and key (9), and temporary files left by
+// GGUF regressions: overflow hidden by a zero dim, huge alignments, lookups by
+// name in files with many tensors, metadata of the wrong type naming the file
+// and key, and temporary files left by
 // killed saves (2).
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -12,7 +12,8 @@ namespace {
 
 struct Coverage {
   std::vector<std::vector<std::string>> eval_fwd, eval_any, grad;  // per op: case names
-  std::vector<std::string> errors;                                 // cases that failed to build
+  std::vector<std::vector<std::string>> own_family;  // per op: cases of the op's family list
+  std::vector<std::string> errors;                   // cases that failed to build
 };
 
 const Coverage& coverage() {
@@ -22,6 +23,7 @@ const Coverage& coverage() {
     c.eval_fwd.resize(n);
     c.eval_any.resize(n);
     c.grad.resize(n);
+    c.own_family.resize(n);
     for (const Case& cs : all_cases()) {
       // The forward graph alone (what eval mode compares).
       Case fwd = cs;
@@ -34,6 +36,8 @@ const Coverage& coverage() {
         if (f.eval_ops[op]) c.eval_fwd[op].push_back(cs.name);
         if (f.eval_ops[op] || g.eval_ops[op]) c.eval_any[op].push_back(cs.name);
         if (cs.grad && cs.fd && g.grad_ops[op]) c.grad[op].push_back(cs.name);
+        if ((f.eval_ops[op] || g.eval_ops[op]) && cs.family == op_family(Op(op)))
+          c.own_family[op].push_back(cs.name);
       }
     }
     return c;
@@ -62,6 +66,44 @@ TEST(OpsCoverage, EveryDifferentiableOpHasAGradCase) {
     if (!op_has_grad(Op(op))) continue;
     EXPECT_FALSE(coverage().grad[op].empty())
         << "op " << op_name(Op(op)) << " has a backward rule but no grad case exercises it";
+  }
+}
+
+// Each op is tested by its own family's list (cases_<family>.cpp, named by the
+// op's family in ops.def), so the cases of one op are found where its kernels
+// and reference are (tests/ops/check_op_families.sh checks those files).
+TEST(OpsCoverage, EveryOpHasACaseInItsFamilyFile) {
+  for (size_t op = 1; op < size_t(Op::COUNT); ++op)
+    EXPECT_FALSE(coverage().own_family[op].empty())
+        << "op " << op_name(Op(op)) << " has no case in tests/ops/cases/cases_" << op_family(Op(op))
+        << ".cpp";
+}
+
+// Every case list is an op family of ops.def (or the thread-count list).
+TEST(OpsCoverage, CaseListsAreOpFamilies) {
+  std::set<std::string> families;
+  for (size_t op = 0; op < size_t(Op::COUNT); ++op) families.insert(op_family(Op(op)));
+  for (const Case& c : all_cases())
+    EXPECT_TRUE(c.family.empty() || families.count(c.family))
+        << "case " << c.name << " is listed under '" << c.family << "', not a family of ops.def";
+}
+
+// The printed name is the enumerator in lower case (ops.def generates both).
+TEST(OpsCoverage, PrintedNamesAreTheEnumerators) {
+  EXPECT_STREQ(op_name(Op::LEAKY_RELU), "leaky_relu");
+  EXPECT_STREQ(op_name(Op::EMBEDDING), "embedding");
+  EXPECT_STREQ(op_name(Op::COPY), "copy");
+  EXPECT_STREQ(op_name(Op::FULL), "full");
+  EXPECT_STREQ(op_name(Op::ADAMW_STEP), "adamw_step");
+  EXPECT_STREQ(op_family(Op::CONCAT), "index");
+  std::set<std::string> names;
+  for (size_t op = 0; op < size_t(Op::COUNT); ++op) {
+    const std::string n = op_name(Op(op));
+    EXPECT_TRUE(names.insert(n).second) << "duplicate op name " << n;
+    for (char ch : n)
+      EXPECT_TRUE(std::islower(static_cast<unsigned char>(ch)) ||
+                  std::isdigit(static_cast<unsigned char>(ch)) || ch == '_')
+          << n;
   }
 }
 

@@ -1,4 +1,4 @@
-// Errors found in the data at run time (ops.def: ONE_HOT / GET_ROWS range
+// Errors found in the data at run time (ops.def: ONE_HOT / EMBEDDING range
 // errors) throw kiln::Error naming the user-facing op, on every backend.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Edge values computed as PyTorch computes them (issue 14, items 11-14): masked
+// Edge values computed as PyTorch computes them: masked
 // entries of a causal log_softmax get no gradient, cross_entropy with labels
 // ignores -inf logits of other classes, d pow(x, 0) / dx = 0 at x = 0, and
 // sign(NaN) = 0. Expected values are worked out by hand from PyTorch's rules

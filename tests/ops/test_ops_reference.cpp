@@ -101,11 +101,11 @@ TEST(OpsReference, PadRepeatConcat) {
 TEST(OpsReference, CopiesRoundLikeStorage) {
   Ref r;
   Tensor x = r.leaf({3}, {1.0 / 3.0, -2.7, 70000});
-  const std::vector<double> h = r.eval(detail::make_op(Op::CPY, DType::f16, {3}, {x}));
+  const std::vector<double> h = r.eval(detail::make_op(Op::COPY, DType::f16, {3}, {x}));
   EXPECT_EQ(h[0], double(f16_to_f32(f32_to_f16(float(1.0 / 3.0)))));
   EXPECT_NE(h[0], 1.0 / 3.0);
   EXPECT_TRUE(std::isinf(h[2]));  // beyond f16's range
-  expect_near(r.eval(detail::make_op(Op::CPY, DType::i32, {3}, {x})), {0, -2, 70000});
+  expect_near(r.eval(detail::make_op(Op::COPY, DType::i32, {3}, {x})), {0, -2, 70000});
 }
 
 TEST(OpsReference, RandMaskUsesTheSharedRng) {

@@ -1,4 +1,4 @@
-// Loading a checkpoint is all or nothing (issue 14, item 1): a file whose tensor
+// Loading a checkpoint is all or nothing: a file whose tensor
 // has the right element count but another shape ([16, 3] saved as [3, 16], a
 // bias [16] saved as [2, 8]), another dtype, or is missing, is refused before
 // any byte is written. Params, optimizer state and counters stay byte for byte

@@ -1,5 +1,5 @@
-// Evaluation never drops samples silently and never reports NaN quietly (issue
-// 14, item 3): the partial last batch is evaluated, a test set smaller than one
+// Evaluation never drops samples silently and never reports NaN quietly: the
+// partial last batch is evaluated, a test set smaller than one
 // batch gives its real loss, and a NaN loss in evaluation throws as in training.
 #include <gtest/gtest.h>
 

@@ -106,9 +106,9 @@ struct OpParamsOf {
   };
 KILN_OP_PARAMS(PERMUTE, PermuteParams)
 KILN_OP_PARAMS(NARROW, NarrowParams)
-KILN_OP_PARAMS(FILL, FillParams)
+KILN_OP_PARAMS(FULL, FillParams)
 KILN_OP_PARAMS(RAND_MASK, RandMaskParams)
-KILN_OP_PARAMS(CMP, CompareParams)
+KILN_OP_PARAMS(COMPARE, CompareParams)
 KILN_OP_PARAMS(POW, PowParams)
 KILN_OP_PARAMS(SCALE, ScaleParams)
 KILN_OP_PARAMS(CLAMP, ClampParams)
@@ -145,8 +145,8 @@ using op_params_t = typename OpParamsOf<op>::type;
 template <class P>
 constexpr bool op_uses_params(Op op) {
   switch (op) {
-#define KILN_OP(e, name, kind, inplace, grad) \
-  case Op::e:                                 \
+#define KILN_OP(e, family, kind, inplace, grad) \
+  case Op::e:                                   \
     return std::is_same_v<op_params_t<Op::e>, P>;
 #include "kiln/ops.def"
 #undef KILN_OP

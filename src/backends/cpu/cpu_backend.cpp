@@ -21,7 +21,7 @@ using KernelFn = void (*)(TensorNode*, cpu::ThreadCtx&);
 #define KILN_KERNEL_ALIAS(e) &cpu::kernel_##e,
 #define KILN_KERNEL_COMPUTE(e) &cpu::kernel_##e,
 constexpr KernelFn kKernels[] = {
-#define KILN_OP(e, name, kind, inplace, grad) KILN_KERNEL_##kind(e)
+#define KILN_OP(e, family, kind, inplace, grad) KILN_KERNEL_##kind(e)
 #include "kiln/ops.def"
 #undef KILN_OP
 };

@@ -7,7 +7,7 @@
 #include "backends/cpu/gemm.h"
 
 #if defined(__F16C__)
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 #endif
 
 namespace kiln::cpu::gemm_detail {

@@ -2,7 +2,7 @@
 #include "backends/cpu/gemm_internal.h"
 
 #if defined(KILN_GEMM_AVX512)
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 
 namespace kiln::cpu::gemm_detail {
 namespace {

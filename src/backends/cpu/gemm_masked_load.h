@@ -2,7 +2,7 @@
 // up to 16 elements of f32, f16 or bf16, widened to f32 in registers.
 #pragma once
 #if defined(KILN_GEMM_AVX512)
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 
 #include <cstdint>
 

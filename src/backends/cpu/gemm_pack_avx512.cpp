@@ -4,11 +4,7 @@
 #include "backends/cpu/gemm_internal.h"
 
 #if defined(KILN_GEMM_AVX512)
-// GCC 12's AVX-512 intrinsics self-initialize their "undefined" operands, which
-// -Wall reports once they are inlined here (a false positive).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 
 namespace kiln::cpu::gemm_detail {
 namespace {

@@ -12,9 +12,7 @@
 #include "backends/cpu/gemm_masked_load.h"
 
 #if defined(KILN_GEMM_AVX512)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 #endif
 
 namespace kiln::cpu::gemm_detail {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "backends/cpu/intrinsics.h"
 #endif
 #if defined(__linux__)
 #include <sys/mman.h>

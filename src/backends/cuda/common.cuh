@@ -181,7 +181,7 @@ __device__ inline void report_bad(unsigned long long* err, int64_t pos) {
 }
 
 // out[i] = (float) element i of src (any dtype) at si.off(i), i < n: a dense f32
-// copy of a strided or permuted operand (elementwise.cu).
+// copy of a strided or permuted operand (copy.cu).
 void gather_f32(const char* src, DType t, const Idx& si, int64_t n, float* out, const Launch& L);
 // The same in t's own dtype: a dense row-major copy of `shape` elements.
 void gather_dense(const char* src, DType t, const Idx& si, const Shape& shape, char* out,

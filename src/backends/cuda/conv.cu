@@ -1,6 +1,5 @@
-// Convolution and pooling: IM2COL, COL2IM, CONV2D (+ BACK_INPUT, BACK_WEIGHT),
-// MAX_POOL2D (+ BACK), AVG_POOL2D (+ BACK). Inputs have any strides; dst is
-// contiguous.
+// Convolution: IM2COL, COL2IM, CONV2D (+ BACK_INPUT, BACK_WEIGHT). Inputs have
+// any strides; dst is contiguous.
 //
 // CONV2D runs as im2col into the workspace plus one strided-batched cuBLAS GEMM
 // over the images; BACK_INPUT as one batched GEMM (W^T @ dy[n]) plus col2im;
@@ -8,46 +7,16 @@
 // single GEMM with K = N*P. Every scatter of the CPU kernels (col2im, the
 // pooling backward ops) is a gather here: each dst element sums its
 // contributions itself in a fixed order (kh, kw or oh, ow ascending), so nothing
-// races and no atomics are needed. The pooling backward ops add in the same
-// order as the CPU's generic loops.
+// races and no atomics are needed.
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/gemm_plan.h"
 #include "backends/cuda/params.h"
+#include "backends/cuda/window.cuh"
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
 namespace {
-
-using prm::Window;
-
-struct Geom {
-  int64_t n, c, h, w, oh, ow;
-  Window win;
-  __host__ __device__ int64_t p() const { return oh * ow; }
-  __host__ __device__ int64_t kk() const { return win.kh * win.kw; }
-  __host__ __device__ int64_t ckk() const { return c * kk(); }
-};
-
-int64_t out_h(const Window& w, int64_t h) {
-  return (h + 2 * w.ph - w.dh * (w.kh - 1) - 1) / w.sh + 1;
-}
-int64_t out_w(const Window& w, int64_t x) {
-  return (x + 2 * w.pw - w.dw * (w.kw - 1) - 1) / w.sw + 1;
-}
-
-Geom geom(const Shape& x, const Window& win) {
-  return {x[0], x[1], x[2], x[3], out_h(win, x[2]), out_w(win, x[3]), win};
-}
-
-struct Planes {  // byte strides of a strided [N, C, H, W] tensor
-  const char* p;
-  int64_t sn, sc, sh, sw;
-};
-Planes planes(const TensorNode* t) {
-  return {static_cast<const char*>(t->data), t->stride[0], t->stride[1], t->stride[2],
-          t->stride[3]};
-}
 
 // Unfolded element (n, r, q) -> out[n*on + r*orow + q], r = (c*KH + kh)*KW + kw,
 // q = oh*OW + ow; zero in the padding.
@@ -84,82 +53,6 @@ __global__ void k_col2im(const char* cols, int64_t cn, int64_t cr, int64_t cq, G
         acc += ldf(cols, n * cn + r * cr + q * cq);
       }
     }
-    dx[i] = acc;
-  }
-}
-
-// Row-major position (ih*W + iw) of the first maximum of window (oh, ow) of one
-// plane; padding never wins, NaN wins (PyTorch). -1 for an empty window.
-__device__ int64_t window_argmax(const char* plane, const Planes& x, const Geom& g, int64_t oh,
-                                 int64_t ow, float* value) {
-  float best = -INFINITY;
-  int64_t arg = -1;
-  const int64_t h0 = oh * g.win.sh - g.win.ph, w0 = ow * g.win.sw - g.win.pw;
-  for (int64_t ih = max(h0, int64_t(0)); ih < min(h0 + g.win.kh, g.h); ++ih)
-    for (int64_t iw = max(w0, int64_t(0)); iw < min(w0 + g.win.kw, g.w); ++iw) {
-      const float v = ldf(plane, ih * x.sh + iw * x.sw);
-      if (arg < 0 || v > best || (v != v && best == best)) {
-        best = v;
-        arg = ih * g.w + iw;
-      }
-    }
-  *value = best;
-  return arg;
-}
-
-template <bool kMax>
-__global__ void k_pool(Planes x, Geom g, float* out, int64_t total) {
-  const float inv = 1.0f / float(g.win.kh * g.win.kw);  // padding counts as zeros
-  KILN_GRID_LOOP(i, total) {
-    const int64_t ow = i % g.ow, oh = (i / g.ow) % g.oh, pl = i / g.p();
-    const char* plane = x.p + (pl / g.c) * x.sn + (pl % g.c) * x.sc;
-    if (kMax) {
-      float v;
-      window_argmax(plane, x, g, oh, ow, &v);
-      out[i] = v;
-    } else {
-      const int64_t h0 = oh * g.win.sh - g.win.ph, w0 = ow * g.win.sw - g.win.pw;
-      float s = 0.0f;
-      for (int64_t ih = max(h0, int64_t(0)); ih < min(h0 + g.win.kh, g.h); ++ih)
-        for (int64_t iw = max(w0, int64_t(0)); iw < min(w0 + g.win.kw, g.w); ++iw)
-          s += ldf(plane, ih * x.sh + iw * x.sw);
-      out[i] = s * inv;
-    }
-  }
-}
-
-// The output rows (cols) whose windows contain input row ih: [lo, hi].
-__device__ inline void windows_over(int64_t i, int64_t pad, int64_t k, int64_t s, int64_t n_out,
-                                    int64_t* lo, int64_t* hi) {
-  const int64_t first = i + pad - k + 1;  // o*s >= first
-  *lo = first <= 0 ? 0 : (first + s - 1) / s;
-  *hi = min(n_out - 1, (i + pad) / s);
-}
-
-// dx[n, c, ih, iw] = sum over the windows containing it (oh, ow ascending) of
-// g[oh, ow] where (ih, iw) is the window's first max (kMax), or g[oh, ow] / (KH*KW).
-template <bool kMax>
-__global__ void k_pool_back(Planes x, Planes gr, Geom g, float* dx, int64_t total) {
-  const float inv = 1.0f / float(g.win.kh * g.win.kw);
-  KILN_GRID_LOOP(i, total) {
-    const int64_t iw = i % g.w, ih = (i / g.w) % g.h, pl = i / (g.w * g.h);
-    const int64_t n = pl / g.c, c = pl % g.c;
-    const char* gp = gr.p + n * gr.sn + c * gr.sc;
-    const char* xp = kMax ? x.p + n * x.sn + c * x.sc : nullptr;
-    int64_t oh0, oh1, ow0, ow1;
-    windows_over(ih, g.win.ph, g.win.kh, g.win.sh, g.oh, &oh0, &oh1);
-    windows_over(iw, g.win.pw, g.win.kw, g.win.sw, g.ow, &ow0, &ow1);
-    float acc = 0.0f;
-    for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        if (kMax) {
-          float v;
-          if (window_argmax(xp, x, g, oh, ow, &v) == ih * g.w + iw)
-            acc += ldf(gp, oh * gr.sh + ow * gr.sw);
-        } else {
-          acc += ldf(gp, oh * gr.sh + ow * gr.sw) * inv;
-        }
-      }
     dx[i] = acc;
   }
 }
@@ -280,36 +173,18 @@ void conv_ops(TensorNode* dst, const Launch& L) {
     case Op::CONV2D: return conv2d(dst, L);
     case Op::CONV2D_BACK_INPUT: return conv2d_back_input(dst, L);
     case Op::CONV2D_BACK_WEIGHT: return conv2d_back_weight(dst, L);
-    case Op::MAX_POOL2D:
-    case Op::AVG_POOL2D: {
-      const TensorNode* x = dst->src[0];
-      Geom g = geom(x->shape, prm::window(dst, false));
-      g.oh = dst->shape[2];  // the builder's output size, as the CPU kernel
-      g.ow = dst->shape[3];
-      if (dst->op == Op::MAX_POOL2D)
-        k_pool<true><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, out, total);
-      else k_pool<false><<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), g, out, total);
-      return check_launch(op_name(dst->op));
-    }
-    case Op::MAX_POOL2D_BACK: {
-      const TensorNode *x = dst->src[0], *gr = dst->src[1];
-      Geom g = geom(dst->shape, prm::window(dst, false));
-      g.oh = gr->shape[2];
-      g.ow = gr->shape[3];
-      k_pool_back<true>
-          <<<grid_for(total), kThreads, 0, L.stream>>>(planes(x), planes(gr), g, out, total);
-      return check_launch("max_pool2d_back");
-    }
-    case Op::AVG_POOL2D_BACK: {
-      const TensorNode* gr = dst->src[0];
-      Geom g = geom(dst->shape, prm::window(dst, false));
-      g.oh = gr->shape[2];
-      g.ow = gr->shape[3];
-      k_pool_back<false>
-          <<<grid_for(total), kThreads, 0, L.stream>>>(Planes{}, planes(gr), g, out, total);
-      return check_launch("avg_pool2d_back");
-    }
     default: fail("cuda", "conv_ops got ", op_name(dst->op));
+  }
+}
+
+OpKernel conv_kernel(Op op) {
+  switch (op) {
+    case Op::IM2COL:
+    case Op::COL2IM: return {all_f32, conv_ops};
+    case Op::CONV2D:
+    case Op::CONV2D_BACK_INPUT:
+    case Op::CONV2D_BACK_WEIGHT: return {all_f32, conv_ops, conv_workspace};
+    default: return {};
   }
 }
 

@@ -129,7 +129,7 @@ struct CudaBackend::Impl {
         case Op::ONE_HOT:
           fail(cuda::prm::one_hot_op_name(n), "label ", v, " at position ", pos,
                " is out of range [0, ", cuda::prm::one_hot_classes(n), ")");
-        case Op::GET_ROWS:
+        case Op::EMBEDDING:
           fail("embedding", "index ", v, " at position ", pos, " is out of range for ",
                n->src[0]->shape[0], " rows");
         default:

@@ -1,4 +1,4 @@
-// Indexing and data movement: ONE_HOT, GET_ROWS, SCATTER_ADD_ROWS (index ops:
+// Indexing and data movement: ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS (index ops:
 // they record bad indices in the node's error slot, see launch.h) and CONCAT,
 // PAD, REPEAT, REPEAT_BACK. dst is contiguous; sources have any strides; the
 // data-movement ops copy elements of 2 or 4 bytes whatever their dtype.
@@ -279,7 +279,7 @@ void index_ops(TensorNode* dst, const Launch& L) {
                                                         static_cast<float*>(dst->data), n, L.err);
       return check_launch("one_hot");
     }
-    case Op::GET_ROWS: {
+    case Op::EMBEDDING: {
       const TensorNode *table = dst->src[0], *ind = dst->src[1];
       const int64_t dim = table->shape[1], n = ind->numel() * dim;
       if (n == 0) return;
@@ -351,6 +351,38 @@ void layout_ops(TensorNode* dst, const Launch& L) {
       return check_launch("repeat_back");
     }
     default: fail("cuda", "layout_ops got ", op_name(dst->op));
+  }
+}
+
+OpKernel index_kernel(Op op) {
+  switch (op) {
+    case Op::ONE_HOT:
+      return {[](const TensorNode* n) {
+                return n->dtype == DType::f32 && n->src[0]->dtype == DType::i32;
+              },
+              index_ops, nullptr, true};
+    case Op::EMBEDDING:
+      return {[](const TensorNode* n) {
+                return n->src[0]->shape.ndim() == 2 && n->src[1]->dtype == DType::i32 &&
+                       n->dtype == n->src[0]->dtype;
+              },
+              index_ops, nullptr, true};
+    case Op::SCATTER_ADD_ROWS:
+      return {[](const TensorNode* n) {
+                return n->dtype == DType::f32 && n->src[0]->dtype == DType::f32 &&
+                       n->src[1]->dtype == DType::i32;
+              },
+              index_ops, index_workspace, true};
+    case Op::CONCAT:
+      return {[](const TensorNode* n) {
+                return n->src[0]->dtype == n->dtype && n->src[1]->dtype == n->dtype;
+              },
+              layout_ops};
+    case Op::PAD:
+    case Op::REPEAT:
+      return {[](const TensorNode* n) { return n->src[0]->dtype == n->dtype; }, layout_ops};
+    case Op::REPEAT_BACK: return {all_f32, layout_ops};
+    default: return {};
   }
 }
 

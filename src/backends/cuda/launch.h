@@ -38,30 +38,68 @@ void check_blas(cublasStatus_t s, const char* what);
 // After a kernel launch: launch-configuration errors.
 void check_launch(const char* kernel);
 
-// supports.cpp
+// supports.cpp: the op table of this backend, generated from ops.def.
 bool supported(const TensorNode* n);
-bool checks_indices(Op op);  // ONE_HOT, GET_ROWS, SCATTER_ADD_ROWS
+bool checks_indices(Op op);  // ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS
 size_t workspace_bytes(const TensorNode* n);
 void run_node(TensorNode* n, const Launch& L);  // dispatch by op
 
-// elementwise.cu
-void copy_ops(TensorNode* dst, const Launch& L);    // CPY FILL RAND_MASK
-void binary_ops(TensorNode* dst, const Launch& L);  // ADD SUB MUL DIV CMP WHERE ACCUMULATE
-void unary_ops(TensorNode* dst, const Launch& L);   // NEG ... SOFTPLUS
-void optim_ops(TensorNode* dst, const Launch& L);   // OPT_STEP_ADAMW OPT_STEP_SGD
-// reduce.cu
-void reduce_ops(TensorNode* dst, const Launch& L);   // SUM MAX ARGMAX COUNT_EQUAL
-void softmax_ops(TensorNode* dst, const Launch& L);  // SOFTMAX LOG_SOFTMAX
-size_t reduce_workspace(const TensorNode* dst);      // full SUM/MAX, COUNT_EQUAL
-// index.cu
-void index_ops(TensorNode* dst, const Launch& L);   // ONE_HOT GET_ROWS SCATTER_ADD_ROWS
-size_t index_workspace(const TensorNode* dst);      // SCATTER_ADD_ROWS's sort
-void layout_ops(TensorNode* dst, const Launch& L);  // CONCAT PAD REPEAT REPEAT_BACK
-// conv.cu
-void conv_ops(TensorNode* dst, const Launch& L);  // IM2COL COL2IM CONV2D* *POOL2D*
+// What the backend knows of one op: which nodes it runs (dtypes, layout), its
+// launcher, its scratch need and whether it records index errors. An empty
+// entry (no run): no CUDA kernel; the scheduler runs the op elsewhere.
+struct OpKernel {
+  bool (*supports)(const TensorNode*) = nullptr;
+  void (*run)(TensorNode*, const Launch&) = nullptr;
+  size_t (*workspace)(const TensorNode*) = nullptr;  // null: none
+  bool checks_indices = false;
+};
+
+// Common support conditions.
+inline bool is_4byte(DType t) { return t == DType::f32 || t == DType::i32; }
+inline bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+inline bool all_f32(const TensorNode* n) {
+  if (n->dtype != DType::f32) return false;
+  for (int i = 0; i < n->n_src; ++i)
+    if (n->src[i] && n->src[i]->dtype != DType::f32) return false;
+  return true;
+}
+
+// One function per op family of ops.def (its second column): <family>_kernel(op)
+// is the entry of each op of the family, defined next to the family's kernels
+// in <family>.cu. supports.cpp calls it for every op of ops.def
+// (tests/ops/check_op_families.sh checks the files).
+OpKernel copy_kernel(Op op);
+OpKernel binary_kernel(Op op);
+OpKernel unary_kernel(Op op);
+OpKernel reduce_kernel(Op op);
+OpKernel matmul_kernel(Op op);
+OpKernel softmax_kernel(Op op);
+OpKernel index_kernel(Op op);
+OpKernel conv_kernel(Op op);
+OpKernel pool_kernel(Op op);
+OpKernel optim_kernel(Op op);
+// Views need no kernel (supported() accepts every view and leaf). The fused
+// transformer families have no CUDA kernels yet: the scheduler runs them on
+// the CPU backend (their graphs split around them).
+inline OpKernel views_kernel(Op) { return {}; }
+inline OpKernel norm_kernel(Op) { return {}; }
+inline OpKernel attention_kernel(Op) { return {}; }
+inline OpKernel loss_kernel(Op) { return {}; }
+
+// The families' launchers (one per family, dispatching on dst->op).
+void copy_ops(TensorNode* dst, const Launch& L);    // copy.cu
+void binary_ops(TensorNode* dst, const Launch& L);  // binary.cu
+void optim_ops(TensorNode* dst, const Launch& L);   // optim.cu
+void reduce_ops(TensorNode* dst, const Launch& L);  // reduce.cu
+size_t reduce_workspace(const TensorNode* dst);
+void softmax_ops(TensorNode* dst, const Launch& L);  // softmax.cu
+void index_ops(TensorNode* dst, const Launch& L);    // index.cu: ONE_HOT EMBEDDING SCATTER_ADD_ROWS
+size_t index_workspace(const TensorNode* dst);       // index.cu: SCATTER_ADD_ROWS's sort
+void layout_ops(TensorNode* dst, const Launch& L);   // index.cu: CONCAT PAD REPEAT REPEAT_BACK
+void conv_ops(TensorNode* dst, const Launch& L);     // conv.cu
 size_t conv_workspace(const TensorNode* dst);
-// matmul.cu
-void matmul_op(TensorNode* dst, const Launch& L);
+void pool_ops(TensorNode* dst, const Launch& L);   // pool.cu
+void matmul_op(TensorNode* dst, const Launch& L);  // matmul.cu
 size_t matmul_workspace(const TensorNode* dst);
 
 // Shared by conv.cu and matmul.cu: C = A @ B on cuBLAS, row-major views with

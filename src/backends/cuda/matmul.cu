@@ -203,4 +203,14 @@ void matmul_op(TensorNode* dst, const Launch& L) {
   }
 }
 
+OpKernel matmul_kernel(Op op) {
+  if (op != Op::MATMUL) return {};
+  return {[](const TensorNode* n) {
+            return n->dtype == DType::f32 && is_float(n->src[0]->dtype) &&
+                   is_float(n->src[1]->dtype) && n->shape.ndim() >= 2 &&
+                   n->stride[size_t(n->shape.ndim() - 1)] == 4;
+          },
+          matmul_op, matmul_workspace};
+}
+
 }  // namespace kiln::cuda

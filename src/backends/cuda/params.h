@@ -13,9 +13,9 @@ inline int64_t axis(const TensorNode* n) {
   return op_params<ReduceParams>(*n).axis;
 }  // SUM MAX ARGMAX; -1: all
 inline int cmp_mode(const TensorNode* n) {
-  return int(op_params<Op::CMP>(*n).mode);
+  return int(op_params<Op::COMPARE>(*n).mode);
 }  // 0 eq .. 5 ge
-inline float fill_value(const TensorNode* n) { return op_params<Op::FILL>(*n).value; }
+inline float fill_value(const TensorNode* n) { return op_params<Op::FULL>(*n).value; }
 inline float pad_value(const TensorNode* n) { return op_params<Op::PAD>(*n).value; }
 inline int64_t pad_before(const TensorNode* n, int d) {
   return op_params<Op::PAD>(*n).before[size_t(d)];

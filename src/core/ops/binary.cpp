@@ -1,4 +1,4 @@
-// Elementwise binary ops with numpy broadcasting, comparisons, where, constants,
+// Elementwise binary ops with numpy broadcasting, comparisons, where,
 // and the arithmetic operators. Builders + backward rules.
 #include "core/autodiff.h"
 #include "kiln/ext/op_builder.h"
@@ -25,25 +25,12 @@ Tensor compare(CompareMode k, Tensor a, Tensor b) {
     fail("compare", "a is ", dtype_name(a.dtype()), " ", a.shape().str(), " and b is ",
          dtype_name(b.dtype()), " ", b.shape().str(), ": both must be f32 or both i32");
   const Shape s = detail::broadcast_shapes("compare", a.shape(), b.shape());
-  return Tensor(detail::new_op(Op::CMP, f32, s, {a.node(), b.node()}, CompareParams{k}));
+  return Tensor(detail::new_op(Op::COMPARE, f32, s, {a.node(), b.node()}, CompareParams{k}));
 }
 
 Tensor scalar_like(Tensor x, float v) { return full(x.ctx(), Shape{}, v, x.dtype()); }
 
 }  // namespace
-
-Tensor full(Context& ctx, const Shape& s, float value, DType t) {
-  if (t != f32 && t != i32) fail("full", "dtype must be f32 or i32, got ", dtype_name(t));
-  TensorNode* n = ctx.new_node(t, s, Op::FILL);
-  detail::set_params(*n, FillParams{value});
-  return Tensor(n);
-}
-Tensor zeros(Context& ctx, const Shape& s, DType t) { return full(ctx, s, 0.0f, t); }
-Tensor ones(Context& ctx, const Shape& s, DType t) { return full(ctx, s, 1.0f, t); }
-Tensor full_like(Tensor x, float value) {
-  detail::check_defined("full_like", {x});
-  return full(x.ctx(), x.shape(), value, x.dtype() == i32 ? i32 : f32);
-}
 
 Tensor add(Tensor a, Tensor b) { return binary(Op::ADD, a, b); }
 Tensor sub(Tensor a, Tensor b) { return binary(Op::SUB, a, b); }

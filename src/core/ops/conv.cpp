@@ -1,6 +1,5 @@
-// Convolution and pooling builders: conv2d (CONV2D, + ADD for the bias), max/avg
-// pooling, and the backward rules of the convolution, IM2COL, COL2IM and
-// pooling ops.
+// Convolution builders: conv2d (CONV2D, + ADD for the bias), unfold (IM2COL) and
+// fold (COL2IM), and the backward rules of the convolution ops.
 //
 // Semantics decisions (PyTorch unless noted):
 // - conv2d: x f32 [N, C, H, W], weight f32 [O, C, KH, KW], bias f32 [O] optional;
@@ -11,43 +10,20 @@
 //   MATMUL express the same thing as a composite; measured 2-3x slower for
 //   kiln-mnist's cnn, docs/benchmarks.md.) CONV2D, CONV2D_BACK_INPUT and
 //   CONV2D_BACK_WEIGHT are bilinear and each one's gradients are the others.
-// - Output size: floor((H + 2P - D*(K-1) - 1) / S) + 1 (ceil_mode=False); an
+// - Output size (core/ops/window.h): floor((H + 2P - D*(K-1) - 1) / S) + 1 (ceil_mode=False); an
 //   output size <= 0 is an error.
-// - max_pool2d / avg_pool2d: stride 0 means "same as kernel" (PyTorch default);
-//   padding must be at most half the kernel (as PyTorch), so no window lies fully
-//   in the padding. max_pool2d pads with -inf and sends each window's gradient to
-//   its first maximum (row-major); avg_pool2d counts padding as zeros and always
-//   divides by KH*KW (count_include_pad=True). No dilation, no ceil_mode.
 #include "core/autodiff.h"
+#include "core/ops/window.h"
 #include "kiln/ext/op_builder.h"
 #include "kiln/ops.h"
 
 namespace kiln {
 
-namespace {
-
-int64_t out_size(const char* op, const char* what, int64_t in, int64_t k, int64_t s, int64_t p,
-                 int64_t d, const Shape& xs) {
-  const int64_t num = in + 2 * p - d * (k - 1) - 1;
-  const int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // floor division
-  if (o <= 0)
-    fail(op, "output ", what, " would be ", o, " for input ", xs.str(), " (", what, " ", in,
-         ", kernel ", k, ", stride ", s, ", padding ", p, ", dilation ", d, ")");
-  return o;
-}
-
-void check_nchw(const char* op, Tensor x) {
-  detail::check_float32(op, "x", x);
-  if (x.ndim() != 4) fail(op, "x must be [N, C, H, W], got ", x.shape().str());
-}
-
-}  // namespace
-
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
   const char* op = "conv2d";
   detail::check_defined(op, {x, weight});
   detail::check_same_ctx(op, {x, weight, bias});
-  check_nchw(op, x);
+  detail::check_nchw(op, x);
   detail::check_float32(op, "weight", weight);
   if (weight.ndim() != 4) fail(op, "weight must be [O, C, KH, KW], got ", weight.shape().str());
   const Shape& xs = x.shape();
@@ -68,10 +44,10 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
            ", ", opt.dilation[1], ") must be >= 1 and padding (", opt.padding[0], ", ",
            opt.padding[1], ") >= 0");
   }
-  const int64_t oh =
-      out_size(op, "height", xs[2], kh, opt.stride[0], opt.padding[0], opt.dilation[0], xs);
-  const int64_t ow =
-      out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1], opt.dilation[1], xs);
+  const int64_t oh = detail::window_out_size(op, "height", xs[2], kh, opt.stride[0], opt.padding[0],
+                                             opt.dilation[0], xs);
+  const int64_t ow = detail::window_out_size(op, "width", xs[3], kw, opt.stride[1], opt.padding[1],
+                                             opt.dilation[1], xs);
   const Conv2dParams p{kh,
                        kw,
                        opt.stride[0],
@@ -96,9 +72,10 @@ Conv2dParams window_params(const char* op, const UnfoldOptions& opt, int64_t h, 
            opt.stride[1], ") and dilation (", opt.dilation[0], ", ", opt.dilation[1],
            ") must be >= 1 and padding (", opt.padding[0], ", ", opt.padding[1], ") >= 0");
   }
-  *oh =
-      out_size(op, "height", h, opt.kernel[0], opt.stride[0], opt.padding[0], opt.dilation[0], xs);
-  *ow = out_size(op, "width", w, opt.kernel[1], opt.stride[1], opt.padding[1], opt.dilation[1], xs);
+  *oh = detail::window_out_size(op, "height", h, opt.kernel[0], opt.stride[0], opt.padding[0],
+                                opt.dilation[0], xs);
+  *ow = detail::window_out_size(op, "width", w, opt.kernel[1], opt.stride[1], opt.padding[1],
+                                opt.dilation[1], xs);
   return Conv2dParams{opt.kernel[0],  opt.kernel[1],  opt.stride[0],   opt.stride[1],
                       opt.padding[0], opt.padding[1], opt.dilation[0], opt.dilation[1]};
 }
@@ -108,7 +85,7 @@ Conv2dParams window_params(const char* op, const UnfoldOptions& opt, int64_t h, 
 Tensor unfold(Tensor x, const UnfoldOptions& opt) {
   const char* op = "unfold";
   detail::check_defined(op, {x});
-  check_nchw(op, x);
+  detail::check_nchw(op, x);
   const Shape& xs = x.shape();
   int64_t oh = 0, ow = 0;
   const Conv2dParams p = window_params(op, opt, xs[2], xs[3], xs, &oh, &ow);
@@ -135,42 +112,6 @@ Tensor fold(Tensor cols, int64_t out_h, int64_t out_w, const UnfoldOptions& opt)
          ") with these ", "options has ", oh, "x", ow, " = ", oh * ow);
   return Tensor(
       detail::new_op(Op::COL2IM, f32, {cs[0], cs[1] / k, out_h, out_w}, {cols.node()}, p));
-}
-
-namespace {
-
-Tensor pool2d(Op op_id, const char* op, Tensor x, const Pool2dOptions& opt) {
-  detail::check_defined(op, {x});
-  check_nchw(op, x);
-  Pool2dParams p;
-  int64_t out[2];
-  for (int i = 0; i < 2; ++i) {
-    const int64_t k = opt.kernel[i], s = opt.stride[i] == 0 ? k : opt.stride[i],
-                  pd = opt.padding[i];
-    if (k < 1 || s < 1 || pd < 0)
-      fail(op, "kernel (", opt.kernel[0], ", ", opt.kernel[1], ") must be >= 1, stride (",
-           opt.stride[0], ", ", opt.stride[1], ") >= 0 and padding (", opt.padding[0], ", ",
-           opt.padding[1], ") >= 0");
-    if (2 * pd > k)
-      fail(op, "padding (", opt.padding[0], ", ", opt.padding[1],
-           ") must be at most half the kernel (", opt.kernel[0], ", ", opt.kernel[1], ")");
-    out[i] = out_size(op, i == 0 ? "height" : "width", x.shape()[2 + i], k, s, pd, 1, x.shape());
-    (i == 0 ? p.kh : p.kw) = k;
-    (i == 0 ? p.sh : p.sw) = s;
-    (i == 0 ? p.ph : p.pw) = pd;
-  }
-  const Shape& xs = x.shape();
-  return Tensor(detail::new_op(op_id, f32, {xs[0], xs[1], out[0], out[1]}, {x.node()}, p));
-}
-
-}  // namespace
-
-Tensor max_pool2d(Tensor x, const Pool2dOptions& opt) {
-  return pool2d(Op::MAX_POOL2D, "max_pool2d", x, opt);
-}
-
-Tensor avg_pool2d(Tensor x, const Pool2dOptions& opt) {
-  return pool2d(Op::AVG_POOL2D, "avg_pool2d", x, opt);
 }
 
 namespace detail {
@@ -223,26 +164,6 @@ void backward_COL2IM(GradCtx& g) {
   if (!g.needs(0)) return;
   g.add(0, Tensor(new_op(Op::IM2COL, f32, g.src(0).shape(), {g.grad().node()},
                          g.params<Op::COL2IM>())));
-}
-
-void backward_MAX_POOL2D(GradCtx& g) {
-  if (!g.needs(0)) return;
-  const Tensor x = g.src(0);
-  g.add(0, Tensor(new_op(Op::MAX_POOL2D_BACK, f32, x.shape(), {x.node(), g.grad().node()},
-                         g.params<Op::MAX_POOL2D>())));
-}
-
-void backward_AVG_POOL2D(GradCtx& g) {
-  if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::AVG_POOL2D_BACK, f32, g.src(0).shape(), {g.grad().node()},
-                         g.params<Op::AVG_POOL2D>())));
-}
-
-// AVG_POOL2D_BACK is linear in its input; its adjoint is the pooling itself.
-void backward_AVG_POOL2D_BACK(GradCtx& g) {
-  if (!g.needs(0)) return;
-  g.add(0, Tensor(new_op(Op::AVG_POOL2D, f32, g.src(0).shape(), {g.grad().node()},
-                         g.params<Op::AVG_POOL2D_BACK>())));
 }
 
 }  // namespace detail

@@ -1,7 +1,10 @@
-// Indexing and data-movement builders: embedding (GET_ROWS) and its adjoint
-// SCATTER_ADD_ROWS, concat, pad, repeat (and REPEAT_BACK), with backward rules.
+// Indexing and data-movement builders: one_hot (ONE_HOT), embedding (EMBEDDING)
+// and its adjoint SCATTER_ADD_ROWS, concat, pad, repeat (and REPEAT_BACK), with
+// backward rules.
 //
 // Semantics decisions (PyTorch unless noted):
+// - one_hot: f32 result (not int64 as in PyTorch); `classes` must be given (> 0)
+//   because graphs are data-free; labels rank <= 3.
 // - embedding: weight f32 [V, D], indices i32 of rank 0..3 -> [..., D]. No
 //   padding_idx / max_norm. Out-of-range indices are reported at run time by the
 //   kernel ("[embedding] index 70 at position 5 is out of range for 50 rows").
@@ -22,6 +25,18 @@
 
 namespace kiln {
 
+Tensor one_hot(Tensor labels, int64_t classes) {
+  detail::check_defined("one_hot", {labels});
+  detail::check_dtype("one_hot", "labels", labels, i32);
+  if (classes <= 0) fail("one_hot", "classes must be > 0, got ", classes);
+  if (labels.ndim() >= kMaxDims)
+    fail("one_hot", "labels ", labels.shape().str(), " have ", labels.ndim(),
+         " dimensions; at most ", kMaxDims - 1, " are supported");
+  Shape s = labels.shape();
+  s.push_back(classes);
+  return Tensor(detail::new_op(Op::ONE_HOT, f32, s, {labels.node()}, OneHotParams{classes, false}));
+}
+
 Tensor embedding(Tensor weight, Tensor indices) {
   detail::check_defined("embedding", {weight, indices});
   detail::check_same_ctx("embedding", {weight, indices});
@@ -33,7 +48,7 @@ Tensor embedding(Tensor weight, Tensor indices) {
          " dimensions; at most ", kMaxDims - 1, " are supported");
   Shape s = indices.shape();
   s.push_back(weight.shape()[1]);
-  return Tensor(detail::new_op(Op::GET_ROWS, f32, s, {weight.node(), indices.node()}));
+  return Tensor(detail::new_op(Op::EMBEDDING, f32, s, {weight.node(), indices.node()}));
 }
 
 namespace {
@@ -137,7 +152,7 @@ Tensor repeat(Tensor x, std::initializer_list<int64_t> reps) {
 
 namespace detail {
 
-void backward_GET_ROWS(GradCtx& g) {
+void backward_EMBEDDING(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor w = g.src(0), idx = g.src(1);
   g.add(0, Tensor(new_op(Op::SCATTER_ADD_ROWS, f32, w.shape(), {g.grad().node(), idx.node()},
@@ -147,7 +162,7 @@ void backward_GET_ROWS(GradCtx& g) {
 void backward_SCATTER_ADD_ROWS(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor idx = g.src(1);
-  g.add(0, Tensor(new_op(Op::GET_ROWS, f32, g.src(0).shape(), {g.grad().node(), idx.node()})));
+  g.add(0, Tensor(new_op(Op::EMBEDDING, f32, g.src(0).shape(), {g.grad().node(), idx.node()})));
 }
 
 void backward_CONCAT(GradCtx& g) {

@@ -39,6 +39,7 @@ Tensor abs(Tensor x) { return unary(Op::ABS, x); }
 Tensor sign(Tensor x) { return unary(Op::SIGN, x); }
 Tensor sqr(Tensor x) { return unary(Op::SQR, x); }
 Tensor sqrt(Tensor x) { return unary(Op::SQRT, x); }
+Tensor rsqrt(Tensor x) { return unary(Op::RSQRT, x); }
 Tensor exp(Tensor x) { return unary(Op::EXP, x); }
 Tensor log(Tensor x) { return unary(Op::LOG, x); }
 Tensor sin(Tensor x) { return unary(Op::SIN, x); }
@@ -68,6 +69,11 @@ void backward_NEG(GradCtx& g) { g.add(0, neg(g.grad())); }
 void backward_ABS(GradCtx& g) { g.add(0, g.grad() * sign(g.src(0))); }
 void backward_SQR(GradCtx& g) { g.add(0, scale(g.grad() * g.src(0), 2.0f)); }
 void backward_SQRT(GradCtx& g) { g.add(0, scale(g.grad(), 0.5f) / g.out()); }
+// d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2, from the output y.
+void backward_RSQRT(GradCtx& g) {
+  const Tensor y = g.out();
+  g.add(0, scale(g.grad() * (y * sqr(y)), -0.5f));
+}
 void backward_EXP(GradCtx& g) { g.add(0, g.grad() * g.out()); }
 void backward_LOG(GradCtx& g) { g.add(0, g.grad() / g.src(0)); }
 void backward_SIN(GradCtx& g) { g.add(0, g.grad() * cos(g.src(0))); }

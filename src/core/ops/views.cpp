@@ -1,5 +1,5 @@
-// View ops (reshape, permute, narrow, expand) share their source's memory; copy
-// ops (contiguous, to) write a fresh contiguous tensor. Builders + backward rules.
+// View ops (reshape, permute, narrow, expand) share their source's memory.
+// Builders + backward rules.
 #include <numeric>
 
 #include "core/autodiff.h"
@@ -147,18 +147,6 @@ Tensor Tensor::expand(const Shape& s) const {
   return make_view(Op::EXPAND, node(), out, st, 0);
 }
 
-Tensor Tensor::contiguous() const {
-  detail::check_defined("contiguous", {*this});
-  if (node()->is_contiguous()) return *this;
-  return Tensor(detail::new_op(Op::CPY, dtype(), shape(), {node()}));
-}
-
-Tensor Tensor::to(DType t) const {
-  detail::check_defined("copy", {*this});
-  if (t == dtype()) return *this;
-  return Tensor(detail::new_op(Op::CPY, t, shape(), {node()}));
-}
-
 namespace detail {
 
 void backward_RESHAPE(GradCtx& g) { g.add(0, g.grad().reshape(g.src(0).shape())); }
@@ -189,12 +177,6 @@ void backward_NARROW(GradCtx& g) {
 }
 
 void backward_EXPAND(GradCtx& g) { g.add(0, sum_to(g.grad(), g.src(0).shape())); }
-
-void backward_CPY(GradCtx& g) {
-  const Tensor gr = g.grad();
-  const DType t = g.src(0).dtype();
-  g.add(0, gr.dtype() == t ? gr : gr.to(t));
-}
 
 }  // namespace detail
 }  // namespace kiln

@@ -118,7 +118,7 @@ void add_compare(std::vector<Case>& cs, Sz z) {
     BinFn f = cm.f;
     auto want = cm.want;
     Case c = make_case(
-        std::string("cmp_") + cm.name, {Op::CMP}, {in("a", {R, C}, g), in("b", {R, C}, g)},
+        std::string("cmp_") + cm.name, {Op::COMPARE}, {in("a", {R, C}, g), in("b", {R, C}, g)},
         [f](Context&, X x) { return f(x[0], x[1]); }, false);
     c.tol = {0, 0};
     c.spec = [want](const std::vector<RefValue>& in, const RefValue& out) {
@@ -128,7 +128,7 @@ void add_compare(std::vector<Case>& cs, Sz z) {
     };
     cs.push_back(c);
     Case b = make_case(
-        std::string("cmp_") + cm.name + "_bcast_strided", {Op::CMP},
+        std::string("cmp_") + cm.name + "_bcast_strided", {Op::COMPARE},
         {with(in("a", {2, R, C}, g), Layout::permuted), in("b", {C}, g)},
         [f](Context&, X x) { return f(x[0], x[1]); }, false);
     b.tol = {0, 0};
@@ -136,12 +136,12 @@ void add_compare(std::vector<Case>& cs, Sz z) {
   }
   const Gen gi = gen::integers(-2, 2);
   Case ci = make_case(
-      "cmp_i32_bcast", {Op::CMP}, {in_i32("a", {R, C}, gi), in_i32("b", {R, 1}, gi)},
+      "cmp_i32_bcast", {Op::COMPARE}, {in_i32("a", {R, C}, gi), in_i32("b", {R, 1}, gi)},
       [](Context&, X x) { return kiln::le(x[0], x[1]) + kiln::gt(x[0], x[1]) * 2.0f; }, false);
   ci.tol = {0, 0};
   cs.push_back(ci);
   Case cf = make_case(
-      "cmp_scalar", {Op::CMP}, {in("a", {R, C}, gen::choice({-1, -0.25, 0.5, 1}))},
+      "cmp_scalar", {Op::COMPARE}, {in("a", {R, C}, gen::choice({-1, -0.25, 0.5, 1}))},
       [](Context&, X x) { return kiln::gt(x[0], 0.5f) + kiln::lt(x[0], -0.25f) * 2.0f; }, false);
   cf.tol = {0, 0};
   cf.spec = [](const std::vector<RefValue>& in, const RefValue& out) {

@@ -99,7 +99,7 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   }
   // f32 params converted to f16 inside the graph, then matmul (eval only).
   Case conv = make_case(
-      "matmul_of_f16_copies", {Op::MATMUL, Op::CPY}, {in("a", {M, K}), in("b", {K, N})},
+      "matmul_of_f16_copies", {Op::MATMUL, Op::COPY}, {in("a", {M, K}), in("b", {K, N})},
       [](Context&, X x) { return matmul(x[0].to(DType::f16), x[1].to(DType::bf16)); }, false);
   conv.tol = {1e-5, 1e-4};
   cs.push_back(conv);

@@ -40,7 +40,7 @@ void add_elementwise_mt(std::vector<Case>& cs, Sz z) {
        with(in("b", {R, C}), Layout::transposed)},
       [](Context&, X x) { return where(x[0], x[1], x[2]); }, true));
   Case cmp = mt(
-      "cmp_mt", {Op::CMP},
+      "cmp_mt", {Op::COMPARE},
       {in("a", {R, C}, gen::choice({0, 1, 2})), in("b", {C}, gen::choice({0, 1, 2}))},
       [](Context&, X x) { return le(x[0], x[1]); }, false);
   cmp.tol = {0, 0};
@@ -90,7 +90,7 @@ void add_elementwise_mt(std::vector<Case>& cs, Sz z) {
     const DType to = conv[k][1];
     const Gen g = conv[k][0] == DType::i32 ? gen::integers(-5000, 5000) : gen::uniform(-50, 50);
     Case c = mt(
-        names[k], {Op::CPY},
+        names[k], {Op::COPY},
         {with(as(in("x", {R, C}, g), conv[k][0]), k == 1 ? Layout::transposed : Layout::contig)},
         [to](Context&, X x) { return x[0].to(to); }, false);
     c.tol = {0, 0};
@@ -180,7 +180,7 @@ void add_nn_mt(std::vector<Case>& cs, Sz z) {
       [](Context&, X x) { return matmul(x[0], x[1]); }, true));
   // Embedding: many rows hit the same table rows (scatter-add in the backward pass).
   cs.push_back(mt(
-      "embedding_mt", {Op::GET_ROWS},
+      "embedding_mt", {Op::EMBEDDING},
       {in("w", {z(50, 8192), z(130, 512)}),
        in_i32("idx", {z(900, 8192)}, gen::integers(0, z(49, 8191)))},
       [](Context&, X x) { return embedding(x[0], x[1]); }, true));

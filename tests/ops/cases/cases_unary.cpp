@@ -42,6 +42,8 @@ std::vector<Un> unaries() {
        [](double x) { return x * x; }},
       {"sqrt", Op::SQRT, [](Tensor x) { return kiln::sqrt(x); }, uniform(0.1, 4),
        [](double x) { return std::sqrt(x); }},
+      {"rsqrt", Op::RSQRT, [](Tensor x) { return kiln::rsqrt(x); }, uniform(0.1, 4),
+       [](double x) { return 1 / std::sqrt(x); }},
       {"exp", Op::EXP, [](Tensor x) { return kiln::exp(x); }, uniform(-3, 3),
        [](double x) { return std::exp(x); }},
       {"log", Op::LOG, [](Tensor x) { return kiln::log(x); }, uniform(0.1, 5),

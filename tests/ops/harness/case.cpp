@@ -163,18 +163,28 @@ const char* layout_name(Layout l) {
 }
 
 std::vector<Case> make_cases(Sz z) {
+  // One list per op family (cases_<family>.cpp), then the thread-count cases,
+  // which span families.
+  struct List {
+    const char* family;
+    void (*add)(std::vector<Case>&, Sz);
+  };
+  static const List lists[] = {
+      {"views", add_views_cases},     {"copy", add_copy_cases},
+      {"binary", add_binary_cases},   {"unary", add_unary_cases},
+      {"reduce", add_reduce_cases},   {"matmul", add_matmul_cases},
+      {"softmax", add_softmax_cases}, {"index", add_index_cases},
+      {"conv", add_conv_cases},       {"pool", add_pool_cases},
+      {"norm", add_norm_cases},       {"attention", add_attention_cases},
+      {"loss", add_loss_cases},       {"optim", add_optim_cases},
+      {"", add_thread_cases},
+  };
   std::vector<Case> cs;
-  add_view_cases(cs, z);
-  add_binary_cases(cs, z);
-  add_unary_cases(cs, z);
-  add_reduce_cases(cs, z);
-  add_matmul_cases(cs, z);
-  add_nn_cases(cs, z);
-  add_shape_cases(cs, z);
-  add_conv_cases(cs, z);
-  add_transformer_cases(cs, z);
-  add_thread_cases(cs, z);
-  add_opt_cases(cs, z);
+  for (const List& l : lists) {
+    const size_t first = cs.size();
+    l.add(cs, z);
+    for (size_t i = first; i < cs.size(); ++i) cs[i].family = l.family;
+  }
   return cs;
 }
 

@@ -94,6 +94,9 @@ struct Case {
   bool fd = true;
   Tol grad_tol{2e-5, 2e-5};  // grad mode: CPU f32 grads vs double reference grads
   SpecFn spec;               // optional
+  // Set by make_cases: the op family whose list added the case (ops.def), or ""
+  // for the thread-count cases.
+  std::string family;
 };
 
 // Test size vs perf size of a dimension: z(4, 256) is 4 in tests, 256 in perf mode.
@@ -120,17 +123,23 @@ std::vector<Case> make_cases(Sz z);
 const std::vector<Case>& all_cases();  // test sizes, built once
 const Case* find_case(const std::string& name);
 
-void add_view_cases(std::vector<Case>& cs, Sz z);
+// One list per op family (ops.def), in tests/ops/cases/cases_<family>.cpp.
+void add_views_cases(std::vector<Case>& cs, Sz z);
+void add_copy_cases(std::vector<Case>& cs, Sz z);
 void add_binary_cases(std::vector<Case>& cs, Sz z);
 void add_unary_cases(std::vector<Case>& cs, Sz z);
 void add_reduce_cases(std::vector<Case>& cs, Sz z);
 void add_matmul_cases(std::vector<Case>& cs, Sz z);
-void add_nn_cases(std::vector<Case>& cs, Sz z);
-void add_shape_cases(std::vector<Case>& cs, Sz z);
-void add_thread_cases(std::vector<Case>& cs, Sz z);
-void add_opt_cases(std::vector<Case>& cs, Sz z);
+void add_softmax_cases(std::vector<Case>& cs, Sz z);
+void add_index_cases(std::vector<Case>& cs, Sz z);
 void add_conv_cases(std::vector<Case>& cs, Sz z);
-void add_transformer_cases(std::vector<Case>& cs, Sz z);
+void add_pool_cases(std::vector<Case>& cs, Sz z);
+void add_norm_cases(std::vector<Case>& cs, Sz z);
+void add_attention_cases(std::vector<Case>& cs, Sz z);
+void add_loss_cases(std::vector<Case>& cs, Sz z);
+void add_optim_cases(std::vector<Case>& cs, Sz z);
+// Thread-count cases of ops from several families (cases_threads.cpp).
+void add_thread_cases(std::vector<Case>& cs, Sz z);
 
 // Spec helpers for case files: compare a double value computed independently.
 // The tolerance is relative to max(1, max|want|): composites legitimately use f32

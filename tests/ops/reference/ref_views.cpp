@@ -1,4 +1,4 @@
-// Reference: views, in-place accumulation, copies and constants.
+// Reference: leaves and views.
 #include <cstdint>
 
 #include "kiln/ext/rng.h"
@@ -79,46 +79,7 @@ RefValue ref_EXPAND(const RefArgs& a) {
   return r;
 }
 
-// ACCUMULATE: src0 + src1 (ref_eval also stores the result as src0's value).
-RefValue ref_ACCUMULATE(const RefArgs& a) {
-  const RefValue& acc = a.in(0);
-  const RefValue& g = a.in(1);
-  if (!(acc.shape == g.shape))
-    ref_fail(a.node, "accumulate " + g.shape.str() + " into " + acc.shape.str());
-  RefValue r = ref_out(a.node, acc.shape);
-  for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = acc.v[k] + g.v[k];
-  return r;
-}
-
-// CPY: convert to the node's dtype (f16/bf16 rounding, f32 -> i32 truncation).
-RefValue ref_CPY(const RefArgs& a) {
-  const RefValue& x = a.in(0);
-  RefValue r = ref_out(a.node, x.shape);
-  for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = ref_round_to(a.node->dtype, x.v[k]);
-  return r;
-}
-
-// FILL: every element = f[0].
-RefValue ref_FILL(const RefArgs& a) {
-  RefValue r = ref_out(a.node);
-  const double v = ref_round_to(a.node->dtype, double(a.params<FillParams>().value));
-  for (double& e : r.v) e = v;
-  return r;
-}
-
-// RAND_MASK: 1 where rng_uniform(seed, linear index) < f[0]; the optional i32 seed
-// tensor's element 0 is xor-ed into the seed i[0].
-RefValue ref_RAND_MASK(const RefArgs& a) {
-  uint64_t seed = uint64_t(a.params<RandMaskParams>().seed);
-  if (a.n_src > 0) {
-    const RefValue& s = a.in(0);
-    if (s.v.empty()) ref_fail(a.node, "empty seed tensor");
-    seed ^= uint64_t(int64_t(s.v[0]));
-  }
-  RefValue r = ref_out(a.node);
-  for (size_t k = 0; k < r.v.size(); ++k)
-    r.v[k] = kiln::detail::rng_uniform(seed, k) < a.params<RandMaskParams>().keep ? 1.0 : 0.0;
-  return r;
-}
+// A leaf has no computation: its value must be given by the caller.
+RefValue ref_NONE(const RefArgs& a) { ref_fail(a.node, "leaf without a given value"); }
 
 }  // namespace kiln::test

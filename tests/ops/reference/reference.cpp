@@ -15,7 +15,7 @@ using RefFn = RefValue (*)(const RefArgs&);
 
 // One entry per op, in enum order; a missing ref_<ENUM> does not link.
 constexpr RefFn kRefTable[] = {
-#define KILN_OP(e, name, kind, inplace, grad) &ref_##e,
+#define KILN_OP(e, family, kind, inplace, grad) &ref_##e,
 #include "kiln/ops.def"
 #undef KILN_OP
 };
@@ -136,8 +136,5 @@ void ref_eval(std::span<TensorNode* const> nodes, RefValues& vals) {
     vals[n] = std::move(r);
   }
 }
-
-// A leaf has no computation: its value must be given by the caller.
-RefValue ref_NONE(const RefArgs& a) { ref_fail(a.node, "leaf without a given value"); }
 
 }  // namespace kiln::test

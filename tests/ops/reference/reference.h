@@ -63,7 +63,7 @@ struct RefArgs {
   mutable std::vector<std::pair<const TensorNode*, RefValue>> writes;
 };
 
-#define KILN_OP(e, name, kind, inplace, grad) RefValue ref_##e(const RefArgs& a);
+#define KILN_OP(e, family, kind, inplace, grad) RefValue ref_##e(const RefArgs& a);
 #include "kiln/ops.def"
 #undef KILN_OP
 

@@ -1,4 +1,5 @@
-// Elementwise binary kernels with numpy broadcasting: ADD SUB MUL DIV CMP WHERE.
+// Elementwise binary kernels with numpy broadcasting: ADD SUB MUL DIV COMPARE WHERE,
+// and the in-place ACCUMULATE (gradient accumulators: src0 += src1).
 //
 // All operands are walked as runs along the innermost (merged) dim
 // (common.h: make_layout / for_each_run). Each run takes the fastest loop its
@@ -58,7 +59,7 @@ inline V to01(typename V::M m) {
   return vm::select(m, vm::c<V>(1.0f), vm::c<V>(0.0f));
 }
 
-// CMP on i32 operands: a scalar loop (labels and counts, never large).
+// COMPARE on i32 operands: a scalar loop (labels and counts, never large).
 template <class Cmp>
 void run_cmp_i32(TensorNode* dst, const TensorNode* a, const TensorNode* b, ThreadCtx& t, Cmp cmp) {
   const int64_t n = dst->numel();
@@ -128,8 +129,8 @@ void kernel_DIV(TensorNode* dst, ThreadCtx& t) {
   binary_f32(BinaryOp::div, dst, dst->src[0], dst->src[1], t);
 }
 
-void kernel_CMP(TensorNode* dst, ThreadCtx& t) {
-  const CompareMode mode = op_params<Op::CMP>(*dst).mode;
+void kernel_COMPARE(TensorNode* dst, ThreadCtx& t) {
+  const CompareMode mode = op_params<Op::COMPARE>(*dst).mode;
   switch (mode) {
     case CompareMode::eq: return cmp_dispatch<0>(dst, t);
     case CompareMode::ne: return cmp_dispatch<1>(dst, t);
@@ -177,6 +178,11 @@ void kernel_WHERE(TensorNode* dst, ThreadCtx& t) {
                    std::memcpy((char*)d + i * st[0], src, 4);
                  }
                });
+}
+
+// src0 += src1 in place (dst aliases src0); src1 broadcasts to src0's shape.
+void kernel_ACCUMULATE(TensorNode* dst, ThreadCtx& t) {
+  binary_f32(BinaryOp::add, dst, dst->src[0], dst->src[1], t);
 }
 
 }  // namespace kiln::cpu

@@ -58,7 +58,7 @@
 #include "kiln/tensor.h"
 
 #if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
-#include <immintrin.h>  // (after simd.h, which tames GCC 12's warnings)
+#include "backends/cpu/intrinsics.h"
 #endif
 
 namespace kiln::cpu {

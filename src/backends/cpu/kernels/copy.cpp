@@ -1,5 +1,4 @@
-// Copies and constants: CPY (with dtype conversion), FILL, RAND_MASK, and the
-// in-place ACCUMULATE (gradient accumulators: src0 += src1).
+// Copies and constants: COPY (with dtype conversion), FULL, RAND_MASK.
 #include <cstring>
 
 #include "backends/cpu/kernels/common.h"
@@ -12,7 +11,7 @@ namespace kiln::cpu {
 // dst = convert(src0). src0 has any strides and dtype; dst is contiguous with the
 // same number of elements (its shape may differ: a copy that feeds a reshape), or
 // has src0's shape and any strides. Elements go in src0's row-major order.
-void kernel_CPY(TensorNode* dst, ThreadCtx& t) {
+void kernel_COPY(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
   const int64_t n = src->numel();
   Range r = thread_range(t, n, 1, 64);
@@ -28,14 +27,14 @@ void kernel_CPY(TensorNode* dst, ThreadCtx& t) {
 }
 
 // Every element = f[0] (converted to dst's dtype; i32 truncates).
-void kernel_FILL(TensorNode* dst, ThreadCtx& t) {
+void kernel_FULL(TensorNode* dst, ThreadCtx& t) {
   const int64_t n = dst->numel();
   Range r = thread_range(t, n, 1, 64);
   if (r.empty()) return;
   const DType dt = dst->dtype;
   const int64_t es = int64_t(dst->elem_size());
   alignas(4) unsigned char pat[4] = {};
-  store_f32(pat, dt, op_params<Op::FILL>(*dst).value);
+  store_f32(pat, dt, op_params<Op::FULL>(*dst).value);
   const bool zero = std::memcmp(pat, "\0\0\0\0", size_t(es)) == 0;
   auto L = make_layout<1>(dst->shape, {dst->stride});
   for_each_run(L, {(char*)dst->data}, r.begin, r.end,
@@ -79,11 +78,6 @@ void kernel_RAND_MASK(TensorNode* dst, ThreadCtx& t) {
                    std::memcpy(ptr[0] + i * st[0], &v, 4);
                  }
                });
-}
-
-// src0 += src1 in place (dst aliases src0); src1 broadcasts to src0's shape.
-void kernel_ACCUMULATE(TensorNode* dst, ThreadCtx& t) {
-  binary_f32(BinaryOp::add, dst, dst->src[0], dst->src[1], t);
 }
 
 }  // namespace kiln::cpu

@@ -19,7 +19,7 @@ namespace kiln::cpu {
 #define KILN_KERNEL_VIEW(e)
 #define KILN_KERNEL_ALIAS(e) void kernel_##e(TensorNode* dst, ThreadCtx& t);
 #define KILN_KERNEL_COMPUTE(e) void kernel_##e(TensorNode* dst, ThreadCtx& t);
-#define KILN_OP(e, name, kind, inplace, grad) KILN_KERNEL_##kind(e)
+#define KILN_OP(e, family, kind, inplace, grad) KILN_KERNEL_##kind(e)
 #include "kiln/ops.def"
 #undef KILN_OP
 #undef KILN_KERNEL_LEAF

@@ -1,4 +1,4 @@
-// Optimizer steps: OPT_STEP_ADAMW and OPT_STEP_SGD (see kiln/ops.def). Both
+// Optimizer steps: ADAMW_STEP and SGD_STEP (see kiln/ops.def). Both
 // update the param (src0, which dst aliases) and their state tensors in place,
 // element by element; the hyper-parameters come from the f32 [8] tensor that is
 // the node's last source, written on the host before each step.
@@ -52,7 +52,7 @@ struct AdamW {
   }
 };
 
-void kernel_OPT_STEP_ADAMW(TensorNode* dst, ThreadCtx& t) {
+void kernel_ADAMW_STEP(TensorNode* dst, ThreadCtx& t) {
   TensorNode* p = dst->src[0];
   const TensorNode *g = dst->src[1], *m = dst->src[2], *v = dst->src[3];
   const int64_t n = p->numel();
@@ -89,7 +89,7 @@ void kernel_OPT_STEP_ADAMW(TensorNode* dst, ThreadCtx& t) {
       });
 }
 
-void kernel_OPT_STEP_SGD(TensorNode* dst, ThreadCtx& t) {
+void kernel_SGD_STEP(TensorNode* dst, ThreadCtx& t) {
   TensorNode* p = dst->src[0];
   const TensorNode* g = dst->src[1];
   const bool has_buf = dst->n_src == 4;

@@ -16,14 +16,7 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the
-// _mm512_undefined_* idiom, GCC bug 105593): silenced for those lines only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "backends/cpu/intrinsics.h"
 
 namespace kiln::cpu::vm {
 

@@ -7,13 +7,6 @@
 #include <cstring>
 #include <limits>
 
-// GCC 12's AVX-512 intrinsics self-initialize their "undefined" operands, which
-// -Wall reports once inlined here (a false positive).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_ops.h"

@@ -22,7 +22,7 @@ void check_same(const RefArgs& a, const RefValue& x, const char* what) {
 }  // namespace
 
 // hp = lr, beta1, beta2, eps, weight_decay, 1/(1-beta1^t), 1/(1-beta2^t), gscale.
-RefValue ref_OPT_STEP_ADAMW(const RefArgs& a) {
+RefValue ref_ADAMW_STEP(const RefArgs& a) {
   if (a.n_src != 5) ref_fail(a.node, "adamw_step has 5 sources");
   const RefValue &p = a.in(0), &g = a.in(1), &m0 = a.in(2), &v0 = a.in(3);
   check_same(a, g, "grad");
@@ -45,7 +45,7 @@ RefValue ref_OPT_STEP_ADAMW(const RefArgs& a) {
 
 // hp = lr, momentum, dampening, nesterov, weight_decay, first, -, gscale
 // (PyTorch's SGD); the momentum buffer (src 2) is optional.
-RefValue ref_OPT_STEP_SGD(const RefArgs& a) {
+RefValue ref_SGD_STEP(const RefArgs& a) {
   if (a.n_src != 3 && a.n_src != 4) ref_fail(a.node, "sgd_step has 3 or 4 sources");
   const RefValue &p = a.in(0), &g = a.in(1);
   check_same(a, g, "grad");

@@ -1,4 +1,4 @@
-// Reference: elementwise binary (numpy broadcasting), compare, where, unary.
+// Reference: elementwise unary ops.
 #include <cmath>
 #include <functional>
 #include <numbers>
@@ -8,20 +8,6 @@
 namespace kiln::test {
 
 namespace {
-
-// out[idx] = f(a[bcast idx], b[bcast idx]) over the broadcast shape.
-RefValue binary(const RefArgs& a, const std::function<double(double, double)>& f) {
-  const RefValue& x = a.in(0);
-  const RefValue& y = a.in(1);
-  const Shape s = ref_bcast_shape(a.node, x.shape, y.shape);
-  RefValue r = ref_out(a.node, s);
-  Index it(s);
-  do {
-    const double v = f(ref_bcast_at(x, it.i, s.ndim()), ref_bcast_at(y, it.i, s.ndim()));
-    r.v[size_t(ref_linear(s, it.i))] = ref_round_to(a.node->dtype, v);
-  } while (it.next());
-  return r;
-}
 
 RefValue unary(const RefArgs& a, const std::function<double(double)>& f) {
   const RefValue& x = a.in(0);
@@ -33,54 +19,6 @@ RefValue unary(const RefArgs& a, const std::function<double(double)>& f) {
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
-
-RefValue ref_ADD(const RefArgs& a) {
-  return binary(a, [](double x, double y) { return x + y; });
-}
-RefValue ref_SUB(const RefArgs& a) {
-  return binary(a, [](double x, double y) { return x - y; });
-}
-RefValue ref_MUL(const RefArgs& a) {
-  return binary(a, [](double x, double y) { return x * y; });
-}
-RefValue ref_DIV(const RefArgs& a) {
-  return binary(a, [](double x, double y) { return x / y; });
-}
-
-// CMP: i[0] 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge; result 1/0.
-RefValue ref_CMP(const RefArgs& a) {
-  const int64_t code = int64_t(a.params<CompareParams>().mode);
-  if (code < 0 || code > 5) ref_fail(a.node, "bad comparison code " + std::to_string(code));
-  return binary(a, [code](double x, double y) {
-    bool r = false;
-    switch (code) {
-      case 0: r = x == y; break;
-      case 1: r = x != y; break;
-      case 2: r = x < y; break;
-      case 3: r = x <= y; break;
-      case 4: r = x > y; break;
-      case 5: r = x >= y; break;
-    }
-    return r ? 1.0 : 0.0;
-  });
-}
-
-// WHERE: cond != 0 ? a : b, all three broadcast.
-RefValue ref_WHERE(const RefArgs& a) {
-  const RefValue& c = a.in(0);
-  const RefValue& x = a.in(1);
-  const RefValue& y = a.in(2);
-  const Shape s = ref_bcast_shape(a.node, ref_bcast_shape(a.node, c.shape, x.shape), y.shape);
-  RefValue r = ref_out(a.node, s);
-  Index it(s);
-  do {
-    const int nd = s.ndim();
-    const double v =
-        ref_bcast_at(c, it.i, nd) != 0.0 ? ref_bcast_at(x, it.i, nd) : ref_bcast_at(y, it.i, nd);
-    r.v[size_t(ref_linear(s, it.i))] = v;
-  } while (it.next());
-  return r;
-}
 
 RefValue ref_NEG(const RefArgs& a) {
   return unary(a, [](double x) { return -x; });
@@ -96,6 +34,9 @@ RefValue ref_SQR(const RefArgs& a) {
 }
 RefValue ref_SQRT(const RefArgs& a) {
   return unary(a, [](double x) { return std::sqrt(x); });
+}
+RefValue ref_RSQRT(const RefArgs& a) {
+  return unary(a, [](double x) { return 1.0 / std::sqrt(x); });
 }
 RefValue ref_EXP(const RefArgs& a) {
   return unary(a, [](double x) { return std::exp(x); });

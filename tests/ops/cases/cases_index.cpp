@@ -1,4 +1,4 @@
-// Cases: embedding (get_rows) and scatter_add_rows, concat, pad, repeat and
+// Cases: one_hot, embedding and scatter_add_rows, concat, pad, repeat and
 // repeat_back. Specs check the PyTorch semantics of the public API (pad's
 // last-dim-first order, repeat's tiling, concat of several tensors).
 #include "kiln/ext/op_params.h"
@@ -35,17 +35,17 @@ SpecFn embedding_spec() {
 void add_rows(std::vector<Case>& cs, Sz z) {
   const int64_t V = z(6, 4096), D = z(37, 256), n = z(7, 4096);
   auto emb = [](Context&, X x) { return embedding(x[0], x[1]); };
-  Case e = make_case("embedding", {Op::GET_ROWS},
+  Case e = make_case("embedding", {Op::EMBEDDING},
                      {in("weight", {V, D}), in_i32("idx", {n}, repeated_rows(V))}, emb, true);
   e.spec = embedding_spec();
   cs.push_back(e);
-  Case e2 = make_case("embedding_2d_indices", {Op::GET_ROWS},
+  Case e2 = make_case("embedding_2d_indices", {Op::EMBEDDING},
                       {in("weight", {V, D}), in_i32("idx", {2, z(3, 1024)}, repeated_rows(V))}, emb,
                       true);
   e2.spec = embedding_spec();
   cs.push_back(e2);
   Case e3 = make_case(
-      "embedding_strided_table", {Op::GET_ROWS},
+      "embedding_strided_table", {Op::EMBEDDING},
       {with(in("weight", {V, D}), Layout::transposed), in_i32("idx", {n}, repeated_rows(V))}, emb,
       true);
   e3.spec = embedding_spec();
@@ -225,9 +225,36 @@ void add_pad_repeat(std::vector<Case>& cs, Sz z) {
                          true));
 }
 
+void add_one_hot(std::vector<Case>& cs, Sz z) {
+  const int64_t N = z(4, 512);
+  auto one_hot_spec = [](int64_t classes) {
+    return [classes](const std::vector<RefValue>& in, const RefValue& out) {
+      Shape s = in[0].shape;
+      s.push_back(classes);
+      RefValue w = ref_value(s, std::vector<double>(size_t(s.numel()), 0.0));
+      for (size_t k = 0; k < in[0].v.size(); ++k) w.v[k * size_t(classes) + size_t(in[0].v[k])] = 1;
+      return spec_compare(w, out);
+    };
+  };
+  Case oh = make_case(
+      "one_hot", {Op::ONE_HOT}, {in_i32("labels", {N}, gen::integers(0, 3))},
+      [](Context&, X x) { return one_hot(x[0], 4); }, false);
+  oh.tol = {0, 0};
+  oh.spec = one_hot_spec(4);
+  cs.push_back(oh);
+  Case oh2 = make_case(
+      "one_hot_2d_strided", {Op::ONE_HOT},
+      {with(in_i32("labels", {2, z(3, 256)}, gen::integers(0, 4)), Layout::transposed)},
+      [](Context&, X x) { return one_hot(x[0], 5); }, false);
+  oh2.tol = {0, 0};
+  oh2.spec = one_hot_spec(5);
+  cs.push_back(oh2);
+}
+
 }  // namespace
 
-void add_shape_cases(std::vector<Case>& cs, Sz z) {
+void add_index_cases(std::vector<Case>& cs, Sz z) {
+  add_one_hot(cs, z);
   add_rows(cs, z);
   add_concat(cs, z);
   add_pad_repeat(cs, z);

@@ -1,8 +1,7 @@
 // Cases: optimizer steps (AdamW, SGD with/without momentum, Nesterov), in place on
 // the param and rewriting their state. The *_state outputs concatenate the updated
 // param with the state tensors read after the step; specs check torch.optim
-// semantics with the hyper-parameters made by adamw_hyper / sgd_hyper. (Merged
-// with the cases an optimizer engineer first put in cases_optim.cpp.)
+// semantics with the hyper-parameters made by adamw_hyper / sgd_hyper.
 #include <cmath>
 
 #include "kiln/opt.h"
@@ -80,12 +79,12 @@ void add_adamw(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& s
                             in("hp", {8}, hp_values(adamw_hyper(p, t, gscale)))};
   for (Input& x : ins) x.diff = false;
   Case c = make_case(
-      "adamw_step" + suffix, {Op::OPT_STEP_ADAMW}, ins,
+      "adamw_step" + suffix, {Op::ADAMW_STEP}, ins,
       [](Context&, X x) { return adamw_step(x[0], x[1], x[2], x[3], x[4]); }, false);
   c.spec = adamw_spec(p, t, gscale, false);
   cs.push_back(c);
   Case st = make_case(
-      "adamw_step_state" + suffix, {Op::OPT_STEP_ADAMW}, ins,
+      "adamw_step_state" + suffix, {Op::ADAMW_STEP}, ins,
       [](Context&, X x) {
         Tensor s = adamw_step(x[0], x[1], x[2], x[3], x[4]);
         return concat({s, x[2], x[3]}, 0);  // m and v as rewritten by the step
@@ -122,7 +121,7 @@ void add_sgd(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& suf
     for (Input& x : ins) x.diff = false;
     const bool buf = sg.buf;
     Case c = make_case(
-        sg.name + suffix, {Op::OPT_STEP_SGD}, ins,
+        sg.name + suffix, {Op::SGD_STEP}, ins,
         [buf](Context&, X x) {
           if (!buf) return sgd_step(x[0], x[1], Tensor(), x[2]);
           return concat({sgd_step(x[0], x[1], x[2], x[3]), x[2]}, 0);
@@ -147,7 +146,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
                         with(in("v", s, gen::uniform(0.01, 1.0)), Layout::permuted),
                         in("hp", {8}, hp_values(adamw_hyper(p, 3, 0.5f)))};
   for (Input& x : xs) x.diff = false;
-  Case c = make_case("adamw_step_strided_state", {Op::OPT_STEP_ADAMW}, xs, adamw, false);
+  Case c = make_case("adamw_step_strided_state", {Op::ADAMW_STEP}, xs, adamw, false);
   c.spec = adamw_spec(p, 3, 0.5, false);
   cs.push_back(c);
   // A broadcast gradient (stride 0) is read-only: allowed.
@@ -155,7 +154,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
         in("m", s, gen::uniform(-0.5, 0.5)), in("v", s, gen::uniform(0.01, 1.0)),
         in("hp", {8}, hp_values(adamw_hyper(p, 3, 0.25f)))};
   for (Input& x : xs) x.diff = false;
-  Case b = make_case("adamw_step_bcast_grad", {Op::OPT_STEP_ADAMW}, xs, adamw, false);
+  Case b = make_case("adamw_step_bcast_grad", {Op::ADAMW_STEP}, xs, adamw, false);
   b.spec = adamw_spec(p, 3, 0.25, false);
   cs.push_back(b);
   SgdParams q;
@@ -168,7 +167,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
         in("hp", {8}, hp_values(sgd_hyper(q, false, 0.5f)))};
   for (Input& x : xs) x.diff = false;
   Case n = make_case(
-      "sgd_step_nesterov_strided_state", {Op::OPT_STEP_SGD}, xs,
+      "sgd_step_nesterov_strided_state", {Op::SGD_STEP}, xs,
       [](Context&, X x) { return sgd_step(x[0], x[1], x[2], x[3]); }, false);
   n.spec = [q](const std::vector<RefValue>& in, const RefValue& out) {
     RefValue w = in[0];
@@ -184,7 +183,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
 
 }  // namespace
 
-void add_opt_cases(std::vector<Case>& cs, Sz z) {
+void add_optim_cases(std::vector<Case>& cs, Sz z) {
   add_strided(cs, z);
   add_adamw(cs, z(3, 1024), z(37, 4096), "");
   add_sgd(cs, z(3, 1024), z(37, 4096), "");

@@ -1,4 +1,4 @@
-// Indexing and data-movement kernels: ONE_HOT, GET_ROWS, SCATTER_ADD_ROWS,
+// Indexing and data-movement kernels: ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS,
 // CONCAT, PAD, REPEAT, REPEAT_BACK. dst is contiguous; sources may have any
 // strides. Work is split by whole output rows (or columns), each output element
 // is written by one thread in a fixed order, so results do not depend on the
@@ -136,7 +136,7 @@ void kernel_ONE_HOT(TensorNode* dst, ThreadCtx& t) {
   for (int64_t k = k0; k < k1; ++k) out[k * classes + rd(k)] = 1.0f;
 }
 
-void kernel_GET_ROWS(TensorNode* dst, ThreadCtx& t) {
+void kernel_EMBEDDING(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* table = dst->src[0];
   const IndexReader rd(dst->src[1]);
   const int64_t rows = table->shape[0], dim = table->shape[1], count = dst->src[1]->numel();

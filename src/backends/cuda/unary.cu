@@ -1,0 +1,135 @@
+// Unary math: NEG .. SOFTPLUS, one Unary<Op> specialisation per op (the math
+// follows the CPU kernels' definitions: NaN rules of sign, clamp, relu,
+// softplus; the stable sigmoid; gelu's tanh form as x * sigmoid(2u); libdevice's
+// expf/logf/tanhf/erff are within a few ulp).
+//
+// Elementwise kernels share one shape (common.cuh): one thread per output
+// element (grid-stride), operands addressed through Idx (any byte strides, numpy
+// broadcasting), so each element is computed by the same expression whatever the
+// launch shape: results never depend on it. dst may alias a source (in place):
+// an element is read before it is written, by the same thread.
+#include "backends/cuda/common.cuh"
+#include "backends/cuda/params.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+__device__ inline float sigmoid(float x) {
+  const float e = expf(-fabsf(x));
+  const float s = 1.0f / (1.0f + e);
+  return x >= 0.0f ? s : e * s;
+}
+
+// One specialisation per unary op of ops.def that has a CUDA kernel: f is the
+// math (x, and the op's parameters a, b read on the host by args). An op of the
+// family without one is not supported: the scheduler runs it on another backend.
+template <Op O>
+struct Unary;
+
+struct NoArgs {
+  static float2 args(const TensorNode*) { return {0.0f, 0.0f}; }
+};
+
+#define KILN_CUDA_UNARY(E, expr)                                            \
+  template <>                                                               \
+  struct Unary<Op::E> : NoArgs {                                            \
+    __device__ static float f(float x, float a, float b) { return (expr); } \
+  };
+
+KILN_CUDA_UNARY(NEG, -x)
+KILN_CUDA_UNARY(ABS, fabsf(x))
+KILN_CUDA_UNARY(SIGN, x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f)  // NaN: 0 (torch)
+KILN_CUDA_UNARY(SQR, x* x)
+KILN_CUDA_UNARY(SQRT, sqrtf(x))
+KILN_CUDA_UNARY(RSQRT, 1.0f / sqrtf(x))  // as the CPU kernel, not the approximate rsqrtf
+KILN_CUDA_UNARY(EXP, expf(x))
+KILN_CUDA_UNARY(LOG, logf(x))
+KILN_CUDA_UNARY(SIN, sinf(x))
+KILN_CUDA_UNARY(COS, cosf(x))
+KILN_CUDA_UNARY(RELU, x < 0.0f ? 0.0f : x)
+KILN_CUDA_UNARY(GELU_ERF, 0.5f * x * erfcf(x * -0.70710678118654752f))
+KILN_CUDA_UNARY(ERF, erff(x))
+KILN_CUDA_UNARY(SILU, x* sigmoid(x))
+KILN_CUDA_UNARY(SIGMOID, sigmoid(x))
+KILN_CUDA_UNARY(TANH, tanhf(x))
+KILN_CUDA_UNARY(SOFTPLUS, x != x ? x : fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))))
+#undef KILN_CUDA_UNARY
+
+template <>
+struct Unary<Op::POW> {
+  static float2 args(const TensorNode* n) { return {prm::pow_exp(n), 0.0f}; }
+  // The exponents the CPU kernel special-cases, computed the same way.
+  __device__ static float f(float x, float a, float) {
+    if (a == 1.0f) return x;
+    if (a == 2.0f) return x * x;
+    if (a == 3.0f) return x * x * x;
+    if (a == 0.5f) return sqrtf(x);
+    if (a == -1.0f) return 1.0f / x;
+    if (a == 0.0f) return 1.0f;
+    return powf(x, a);
+  }
+};
+template <>
+struct Unary<Op::SCALE> {
+  static float2 args(const TensorNode* n) { return {prm::scale_mul(n), prm::scale_add(n)}; }
+  __device__ static float f(float x, float a, float b) { return fmaf(a, x, b); }
+};
+template <>
+struct Unary<Op::CLAMP> {
+  static float2 args(const TensorNode* n) { return {prm::clamp_lo(n), prm::clamp_hi(n)}; }
+  __device__ static float f(float x, float a, float b) {
+    return x != x ? x : fminf(fmaxf(x, a), b);
+  }
+};
+template <>
+struct Unary<Op::LEAKY_RELU> {
+  static float2 args(const TensorNode* n) { return {prm::leaky_slope(n), 0.0f}; }
+  __device__ static float f(float x, float a, float) { return x > 0.0f ? x : x * a; }
+};
+template <>
+struct Unary<Op::GELU> : NoArgs {
+  __device__ static float f(float x, float, float) {
+    const float u2 = 2.0f * 0.7978845608028654f * fmaf(0.044715f * x * x, x, x);
+    return x * sigmoid(u2);
+  }
+};
+
+// Does op O have a Unary specialisation (a complete type)?
+template <Op O>
+constexpr bool has_unary = requires {
+  sizeof(Unary<O>);
+};
+
+template <Op O>
+__global__ void k_unary(char* d, Idx di, const char* s, Idx si, float a, float b, int64_t n) {
+  KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = Unary<O>::f(ldf(s, si.off(i)), a, b);
+}
+
+template <Op O>
+void launch_unary(TensorNode* dst, const Launch& L) {
+  const int64_t n = dst->numel();
+  const float2 ab = Unary<O>::args(dst);
+  k_unary<O><<<grid_for(n), kThreads, 0, L.stream>>>(
+      static_cast<char*>(dst->data), idx_of(dst), static_cast<const char*>(dst->src[0]->data),
+      bcast_idx(dst->src[0], dst->shape), ab.x, ab.y, n);
+  check_launch(op_name(O));
+}
+
+}  // namespace
+
+// The entries of the ops with a Unary specialisation, generated from ops.def.
+OpKernel unary_kernel(Op op) {
+  switch (op) {
+#define KILN_OP(e, family, kind, inplace, grad)                            \
+  case Op::e:                                                              \
+    if constexpr (has_unary<Op::e>) return {all_f32, launch_unary<Op::e>}; \
+    return {};
+#include "kiln/ops.def"
+#undef KILN_OP
+    case Op::COUNT: break;
+  }
+  return {};
+}
+
+}  // namespace kiln::cuda

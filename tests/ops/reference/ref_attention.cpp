@@ -1,0 +1,112 @@
+// Reference: the fused ATTENTION and ATTENTION_BACK, in double, written from
+// their definitions in ops.def: the whole score matrix of a head.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/reference/reference.h"
+
+namespace kiln::test {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Softmax probabilities of one attention head: p[i][j] (0 for masked keys).
+std::vector<double> head_probs(const double* q, const double* k, int64_t tq, int64_t tk, int64_t e,
+                               double scale, bool causal) {
+  std::vector<double> p(size_t(tq * tk), 0.0);
+  for (int64_t i = 0; i < tq; ++i) {
+    double m = -kInf;
+    std::vector<double> s(size_t(tk), -kInf);
+    for (int64_t j = 0; j < tk; ++j) {
+      if (causal && j > i + (tk - tq)) continue;
+      double acc = 0;
+      for (int64_t c = 0; c < e; ++c) acc += q[i * e + c] * k[j * e + c];
+      s[size_t(j)] = scale * acc;
+      m = std::max(m, s[size_t(j)]);
+    }
+    if (m == -kInf) continue;  // no visible key: zeros
+    double sum = 0;
+    for (int64_t j = 0; j < tk; ++j) sum += s[size_t(j)] == -kInf ? 0 : std::exp(s[size_t(j)] - m);
+    for (int64_t j = 0; j < tk; ++j)
+      p[size_t(i * tk + j)] = s[size_t(j)] == -kInf ? 0 : std::exp(s[size_t(j)] - m) / sum;
+  }
+  return p;
+}
+
+struct AttnDims {
+  int64_t heads, tq, tk, e;
+};
+AttnDims attn_dims(const RefValue& q, const RefValue& k) {
+  const int nd = q.shape.ndim();
+  const int64_t tq = q.shape[nd - 2], e = q.shape[nd - 1];
+  return {tq * e ? q.numel() / (tq * e) : 0, tq, k.shape[nd - 2], e};
+}
+
+}  // namespace
+
+RefValue ref_ATTENTION(const RefArgs& a) {
+  const RefValue &q = a.in(0), &k = a.in(1), &v = a.in(2);
+  const AttentionParams p = a.params<AttentionParams>();
+  RefValue r = ref_out(a.node, q.shape);
+  const AttnDims D = attn_dims(q, k);
+  for (int64_t h = 0; h < D.heads; ++h) {
+    const double* qh = q.v.data() + h * D.tq * D.e;
+    const double* kh = k.v.data() + h * D.tk * D.e;
+    const double* vh = v.v.data() + h * D.tk * D.e;
+    const std::vector<double> pr = head_probs(qh, kh, D.tq, D.tk, D.e, double(p.scale), p.causal);
+    for (int64_t i = 0; i < D.tq; ++i)
+      for (int64_t c = 0; c < D.e; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < D.tk; ++j) acc += pr[size_t(i * D.tk + j)] * vh[j * D.e + c];
+        r.v[size_t((h * D.tq + i) * D.e + c)] = acc;
+      }
+  }
+  return r;
+}
+
+// With P = softmax(S), S = scale q k^T (masked), O = P v and dO given:
+// dv = P^T dO; dP = dO v^T; dS = P * (dP - rowsum(dP * P)); dq = scale dS k;
+// dk = scale dS^T q. (rowsum(dP * P) = dO . O; the reference uses the former.)
+RefValue ref_ATTENTION_BACK(const RefArgs& a) {
+  const RefValue &q = a.in(0), &k = a.in(1), &v = a.in(2), &g = a.in(4);
+  (void)a.in(3);  // the kernel's O; the reference derives everything from P
+  const AttentionParams p = a.params<AttentionParams>();
+  const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
+  RefValue r = ref_out(a.node, Shape{nq + nk + nv});
+  const AttnDims D = attn_dims(q, k);
+  const double sc = double(p.scale);
+  for (int64_t h = 0; h < D.heads; ++h) {
+    const double* qh = q.v.data() + h * D.tq * D.e;
+    const double* kh = k.v.data() + h * D.tk * D.e;
+    const double* vh = v.v.data() + h * D.tk * D.e;
+    const double* gh = g.v.data() + h * D.tq * D.e;
+    double* dq = r.v.data() + h * D.tq * D.e;
+    double* dk = r.v.data() + nq + h * D.tk * D.e;
+    double* dv = r.v.data() + nq + nk + h * D.tk * D.e;
+    const std::vector<double> pr = head_probs(qh, kh, D.tq, D.tk, D.e, sc, p.causal);
+    for (int64_t i = 0; i < D.tq; ++i) {
+      std::vector<double> dp(size_t(D.tk));
+      double row = 0;
+      for (int64_t j = 0; j < D.tk; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < D.e; ++c) acc += gh[i * D.e + c] * vh[j * D.e + c];
+        dp[size_t(j)] = acc;
+        row += acc * pr[size_t(i * D.tk + j)];
+      }
+      for (int64_t j = 0; j < D.tk; ++j) {
+        const double pij = pr[size_t(i * D.tk + j)];
+        const double ds = pij * (dp[size_t(j)] - row);
+        for (int64_t c = 0; c < D.e; ++c) {
+          dq[i * D.e + c] += sc * ds * kh[j * D.e + c];
+          dk[j * D.e + c] += sc * ds * qh[i * D.e + c];
+          dv[j * D.e + c] += pij * gh[i * D.e + c];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,46 @@
+// Reference: matmul.
+#include <cmath>
+#include <limits>
+
+#include "ops/reference/reference.h"
+
+namespace kiln::test {
+
+// MATMUL: [..., M, K] @ [..., K, N], batch dims broadcast (right-aligned).
+RefValue ref_MATMUL(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const RefValue& y = a.in(1);
+  const int nx = x.shape.ndim(), ny = y.shape.ndim();
+  if (nx < 2 || ny < 2) ref_fail(a.node, "matmul needs 2+ dims");
+  const int64_t M = x.shape[nx - 2], K = x.shape[nx - 1], N = y.shape[ny - 1];
+  if (y.shape[ny - 2] != K) ref_fail(a.node, x.shape.str() + " @ " + y.shape.str());
+  Shape bx, by;
+  for (int d = 0; d < nx - 2; ++d) bx.push_back(x.shape[d]);
+  for (int d = 0; d < ny - 2; ++d) by.push_back(y.shape[d]);
+  const Shape batch = ref_bcast_shape(a.node, bx, by);
+  Shape s = batch;
+  s.push_back(M);
+  s.push_back(N);
+  RefValue r = ref_out(a.node, s);
+  if (a.node->dtype != DType::f32) ref_fail(a.node, "matmul result must be f32");
+  // Iterate over output elements; for each, walk the K axis of both operands.
+  Index it(s);
+  const int nd = s.ndim();
+  do {
+    int64_t ix[kMaxDims] = {}, iy[kMaxDims] = {};
+    for (int d = 0; d < nx - 2; ++d) ix[d] = bx[d] == 1 ? 0 : it.i[nd - 2 - (nx - 2) + d];
+    for (int d = 0; d < ny - 2; ++d) iy[d] = by[d] == 1 ? 0 : it.i[nd - 2 - (ny - 2) + d];
+    ix[nx - 2] = it.i[nd - 2];
+    iy[ny - 1] = it.i[nd - 1];
+    double acc = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      ix[nx - 1] = k;
+      iy[ny - 2] = k;
+      acc += x.v[size_t(ref_linear(x.shape, ix))] * y.v[size_t(ref_linear(y.shape, iy))];
+    }
+    r.v[size_t(ref_linear(s, it.i))] = acc;
+  } while (it.next());
+  return r;
+}
+
+}  // namespace kiln::test
