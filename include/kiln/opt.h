@@ -37,6 +37,7 @@
 #include "kiln/graph.h"
 #include "kiln/io.h"
 #include "kiln/nn.h"
+#include "kiln/op_params.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -44,7 +45,9 @@ namespace kiln {
 // ---------------------------------------------------------------------------
 // Optimizer step ops (Op::OPT_STEP_ADAMW / OPT_STEP_SGD, see kiln/ops.def). Each
 // returns a node that updates `param` in place (it aliases param) and rewrites
-// the state tensors; `hp` is f32 [8] (fill it with adamw_hyper / sgd_hyper).
+// the state tensors. `hp` holds the step's values: an f32 tensor laid out as
+// AdamWHyper / SgdHyper (kiln/op_params.h; hyper_floats<H> elements), written
+// before each step, e.g. hp.set(hyper_values(adamw_hyper(p, t))).
 // param, grad and state are f32 of one shape; param must not be a view.
 Tensor adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp);
 // `buf` (momentum buffer) may be undefined: plain SGD without momentum.
@@ -78,10 +81,11 @@ struct OptimizerParams {
   OptimizerParams& set_lr(float lr);  // both optimizers' lr
 };
 
-// The hp tensor's 8 values. `t` is the 1-based optimizer step (bias corrections
-// 1/(1-beta^t)); gscale multiplies the gradient (1/physical batches per step).
-std::array<float, 8> adamw_hyper(const AdamWParams& p, int64_t t, float gscale = 1.0f);
-std::array<float, 8> sgd_hyper(const SgdParams& p, bool first_step, float gscale = 1.0f);
+// The hp tensor's values for one step. `t` is the 1-based optimizer step (bias
+// corrections 1/(1-beta^t)); grad_scale multiplies the gradient (1/physical
+// batches per step).
+AdamWHyper adamw_hyper(const AdamWParams& p, int64_t t, float grad_scale = 1.0f);
+SgdHyper sgd_hyper(const SgdParams& p, bool first_step, float grad_scale = 1.0f);
 
 // ---------------------------------------------------------------------------
 // Schedules: a callback gets the step about to be taken and returns that step's

@@ -153,7 +153,10 @@ Optimizer::Optimizer(std::vector<Tensor> params, Backend& backend, OptimizerOpti
     Context& ctx = p.ctx();
     const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
     Tensor g = ctx.tensor(f32, p.shape(), base + ".grad_in");
-    Tensor hp = ctx.tensor(f32, {8}, base + ".opt.hp");
+    Tensor hp = ctx.tensor(
+        f32,
+        {opt_.type == OptimizerType::adamw ? hyper_floats<AdamWHyper> : hyper_floats<SgdHyper>},
+        base + ".opt.hp");
     Tensor a, b, s;
     if (opt_.type == OptimizerType::adamw) {
       a = ctx.tensor(f32, p.shape(), base + ".opt.m");
@@ -212,9 +215,13 @@ void Optimizer::step(const GradStore& grads) {
   for (size_t i : which) {
     grads_[i].set(grads.get(params_[i]));
     const int64_t t = ++param_steps_[i];
-    const std::array<float, 8> h =
-        opt_.type == OptimizerType::adamw ? adamw_hyper(q.adamw, t) : sgd_hyper(q.sgd, t == 1);
-    hp_[i].set(std::span<const float>(h));
+    if (opt_.type == OptimizerType::adamw) {
+      const auto h = hyper_values(adamw_hyper(q.adamw, t));
+      hp_[i].set(std::span<const float>(h));
+    } else {
+      const auto h = hyper_values(sgd_hyper(q.sgd, t == 1));
+      hp_[i].set(std::span<const float>(h));
+    }
     nodes.push_back(steps_nodes_[i].node());
   }
   if (!nodes.empty()) backend_.compute(std::span<TensorNode* const>(nodes));

@@ -160,28 +160,37 @@ void OptContext::Impl::collect_params() {
   if (cfg.model) dropout_seeds = cfg.model->dropout_seeds();
 }
 
-// One hp tensor per group; with clipping, hp_eff = hp * [1 x 7, clip factor]
-// so the steps' gradient scale (hp[7]) includes min(1, max/(norm + 1e-6)).
+// One hp tensor per group (laid out as AdamWHyper / SgdHyper); with clipping,
+// hp_eff = hp * mask, where the mask is 1 but at grad_scale, which it holds
+// min(1, max/(norm + 1e-6)): the steps' gradient scale includes the factor.
 void OptContext::Impl::build_steps(Context& ctx) {
   if (cfg.clip_grad_norm < 0 || !std::isfinite(cfg.clip_grad_norm))
     fail("opt", "clip_grad_norm must be >= 0 and finite, got ", cfg.clip_grad_norm);
+  const bool adamw = cfg.optimizer == OptimizerType::adamw;
+  const int64_t n_hp = adamw ? hyper_floats<AdamWHyper> : hyper_floats<SgdHyper>;
+  const int64_t i_gs =
+      adamw ? hyper_grad_scale_index<AdamWHyper>() : hyper_grad_scale_index<SgdHyper>();
   for (size_t g = 0; g < group_decay.size(); ++g) {
-    hp.push_back(
-        ctx.tensor(f32, {8}, group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
+    hp.push_back(ctx.tensor(f32, {n_hp},
+                            group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
     hp_eff.push_back(hp.back());
   }
   for (const Tensor& p : params) grads.push_back(graph.grad(p));
   if (cfg.clip_grad_norm > 0) {
-    // The gradient the step applies is gscale * accumulator (gscale = hp[7]).
+    // The gradient the step applies is grad_scale * accumulator.
     Tensor sq;
     for (const Tensor& gr : grads) {
       Tensor s = sum(sqr(gr)).reshape({1});
       sq = sq.defined() ? sq + s : s;
     }
-    grad_norm = (sqrt(sq) * hp[0].narrow(0, 7, 1)).set_name("opt.grad_norm");
+    grad_norm = (sqrt(sq) * hp[0].narrow(0, i_gs, 1)).set_name("opt.grad_norm");
     detail::set_flags(grad_norm, kFlagOutput);
     Tensor factor = clamp(full(ctx, {1}, cfg.clip_grad_norm) / (grad_norm + 1e-6f), 0.0f, 1.0f);
-    Tensor mask = concat({ones(ctx, {7}), factor}, 0);
+    std::vector<Tensor> parts;
+    if (i_gs > 0) parts.push_back(ones(ctx, {i_gs}));
+    parts.push_back(factor);
+    if (i_gs + 1 < n_hp) parts.push_back(ones(ctx, {n_hp - i_gs - 1}));
+    Tensor mask = parts.size() == 1 ? factor : concat(parts, 0);
     for (size_t g = 0; g < hp.size(); ++g) hp_eff[g] = hp[g] * mask;
   }
   for (size_t i = 0; i < params.size(); ++i) {
@@ -334,10 +343,13 @@ void OptContext::Impl::run_step() {
   for (size_t g = 0; g < hp.size(); ++g) {
     OptimizerParams q = last;
     if (group_decay[g]) q.adamw.weight_decay = q.sgd.weight_decay = *group_decay[g];
-    const std::array<float, 8> h = cfg.optimizer == OptimizerType::adamw
-                                       ? adamw_hyper(q.adamw, step + 1, gscale)
-                                       : sgd_hyper(q.sgd, step == 0, gscale);
-    hp[g].set(std::span<const float>(h));
+    if (cfg.optimizer == OptimizerType::adamw) {
+      const auto h = hyper_values(adamw_hyper(q.adamw, step + 1, gscale));
+      hp[g].set(std::span<const float>(h));
+    } else {
+      const auto h = hyper_values(sgd_hyper(q.sgd, step == 0, gscale));
+      hp[g].set(std::span<const float>(h));
+    }
   }
   if (galloc) {
     backends[0]->compute(

@@ -13,8 +13,9 @@ namespace kiln {
 struct OptContext::Impl {
   OptConfig cfg;
   Tensor inputs, labels, outputs, loss, pred, correct;
-  // f32 [8] per param group, written per step; the step nodes read hp_eff
-  // (hp, with the gradient scale times the clipping factor when clipping).
+  // The step's values per param group (AdamWHyper / SgdHyper layout), written
+  // per step; the step nodes read hp_eff (hp, with the gradient scale times the
+  // clipping factor when clipping).
   std::vector<Tensor> hp, hp_eff;
   std::vector<std::optional<float>> group_decay;
   std::vector<size_t> group_of;  // per param
