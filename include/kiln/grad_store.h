@@ -99,13 +99,14 @@ class Optimizer {
   // kiln::Error "[optimizer] ...".
   void step(const GradStore& grads);
   int64_t steps() const { return steps_; }  // step() calls so far
-  // m and v (AdamW) or the momentum buffer (SGD, `second` undefined).
-  std::pair<Tensor, Tensor> state(Tensor param) const;
+  // The param's optimizer state: m and v (AdamW) or buf (SGD with momentum).
+  OptimizerState state(Tensor param) const;
   const std::vector<Tensor>& params() const { return params_; }
 
  private:
   size_t index(Tensor param) const;
-  std::vector<Tensor> params_, grads_, state_a_, state_b_, hp_, steps_nodes_;
+  std::vector<Tensor> params_, grads_, hp_, steps_nodes_;
+  std::vector<OptimizerState> state_;
   std::vector<int64_t> param_steps_;
   std::unordered_map<const TensorNode*, size_t> index_of_;
   Backend& backend_;
