@@ -20,43 +20,26 @@
 
 #if KILN_HAVE_CUDA
 #include "kiln/cuda.h"
+#include "model.h"  // examples/mnist
 
 namespace {
 
 using namespace kiln;
 
+// kiln-mnist's model (examples/mnist/model.h) on the GPU.
 struct Mnist {
-  Mnist(bool cnn, bool graphs) : gpu(CudaOptions{.graphs = graphs}) {
+  Mnist(bool cnn, bool graphs)
+      : gpu(CudaOptions{.graphs = graphs}), model(mnist::Model::build(cnn ? "cnn" : "fc", 500)) {
     const int64_t B = 500;
-    Tensor logits;
-    std::vector<std::pair<Tensor, int64_t>> init;  // weight, fan_in
-    if (!cnn) {
-      x = ctx.input(f32, {B, 784}, "images");
-      Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
-      Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
-      logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
-      init = {{w1, 784}, {w2, 500}};
-    } else {
-      x = ctx.input(f32, {B, 1, 28, 28}, "images");
-      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"),
-             c1 = ctx.param(f32, {8}, "conv1.bias");
-      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"),
-             c2 = ctx.param(f32, {16}, "conv2.bias");
-      Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
-      Conv2dOptions pad1;
-      pad1.padding[0] = pad1.padding[1] = 1;
-      Tensor h = max_pool2d(relu(conv2d(x, k1, c1, pad1)));
-      h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
-      logits = matmul(h.reshape({B, 784}), w) + b;
-      init = {{k1, 9}, {k2, 72}, {w, 784}};
-    }
+    Tensor x = model.images;
     OptConfig cfg;
     cfg.inputs = x;
-    cfg.outputs = logits;
+    cfg.outputs = model.logits;
+    cfg.model = model.net.get();
     cfg.logical_batch = 1000;
     cfg.backends = {&gpu};
     opt = std::make_unique<OptContext>(cfg);
-    for (size_t i = 0; i < init.size(); ++i) kaiming_uniform(init[i].first, init[i].second, i + 1);
+    model.net->init(1);  // the params have memory now (the context's, on the GPU)
     std::vector<float> xs(static_cast<size_t>(x.numel()));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7919) % 256) / 255.0f;
     x.set(xs);
@@ -65,8 +48,7 @@ struct Mnist {
     opt->labels().set(ys);
   }
   CudaBackend gpu;
-  Context ctx;
-  Tensor x;
+  mnist::Model model;
   std::unique_ptr<OptContext> opt;
 };
 

@@ -32,6 +32,7 @@
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
+#include "model.h"  // examples/mnist
 
 namespace {
 
@@ -48,38 +49,19 @@ int bench_threads() {
   return e && *e ? std::atoi(e) : 2;
 }
 
-// kiln-mnist's fc or cnn model with random inputs and labels.
+// kiln-mnist's fc or cnn model (examples/mnist/model.h, the one definition the
+// example, the benchmarks and the CUDA tests share) with random inputs and labels.
 struct Mnist {
-  explicit Mnist(bool cnn, int64_t B = 500, int64_t logical = 1000) {
-    Tensor logits;
-    std::vector<std::pair<Tensor, int64_t>> init;  // weight, fan_in
-    if (!cnn) {
-      x = ctx.input(f32, {B, 784}, "images");
-      Tensor w1 = ctx.param(f32, {784, 500}, "fc1.weight"), b1 = ctx.param(f32, {500}, "fc1.bias");
-      Tensor w2 = ctx.param(f32, {500, 10}, "fc2.weight"), b2 = ctx.param(f32, {10}, "fc2.bias");
-      logits = matmul(relu(matmul(x, w1) + b1), w2) + b2;
-      init = {{w1, 784}, {w2, 500}};
-    } else {
-      x = ctx.input(f32, {B, 1, 28, 28}, "images");
-      Tensor k1 = ctx.param(f32, {8, 1, 3, 3}, "conv1.weight"),
-             c1 = ctx.param(f32, {8}, "conv1.bias");
-      Tensor k2 = ctx.param(f32, {16, 8, 3, 3}, "conv2.weight"),
-             c2 = ctx.param(f32, {16}, "conv2.bias");
-      Tensor w = ctx.param(f32, {784, 10}, "dense.weight"), b = ctx.param(f32, {10}, "dense.bias");
-      Conv2dOptions pad1;
-      pad1.padding[0] = pad1.padding[1] = 1;
-      Tensor h = max_pool2d(relu(conv2d(x, k1, c1, pad1)));
-      h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
-      logits = matmul(h.reshape({B, 784}), w) + b;
-      init = {{k1, 9}, {k2, 72}, {w, 784}};
-    }
+  explicit Mnist(bool cnn, int64_t B = 500, int64_t logical = 1000)
+      : model(mnist::Model::build(cnn ? "cnn" : "fc", B)), x(model.images) {
     OptConfig cfg;
     cfg.inputs = x;
-    cfg.outputs = logits;
+    cfg.outputs = model.logits;
+    cfg.model = model.net.get();
     cfg.logical_batch = logical;
     cfg.n_threads = bench_threads();
     opt = std::make_unique<OptContext>(cfg);
-    for (size_t i = 0; i < init.size(); ++i) kaiming_uniform(init[i].first, init[i].second, i + 1);
+    model.net->init(1);  // the params have memory now (the context's)
     std::vector<float> xs(size_t(x.numel()));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = float((i * 7919) % 256) / 255.0f;
     x.set(xs);
@@ -87,7 +69,7 @@ struct Mnist {
     for (int64_t i = 0; i < B; ++i) ys[size_t(i)] = int32_t(i % 10);
     opt->labels().set(ys);
   }
-  Context ctx;
+  mnist::Model model;
   Tensor x;
   std::unique_ptr<OptContext> opt;
 };

@@ -3,7 +3,9 @@
 //   fc:  784 -> 500 (ReLU) -> 10
 //   cnn: conv 3x3 1->8 pad 1, ReLU, max-pool 2; conv 3x3 8->16 pad 1, ReLU,
 //        max-pool 2; dense 784 -> 10
-// Each is built in its own Context for a fixed physical batch.
+// Each is built in its own Context for a fixed physical batch. This is the one
+// definition of kiln's MNIST models: kiln-mnist, bench/bench_train.cpp,
+// bench/bench_cuda.cpp and tests/cuda/cuda_models.h all build it in.
 #pragma once
 #include <memory>
 #include <string>

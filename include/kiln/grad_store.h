@@ -82,7 +82,7 @@ struct OptimizerOptions {
   ScheduleFn schedule;
 };
 
-// AdamW or SGD (kiln's OPT_STEP_* ops) applied to params from a GradStore, for
+// AdamW or SGD (kiln's *_STEP ops) applied to params from a GradStore, for
 // training loops that run their own graphs instead of an OptContext. It keeps
 // the optimizer state (and a staging tensor per param for its gradient) in one
 // buffer of `backend`; params must have memory that backend computes on.
@@ -99,13 +99,14 @@ class Optimizer {
   // kiln::Error "[optimizer] ...".
   void step(const GradStore& grads);
   int64_t steps() const { return steps_; }  // step() calls so far
-  // m and v (AdamW) or the momentum buffer (SGD, `second` undefined).
-  std::pair<Tensor, Tensor> state(Tensor param) const;
+  // The param's optimizer state: m and v (AdamW) or buf (SGD with momentum).
+  OptimizerState state(Tensor param) const;
   const std::vector<Tensor>& params() const { return params_; }
 
  private:
   size_t index(Tensor param) const;
-  std::vector<Tensor> params_, grads_, state_a_, state_b_, hp_, steps_nodes_;
+  std::vector<Tensor> params_, grads_, hp_, steps_nodes_;
+  std::vector<OptimizerState> state_;
   std::vector<int64_t> param_steps_;
   std::unordered_map<const TensorNode*, size_t> index_of_;
   Backend& backend_;

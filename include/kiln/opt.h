@@ -37,14 +37,17 @@
 #include "kiln/io.h"
 #include "kiln/memory_plan.h"
 #include "kiln/nn.h"
+#include "kiln/optim_hyper.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
 
 // ---------------------------------------------------------------------------
-// Optimizer step ops (Op::OPT_STEP_ADAMW / OPT_STEP_SGD, see kiln/ops.def). Each
+// Optimizer step ops (Op::ADAMW_STEP / SGD_STEP, see kiln/ops.def). Each
 // returns a node that updates `param` in place (it aliases param) and rewrites
-// the state tensors; `hp` is f32 [8] (fill it with adamw_hyper / sgd_hyper).
+// the state tensors. `hp` holds the step's values: an f32 tensor laid out as
+// AdamWHyper / SgdHyper (kiln/optim_hyper.h; hyper_floats<H> elements), written
+// before each step, e.g. hp.set(hyper_values(adamw_hyper(p, t))).
 // param, grad and state are f32 of one shape; param must not be a view.
 Tensor adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp);
 // `buf` (momentum buffer) may be undefined: plain SGD without momentum.
@@ -78,10 +81,11 @@ struct OptimizerParams {
   OptimizerParams& set_lr(float lr);  // both optimizers' lr
 };
 
-// The hp tensor's 8 values. `t` is the 1-based optimizer step (bias corrections
-// 1/(1-beta^t)); gscale multiplies the gradient (1/physical batches per step).
-std::array<float, 8> adamw_hyper(const AdamWParams& p, int64_t t, float gscale = 1.0f);
-std::array<float, 8> sgd_hyper(const SgdParams& p, bool first_step, float gscale = 1.0f);
+// The hp tensor's values for one step. `t` is the 1-based optimizer step (bias
+// corrections 1/(1-beta^t)); grad_scale multiplies the gradient (1/physical
+// batches per step).
+AdamWHyper adamw_hyper(const AdamWParams& p, int64_t t, float grad_scale = 1.0f);
+SgdHyper sgd_hyper(const SgdParams& p, bool first_step, float grad_scale = 1.0f);
 
 // ---------------------------------------------------------------------------
 // Schedules: a callback gets the step about to be taken and returns that step's
@@ -229,6 +233,17 @@ struct OptConfig {
   ParallelHook* parallel = nullptr;
 };
 
+// A param's optimizer state: AdamW's moments `m` and `v` (PyTorch's exp_avg and
+// exp_avg_sq; saved as "<param>.opt.m" / "<param>.opt.v") or SGD's momentum
+// buffer `buf` (momentum_buffer; "<param>.opt.buf"). What the optimizer does not
+// keep is undefined.
+struct OptimizerState {
+  Tensor m, v;
+  Tensor buf;
+};
+
+// The context is three parts (src/opt): the loss and metrics, the step program
+// (forward, backward and optimizer nodes) and the runner (backends, memory).
 class OptContext {
  public:
   // Builds the loss, the forward, backward and optimizer graphs and allocates
@@ -245,7 +260,6 @@ class OptContext {
   Tensor labels() const;
   Tensor outputs() const;
   Tensor loss() const;
-  Tensor pred() const;       // i32 [B] argmax of the outputs (cross-entropy only)
   Tensor n_correct() const;  // i32 scalar (cross-entropy only)
   const std::vector<Tensor>& params() const;
   Tensor grad(Tensor param) const;  // the gradient accumulator
@@ -253,20 +267,14 @@ class OptContext {
   // clipping (as clip_grad_norm_ returns it); NaN without clip_grad_norm or
   // before the first step.
   double grad_norm() const;
-  // Optimizer state of a param: m and v (AdamW) or the momentum buffer (SGD,
-  // `second` undefined); undefined when the optimizer keeps none.
-  std::pair<Tensor, Tensor> state(Tensor param) const;
-  OptimizerType optimizer() const;
-  LossKind loss_kind() const;
+  // A param's optimizer state (all undefined for a tensor that is not a param).
+  OptimizerState state(Tensor param) const;
 
   int64_t physical_batch() const;
   int64_t logical_batch() const;
   int64_t accumulation_steps() const;  // logical / physical
   int64_t step() const;                // optimizer steps taken
   int64_t epoch() const;               // epochs completed (fit advances it)
-  void set_epoch(int64_t e);
-  // Fills the StepInfo handed to the schedule (fit sets these).
-  void set_run_length(int64_t steps_per_epoch, int64_t epochs);
   void set_schedule(ScheduleFn fn);
   const OptimizerParams& last_params() const;  // of the latest optimizer step
 
@@ -278,9 +286,10 @@ class OptContext {
   double train_batch(Result* r = nullptr);
   // Forward only (evaluation); the gradients are untouched. `samples` < B: only
   // the first `samples` rows are real (a partial last batch, see
-  // Dataset::get_batch): loss and accuracy are computed over them on the host
-  // (cross-entropy and mse; a user loss cannot be split and throws). Throws
-  // kiln::Error "[evaluate] loss is NaN ..." when the loss is not finite.
+  // Dataset::get_batch): loss and accuracy over them come from the graph, which
+  // masks the padding rows out (cross-entropy and mse; a user loss cannot be
+  // split and throws). Throws kiln::Error "[evaluate] loss is NaN ..." when the
+  // loss is not finite.
   double eval_batch(Result* r = nullptr, int64_t samples = 0);
 
   // ---- lower level ----
@@ -290,12 +299,6 @@ class OptContext {
   void reset_grads();
   // Physical batches accumulated since the last optimizer step.
   int64_t pending_batches() const;
-
-  // Data parallelism: the hook (null without), this process's rank and the
-  // number of ranks (0 and 1 without a hook).
-  ParallelHook* parallel() const;
-  int rank() const;
-  int world_size() const;
 
   Backend& backend();  // the (first) backend
   // The backend that runs node t of graph() (the scheduler's choice with several
@@ -328,6 +331,7 @@ class OptContext {
 
  private:
   struct Impl;
+  friend struct OptContextInternals;  // src/opt: fit, checkpoints, tests
   std::unique_ptr<Impl> impl_;
 };
 

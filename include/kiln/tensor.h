@@ -21,11 +21,7 @@ enum class Op : uint8_t {
 #define KILN_OP(e, family, kind, inplace, grad) e,
 #include "kiln/ops.def"
 #undef KILN_OP
-  COUNT,
-  // Former names of the optimizer steps, still spelt so in src/opt (to be
-  // replaced there, then removed).
-  OPT_STEP_ADAMW = ADAMW_STEP,
-  OPT_STEP_SGD = SGD_STEP,
+  COUNT
 };
 enum class OpKind : uint8_t { LEAF, VIEW, ALIAS, COMPUTE };
 

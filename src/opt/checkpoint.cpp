@@ -1,6 +1,8 @@
 // Checkpoints of an OptContext: params, optimizer state and counters in one GGUF
 // file (kiln/io.h writes atomically and validates on reading).
+#include <array>
 #include <unordered_set>
+#include <utility>
 
 #include "opt/opt_context_impl.h"
 
@@ -11,6 +13,12 @@ namespace {
 constexpr const char* kKeyOptimizer = "kiln.opt.optimizer";
 constexpr const char* kKeyStep = "kiln.opt.step";
 constexpr const char* kKeyEpoch = "kiln.opt.epoch";
+
+// The optimizer state's tensors and their names' suffixes in a checkpoint (the
+// on-disk names kiln has always used).
+std::array<std::pair<Tensor, const char*>, 3> state_files(const OptimizerState& st) {
+  return {{{st.m, ".opt.m"}, {st.v, ".opt.v"}, {st.buf, ".opt.buf"}}};
+}
 
 void check_names(const std::vector<Tensor>& params) {
   std::unordered_set<std::string> seen;
@@ -38,7 +46,7 @@ void check_fits(const GgufFile& f, Tensor t, const std::string& name) {
 void OptContext::save(const std::string& path, bool with_optimizer_state,
                       const std::vector<std::pair<std::string, GgufValue>>& extra) const {
   const Impl& s = *impl_;
-  check_names(s.params);
+  check_names(s.prog.params);
   with_optimizer_state = with_optimizer_state && !s.cfg.forward_only;
   if (with_optimizer_state && s.pending != 0)
     fail("checkpoint", s.pending,
@@ -71,19 +79,15 @@ void OptContext::Impl::write_checkpoint(
   const Impl& s = *this;
   GgufWriter w;
   for (const auto& [k, v] : extra) w.set(k, v);
-  for (const Tensor& p : s.params) w.add_tensor(p, p.name());
+  for (const Tensor& p : s.prog.params) w.add_tensor(p, p.name());
   if (with_optimizer_state) {
     w.set(kKeyOptimizer, optimizer_name(s.cfg.optimizer));
     w.set(kKeyStep, int64_t(s.step));
     w.set(kKeyEpoch, int64_t(s.epoch));
-    for (size_t i = 0; i < s.params.size(); ++i) {
-      const std::string& n = s.params[i].name();
-      if (s.cfg.optimizer == OptimizerType::adamw) {
-        w.add_tensor(s.state_a[i], n + ".opt.m");
-        w.add_tensor(s.state_b[i], n + ".opt.v");
-      } else if (s.state_a[i].defined()) {
-        w.add_tensor(s.state_a[i], n + ".opt.buf");
-      }
+    for (size_t i = 0; i < s.prog.params.size(); ++i) {
+      const std::string& n = s.prog.params[i].name();
+      for (const auto& [t, suffix] : state_files(s.prog.state[i]))
+        if (t.defined()) w.add_tensor(t, n + suffix);
     }
   }
   w.save(path);
@@ -91,13 +95,13 @@ void OptContext::Impl::write_checkpoint(
 
 GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
   Impl& s = *impl_;
-  check_names(s.params);
+  check_names(s.prog.params);
   GgufFile f(path);  // validates header, metadata and tensor descriptors
   // Check every name, dtype and shape (and the metadata) before changing
   // anything: a bad file leaves params, optimizer state and counters as they
   // were. After these checks only an I/O error (the file truncated in place
   // while loading) can stop the loop below part way.
-  for (const Tensor& p : s.params) check_fits(f, p, p.name());
+  for (const Tensor& p : s.prog.params) check_fits(f, p, p.name());
   const bool has_state = with_optimizer_state && !s.cfg.forward_only && f.has(kKeyStep);
   int64_t step = 0, epoch = 0;
   if (has_state) {
@@ -109,22 +113,15 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
     epoch = f.get(kKeyEpoch).as_int();
     if (step < 0 || epoch < 0)
       fail("checkpoint", path, ": negative step ", step, " or epoch ", epoch);
-    for (size_t i = 0; i < s.params.size(); ++i) {
-      const std::string& n = s.params[i].name();
-      if (s.state_a[i].defined())
-        check_fits(f, s.state_a[i],
-                   n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
-      if (s.state_b[i].defined()) check_fits(f, s.state_b[i], n + ".opt.v");
-    }
+    for (size_t i = 0; i < s.prog.params.size(); ++i)
+      for (const auto& [t, suffix] : state_files(s.prog.state[i]))
+        if (t.defined()) check_fits(f, t, s.prog.params[i].name() + suffix);
   }
-  for (const Tensor& p : s.params) f.load(p, p.name());
+  for (const Tensor& p : s.prog.params) f.load(p, p.name());
   if (has_state) {
-    for (size_t i = 0; i < s.params.size(); ++i) {
-      const std::string& n = s.params[i].name();
-      if (s.state_a[i].defined())
-        f.load(s.state_a[i], n + (s.cfg.optimizer == OptimizerType::adamw ? ".opt.m" : ".opt.buf"));
-      if (s.state_b[i].defined()) f.load(s.state_b[i], n + ".opt.v");
-    }
+    for (size_t i = 0; i < s.prog.params.size(); ++i)
+      for (const auto& [t, suffix] : state_files(s.prog.state[i]))
+        if (t.defined()) f.load(t, s.prog.params[i].name() + suffix);
     s.step = step;
     s.epoch = epoch;
   }

@@ -6,6 +6,7 @@
 
 #include "kiln/ext/tensor_node.h"
 #include "kiln/opt.h"
+#include "opt/opt_context_impl.h"
 
 namespace kiln {
 
@@ -30,12 +31,16 @@ void check_dataset(const OptContext& opt, const Dataset& data) {
     fail("fit", "the model needs labels ", opt.labels().shape().str(), " but the dataset has none");
 }
 
+// The context's rank and number of ranks (0 and 1 without a ParallelHook).
+int rank(const OptContext& opt) { return OptContextInternals::of(opt).rank(); }
+int64_t ranks(const OptContext& opt) { return OptContextInternals::of(opt).world_size(); }
+
 // Data parallelism: the sums in a Result over every rank.
 void reduce(const OptContext& opt, Result& r) {
-  if (opt.world_size() == 1) return;
+  if (ranks(opt) == 1) return;
   double v[5] = {double(r.n_samples), double(r.n_batches), r.loss_sum, r.loss_sq_sum,
                  double(r.n_correct)};
-  opt.parallel()->sum(v);
+  OptContextInternals::of(opt).par->sum(v);
   r.n_samples = int64_t(v[0]);
   r.n_batches = int64_t(v[1]);
   r.loss_sum = v[2];
@@ -51,20 +56,21 @@ void reduce(const OptContext& opt, Result& r) {
 Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_t n, bool train,
                  int64_t epoch, const FitOptions& o) {
   Result r;
-  const int64_t B = opt.physical_batch(), N = opt.world_size();
+  const int64_t B = opt.physical_batch(), N = ranks(opt);
   // Evaluation also runs the partial last global batch (a user loss cannot be
   // split per sample: its remainder is left out). Rank k's slice of it holds
   // `mine` real samples, possibly none.
-  const int64_t rem = train || opt.loss_kind() == LossKind::user ? 0 : range.remainder(B * N);
+  const int64_t rem =
+      train || !OptContextInternals::of(opt).lm.splittable() ? 0 : range.remainder(B * N);
   const int64_t n_all = n + (rem > 0 ? 1 : 0);
   const int64_t total = n * B * N + rem;
   ProgressBar bar(train ? "train" : "val  ", total,
-                  o.progress && opt.rank() == 0 && ProgressBar::stderr_is_tty());
+                  o.progress && rank(opt) == 0 && ProgressBar::stderr_is_tty());
   const Clock::time_point t0 = Clock::now();
   for (int64_t b = 0; b < n_all; ++b) {
-    const int64_t mine = b < n ? B : std::clamp<int64_t>(rem - opt.rank() * B, 0, B);
+    const int64_t mine = b < n ? B : std::clamp<int64_t>(rem - rank(opt) * B, 0, B);
     if (mine == 0) continue;
-    data.get_batch(opt.inputs(), opt.labels(), b * N + opt.rank(), range);
+    data.get_batch(opt.inputs(), opt.labels(), b * N + rank(opt), range);
     const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r, mine);
     bar.update(std::min((b + 1) * B * N, total), r);
     if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n_all, train, l, &r, since(t0)});
@@ -79,7 +85,7 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
 EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange val,
                   const FitOptions& o) {
   check_dataset(opt, data);
-  const int64_t B = opt.physical_batch(), N = opt.world_size();
+  const int64_t B = opt.physical_batch(), N = ranks(opt);
   // Whole logical batches only: a partial one would leave gradients pending.
   const int64_t n_train = train.n_batches(opt.logical_batch() * N) * opt.accumulation_steps();
   if (n_train == 0 && train.size() > 0)
@@ -92,7 +98,7 @@ EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange
   e.train = run_phase(opt, data, train, n_train, true, e.epoch, o);
   e.val = run_phase(opt, data, val, val.n_batches(B * N), false, e.epoch, o);
   e.seconds = since(t0);
-  opt.set_epoch(e.epoch + 1);
+  OptContextInternals::of(opt).epoch = e.epoch + 1;
   return e;
 }
 
@@ -100,15 +106,17 @@ std::vector<EpochResult> fit(OptContext& opt, Dataset& data, const FitOptions& o
   check_dataset(opt, data);
   if (!(o.val_split >= 0 && o.val_split < 1))
     fail("fit", "val_split must be in [0, 1), got ", o.val_split);
-  const int64_t global_batch = opt.logical_batch() * opt.world_size();
+  const int64_t global_batch = opt.logical_batch() * ranks(opt);
   auto [train, val] = data.split(o.val_split, global_batch);
   const int64_t steps_per_epoch = train.n_batches(global_batch);
   if (steps_per_epoch == 0)
     fail("fit", "the training part has ", train.size(), " samples (of ", data.size(),
          "), fewer than one logical batch of ", global_batch,
-         opt.world_size() > 1 ? " (over all ranks)" : "");
-  opt.set_run_length(steps_per_epoch, o.epochs);
-  const bool print = o.progress && opt.rank() == 0;  // one rank speaks for all
+         ranks(opt) > 1 ? " (over all ranks)" : "");
+  auto& s = OptContextInternals::of(opt);
+  s.steps_per_epoch = steps_per_epoch;  // for the schedule's StepInfo
+  s.epochs = o.epochs;
+  const bool print = o.progress && rank(opt) == 0;  // one rank speaks for all
   const bool tty = print && ProgressBar::stderr_is_tty();
   std::vector<EpochResult> history;
   for (int64_t ep = opt.epoch(); ep < o.epochs; ++ep) {
@@ -133,11 +141,11 @@ Result evaluate(OptContext& opt, const Dataset& data, SampleRange range, bool pr
   if (range.size() == 0) fail("evaluate", "the range to evaluate is empty");
   FitOptions o;
   o.progress = progress;
-  Result r = run_phase(opt, data, range, range.n_batches(opt.physical_batch() * opt.world_size()),
-                       false, opt.epoch(), o);
+  Result r = run_phase(opt, data, range, range.n_batches(opt.physical_batch() * ranks(opt)), false,
+                       opt.epoch(), o);
   if (r.n_samples == 0)
     fail("evaluate", "no sample was evaluated: the range has ", range.size(),
-         " samples, fewer than one batch of ", opt.physical_batch() * opt.world_size(),
+         " samples, fewer than one batch of ", opt.physical_batch() * ranks(opt),
          ", and a user loss cannot be evaluated on a partial batch");
   return r;
 }

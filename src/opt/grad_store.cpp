@@ -153,22 +153,25 @@ Optimizer::Optimizer(std::vector<Tensor> params, Backend& backend, OptimizerOpti
     Context& ctx = p.ctx();
     const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
     Tensor g = ctx.tensor(f32, p.shape(), base + ".grad_in");
-    Tensor hp = ctx.tensor(f32, {8}, base + ".opt.hp");
-    Tensor a, b, s;
+    Tensor hp = ctx.tensor(
+        f32,
+        {opt_.type == OptimizerType::adamw ? hyper_floats<AdamWHyper> : hyper_floats<SgdHyper>},
+        base + ".opt.hp");
+    OptimizerState st;
+    Tensor s;
     if (opt_.type == OptimizerType::adamw) {
-      a = ctx.tensor(f32, p.shape(), base + ".opt.m");
-      b = ctx.tensor(f32, p.shape(), base + ".opt.v");
-      s = adamw_step(p, g, a, b, hp);
+      st.m = ctx.tensor(f32, p.shape(), base + ".opt.m");
+      st.v = ctx.tensor(f32, p.shape(), base + ".opt.v");
+      s = adamw_step(p, g, st.m, st.v, hp);
     } else {
-      if (momentum) a = ctx.tensor(f32, p.shape(), base + ".opt.buf");
-      s = sgd_step(p, g, a, hp);
+      if (momentum) st.buf = ctx.tensor(f32, p.shape(), base + ".opt.buf");
+      s = sgd_step(p, g, st.buf, hp);
     }
-    for (const Tensor& t : {g, hp, a, b})
+    for (const Tensor& t : {g, hp, st.m, st.v, st.buf})
       if (t.defined() && t.numel() > 0) leaves.push_back(t.node());
     grads_.push_back(g);
     hp_.push_back(hp);
-    state_a_.push_back(a);
-    state_b_.push_back(b);
+    state_.push_back(st);
     steps_nodes_.push_back(s);
   }
   param_steps_.assign(params_.size(), 0);
@@ -196,25 +199,26 @@ size_t Optimizer::index(Tensor param) const {
   return it->second;
 }
 
-std::pair<Tensor, Tensor> Optimizer::state(Tensor param) const {
-  const size_t i = index(param);
-  return {state_a_[i], state_b_[i]};
-}
+OptimizerState Optimizer::state(Tensor param) const { return state_[index(param)]; }
 
 void Optimizer::step(const GradStore& grads) {
   std::vector<size_t> which;
   for (const Tensor& p : grads.params()) which.push_back(index(p));
   const OptimizerParams q = opt_.schedule(StepInfo{steps_, 0, 0, 0});
-  if (opt_.type == OptimizerType::sgd && q.sgd.momentum != 0.0f && !state_a_[0].defined())
+  if (opt_.type == OptimizerType::sgd && q.sgd.momentum != 0.0f && !state_[0].buf.defined())
     fail("optimizer", "SGD momentum is ", q.sgd.momentum, " at step ", steps_,
          " but was 0 at step 0, so the optimizer keeps no momentum buffer");
   std::vector<TensorNode*> nodes;
   for (size_t i : which) {
     grads_[i].set(grads.get(params_[i]));
     const int64_t t = ++param_steps_[i];
-    const std::array<float, 8> h =
-        opt_.type == OptimizerType::adamw ? adamw_hyper(q.adamw, t) : sgd_hyper(q.sgd, t == 1);
-    hp_[i].set(std::span<const float>(h));
+    if (opt_.type == OptimizerType::adamw) {
+      const auto h = hyper_values(adamw_hyper(q.adamw, t));
+      hp_[i].set(std::span<const float>(h));
+    } else {
+      const auto h = hyper_values(sgd_hyper(q.sgd, t == 1));
+      hp_[i].set(std::span<const float>(h));
+    }
     nodes.push_back(steps_nodes_[i].node());
   }
   if (!nodes.empty()) backend_.compute(std::span<TensorNode* const>(nodes));

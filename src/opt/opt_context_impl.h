@@ -1,79 +1,61 @@
-// Internal to src/opt: the state of an OptContext (opt_context.cpp builds and
-// runs it; checkpoint.cpp saves and loads it).
+// Internal to src/opt: an OptContext is the composition of three parts, each in
+// its own file: what it measures (loss_metrics.h), the program it runs
+// (step_program.h) and what runs it (graph_runner.h). The Impl holds them with
+// the counters of a run and the data-parallel bookkeeping; opt_context.cpp is
+// the public surface, checkpoint.cpp saves and loads, fit.cpp drives epochs.
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "kiln/ext/alloc.h"
-#include "kiln/ext/sched.h"
 #include "kiln/opt.h"
+#include "opt/graph_runner.h"
+#include "opt/loss_metrics.h"
+#include "opt/step_program.h"
 
 namespace kiln {
 
 struct OptContext::Impl {
   OptConfig cfg;
-  Tensor inputs, labels, outputs, loss, pred, correct;
-  // f32 [8] per param group, written per step; the step nodes read hp_eff
-  // (hp, with the gradient scale times the clipping factor when clipping).
-  std::vector<Tensor> hp, hp_eff;
-  std::vector<std::optional<float>> group_decay;
-  std::vector<size_t> group_of;  // per param
-  Tensor grad_norm;              // f32 [1] (clipping only)
+  LossMetrics lm;
+  StepProgram prog;
+  std::unique_ptr<GraphRunner> runner;
+
   std::vector<Tensor> dropout_seeds;
   int64_t passes = 0;  // training forward passes run (dropout's step seed)
-  std::vector<Tensor> params, grads;
-  std::vector<Tensor> state_a, state_b;  // AdamW: m and v; SGD: momentum buffer (or none), -
-  std::vector<Tensor> steps;             // the optimizer step nodes, one per param
-
-  // One graph holds everything, in execution order: [0, n_fwd) forward,
-  // [n_fwd, n_bwd) backward (ending in the gradient accumulations),
-  // [n_bwd, size) the optimizer steps. With one backend the phases run as
-  // spans of it; with several, through schedulers (graphs below).
-  Graph graph;
-  size_t n_fwd = 0, n_bwd = 0;
-
-  std::unique_ptr<Backend> own_backend;
-  std::vector<Backend*> backends;
-  std::unique_ptr<Buffer> static_buf;  // leaves: params, grads, state, inputs, hp
-  size_t static_bytes = 0;
-  std::unique_ptr<GraphAllocator> galloc;  // one backend: the graph's intermediates
-  MemoryPlan plan;
-  // Several backends: g_eval and g_accum share nodes, so they share one scheduler
-  // (it re-plans only when the phase changes); the step graph reads pre-allocated
-  // tensors only and has a scheduler of its own, so stepping never re-plans.
-  std::unique_ptr<Scheduler> sched, sched_opt;
-  Graph g_eval, g_accum, g_opt;
-
   int64_t B = 0, logical = 0, k = 1;
   int64_t step = 0, epoch = 0, pending = 0;
   int64_t steps_per_epoch = 0, epochs = 0;
   ScheduleFn schedule;
   OptimizerParams last;
 
-  // Data parallelism (cfg.parallel). `ready`: param indices in the order the
-  // backward pass finishes their gradients, `ready_pos[i]` the graph position of
-  // ready[i]'s accumulation; `cuts` from ParallelHook::attach; `notified`: grads
-  // reported ready since the last step; `synced`: params broadcast.
+  // Data parallelism (cfg.parallel): `cuts` from ParallelHook::attach;
+  // `notified`: grads reported ready since the last step; `synced`: params
+  // broadcast.
   ParallelHook* par = nullptr;
-  std::vector<size_t> ready, ready_pos, cuts;
+  std::vector<size_t> cuts;
   size_t notified = 0;
   bool synced = false;
 
-  void build();
-  void collect_params();
-  void build_steps(Context& ctx);
-  void allocate();
-  void run_forward();
-  void run_backward(bool before_step = false);  // forward + backward
+  void attach_parallel();
   void sync_params();
+  void run_forward(bool with_tail = false);
+  void run_backward(bool before_step = false);  // forward + backward
+  void run_step();
+  void zero_grads();
+  double read_scalar(Tensor t) const;
+  void check_trainable() const;
   void write_checkpoint(const std::string& path, bool with_optimizer_state,
                         const std::vector<std::pair<std::string, GgufValue>>& extra) const;
-  void attach_parallel();
-  void run_step();
-  double read_scalar(Tensor t) const;
-  double partial_loss(int64_t samples, int64_t* n_correct) const;
-  void zero_grads();
-  void check_trainable() const;
+
+  int rank() const { return par ? par->rank() : 0; }
+  int world_size() const { return par ? par->size() : 1; }
+};
+
+// What the training layer itself (fit, tests) reads of a context beyond its
+// public surface.
+struct OptContextInternals {
+  static OptContext::Impl& of(OptContext& o) { return *o.impl_; }
+  static const OptContext::Impl& of(const OptContext& o) { return *o.impl_; }
 };
 
 }  // namespace kiln

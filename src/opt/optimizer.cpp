@@ -17,7 +17,7 @@ void check_state(const char* op, const char* what, Tensor param, Tensor t) {
          param.shape().str());
 }
 
-void check_common(const char* op, Tensor param, Tensor grad, Tensor hp) {
+void check_common(const char* op, Tensor param, Tensor grad, Tensor hp, int64_t hp_floats) {
   detail::check_defined(op, {param, grad, hp});
   detail::check_float32(op, "param", param);
   if (param.node()->is_view())
@@ -25,7 +25,8 @@ void check_common(const char* op, Tensor param, Tensor grad, Tensor hp) {
          " is a view; optimizer steps update whole tensors in place");
   check_state(op, "grad", param, grad);
   detail::check_float32(op, "hyper-parameters", hp);
-  if (hp.numel() != 8) fail(op, "hyper-parameters must be f32 [8], got ", hp.shape().str());
+  if (hp.numel() != hp_floats)
+    fail(op, "hyper-parameters must be f32 [", hp_floats, "], got ", hp.shape().str());
 }
 
 Tensor alias_of_param(TensorNode* n, Tensor param) {
@@ -38,24 +39,24 @@ Tensor alias_of_param(TensorNode* n, Tensor param) {
 }  // namespace
 
 Tensor adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp) {
-  const char* op = op_name(Op::OPT_STEP_ADAMW);
-  check_common(op, param, grad, hp);
+  const char* op = op_name(Op::ADAMW_STEP);
+  check_common(op, param, grad, hp, hyper_floats<AdamWHyper>);
   check_state(op, "m", param, m);
   check_state(op, "v", param, v);
   detail::check_same_ctx(op, {param, grad, m, v, hp});
-  TensorNode* n = detail::new_op(Op::OPT_STEP_ADAMW, f32, param.shape(),
+  TensorNode* n = detail::new_op(Op::ADAMW_STEP, f32, param.shape(),
                                  {param.node(), grad.node(), m.node(), v.node(), hp.node()});
   return alias_of_param(n, param);
 }
 
 Tensor sgd_step(Tensor param, Tensor grad, Tensor buf, Tensor hp) {
-  const char* op = op_name(Op::OPT_STEP_SGD);
-  check_common(op, param, grad, hp);
+  const char* op = op_name(Op::SGD_STEP);
+  check_common(op, param, grad, hp, hyper_floats<SgdHyper>);
   if (buf.defined()) check_state(op, "momentum buffer", param, buf);
   detail::check_same_ctx(op, {param, grad, buf, hp});
-  TensorNode* n = buf.defined() ? detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(),
+  TensorNode* n = buf.defined() ? detail::new_op(Op::SGD_STEP, f32, param.shape(),
                                                  {param.node(), grad.node(), buf.node(), hp.node()})
-                                : detail::new_op(Op::OPT_STEP_SGD, f32, param.shape(),
+                                : detail::new_op(Op::SGD_STEP, f32, param.shape(),
                                                  {param.node(), grad.node(), hp.node()});
   return alias_of_param(n, param);
 }
@@ -70,19 +71,33 @@ OptimizerParams& OptimizerParams::set_lr(float lr) {
   return *this;
 }
 
-std::array<float, 8> adamw_hyper(const AdamWParams& p, int64_t t, float gscale) {
+AdamWHyper adamw_hyper(const AdamWParams& p, int64_t t, float grad_scale) {
   if (t < 1) fail("adamw", "step count must be >= 1, got ", t);
   // Bias corrections in double: beta2^t stays accurate for large t.
   const double bc1 = 1.0 / (1.0 - std::pow(double(p.beta1), double(t)));
   const double bc2 = 1.0 / (1.0 - std::pow(double(p.beta2), double(t)));
-  return {p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, float(bc1), float(bc2), gscale};
+  AdamWHyper h;
+  h.lr = p.lr;
+  h.beta1 = p.beta1;
+  h.beta2 = p.beta2;
+  h.eps = p.eps;
+  h.weight_decay = p.weight_decay;
+  h.bias_correction1 = float(bc1);
+  h.bias_correction2 = float(bc2);
+  h.grad_scale = grad_scale;
+  return h;
 }
 
-std::array<float, 8> sgd_hyper(const SgdParams& p, bool first_step, float gscale) {
-  return {p.lr,           p.momentum,
-          p.dampening,    p.nesterov ? 1.0f : 0.0f,
-          p.weight_decay, first_step ? 1.0f : 0.0f,
-          0.0f,           gscale};
+SgdHyper sgd_hyper(const SgdParams& p, bool first_step, float grad_scale) {
+  SgdHyper h;
+  h.lr = p.lr;
+  h.momentum = p.momentum;
+  h.dampening = p.dampening;
+  h.weight_decay = p.weight_decay;
+  h.nesterov = p.nesterov ? 1.0f : 0.0f;
+  h.first_step = first_step ? 1.0f : 0.0f;
+  h.grad_scale = grad_scale;
+  return h;
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// The models the CUDA backend must run entirely on the GPU (issue 8): MNIST fc
-// and cnn as examples/mnist builds them, and a GPT-style transformer block
+// The models the CUDA backend must run entirely on the GPU: MNIST fc and cnn
+// from examples/mnist/model.h, and a GPT-style transformer block
 // (embeddings, layer norm, causal multi-head attention, GELU MLP, tied logits,
 // cross-entropy). Each owns its Context and is trained through an OptContext
 // with AdamW, so its graph holds the forward, backward and optimizer-step nodes.
@@ -12,12 +12,14 @@
 
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
+#include "model.h"  // examples/mnist
 
 namespace kiln::test {
 
 struct TestModel {
   std::string name;
   std::unique_ptr<Context> ctx = std::make_unique<Context>();
+  std::unique_ptr<nn::Module> net;       // the MNIST models' (destroyed before ctx)
   Tensor inputs, outputs, labels, loss;  // loss: LossKind::user models only
   std::vector<Tensor> params, extra_inputs;
 
@@ -71,30 +73,21 @@ struct TestModel {
   }
 };
 
-inline std::unique_ptr<TestModel> mnist_fc(int64_t B = 8) {
+// kiln-mnist's models as examples/mnist/model.h defines them (the one MNIST
+// definition of the example, the benchmarks and these tests).
+inline std::unique_ptr<TestModel> mnist_model(const std::string& kind, int64_t B) {
   auto m = std::make_unique<TestModel>();
-  m->name = "mnist_fc";
-  m->inputs = m->ctx->input(f32, {B, 784}, "images");
-  Tensor w1 = m->param({784, 500}, "fc1.weight"), b1 = m->param({500}, "fc1.bias");
-  Tensor w2 = m->param({500, 10}, "fc2.weight"), b2 = m->param({10}, "fc2.bias");
-  m->outputs = matmul(relu(matmul(m->inputs, w1) + b1), w2) + b2;
+  mnist::Model built = mnist::Model::build(kind, B);
+  m->name = "mnist_" + kind;
+  m->ctx = std::move(built.ctx);
+  m->net = std::move(built.net);
+  m->inputs = built.images;
+  m->outputs = built.logits;
+  m->params = m->net->parameters();
   return m;
 }
-
-inline std::unique_ptr<TestModel> mnist_cnn(int64_t B = 4) {
-  auto m = std::make_unique<TestModel>();
-  m->name = "mnist_cnn";
-  m->inputs = m->ctx->input(f32, {B, 1, 28, 28}, "images");
-  Tensor k1 = m->param({8, 1, 3, 3}, "conv1.weight"), c1 = m->param({8}, "conv1.bias");
-  Tensor k2 = m->param({16, 8, 3, 3}, "conv2.weight"), c2 = m->param({16}, "conv2.bias");
-  Tensor w = m->param({784, 10}, "dense.weight"), b = m->param({10}, "dense.bias");
-  Conv2dOptions pad1;
-  pad1.padding[0] = pad1.padding[1] = 1;
-  Tensor h = max_pool2d(relu(conv2d(m->inputs, k1, c1, pad1)));
-  h = max_pool2d(relu(conv2d(h, k2, c2, pad1)));
-  m->outputs = matmul(h.reshape({B, 784}), w) + b;
-  return m;
-}
+inline std::unique_ptr<TestModel> mnist_fc(int64_t B = 8) { return mnist_model("fc", B); }
+inline std::unique_ptr<TestModel> mnist_cnn(int64_t B = 4) { return mnist_model("cnn", B); }
 
 // One pre-norm transformer block; vocabulary V, context T, width D, H heads.
 inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_t D = 16,

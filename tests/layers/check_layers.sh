@@ -47,7 +47,7 @@ file_layer() {
 # Layer of a public header, by its path under include/kiln/ (-1: unknown).
 public_layer() {
   case "$1" in
-    dtype.h | error.h | tensor.h | context.h | graph.h | ops.h | ops.def) echo 0 ;;
+    dtype.h | error.h | tensor.h | context.h | graph.h | ops.h | ops.def | optim_hyper.h) echo 0 ;;
     ext/tensor_node.h | ext/op_params.h | ext/op_builder.h | ext/rng.h) echo 0 ;;
     backend.h | registry.h | ext/registry.h) echo 1 ;;
     memory_plan.h | ext/alloc.h) echo 2 ;;

@@ -73,10 +73,13 @@ TEST(Checkpoint, ResumeEqualsUninterruptedRun) {
     const auto pa = full.params(), pc = resumed.params();
     for (size_t i = 0; i < pa.size(); ++i)
       EXPECT_EQ(values(pa[i]), values(pc[i])) << optimizer_name(kind) << " " << pa[i].name();
-    auto [ma, va] = a.state(full.w1);
-    auto [mc, vc] = c.state(resumed.w1);
-    EXPECT_EQ(values(ma), values(mc));
-    if (kind == OptimizerType::adamw) EXPECT_EQ(values(va), values(vc));
+    const OptimizerState sa = a.state(full.w1), sc = c.state(resumed.w1);
+    if (kind == OptimizerType::adamw) {
+      EXPECT_EQ(values(sa.m), values(sc.m));
+      EXPECT_EQ(values(sa.v), values(sc.v));
+    } else {
+      EXPECT_EQ(values(sa.buf), values(sc.buf));
+    }
   }
 }
 

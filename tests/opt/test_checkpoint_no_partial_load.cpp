@@ -35,9 +35,9 @@ Snapshot snapshot(const OptContext& opt, const Mlp& mlp) {
   Snapshot s;
   for (const Tensor& p : mlp.params()) {
     s.tensors.push_back(bytes_of(p));
-    auto [m, v] = opt.state(p);
-    s.tensors.push_back(bytes_of(m));
-    s.tensors.push_back(bytes_of(v));
+    const OptimizerState st = opt.state(p);
+    s.tensors.push_back(bytes_of(st.m));
+    s.tensors.push_back(bytes_of(st.v));
   }
   s.step = opt.step();
   s.epoch = opt.epoch();

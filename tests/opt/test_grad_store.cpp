@@ -150,7 +150,7 @@ TEST(GradStore, OneAdamWStepOnTheGatheredStoreIsOneStepOnTheSum) {
     for (size_t i = 0; i < 12; ++i) ASSERT_NEAR(got[i], w[i], 2e-6) << "step " << t << " " << i;
   }
   EXPECT_EQ(opt.steps(), 3);
-  const std::vector<float> mstate = opt.state(m.W).first.get<float>();
+  const std::vector<float> mstate = opt.state(m.W).m.get<float>();
   for (size_t i = 0; i < 12; ++i) EXPECT_NEAR(mstate[i], mw[i], 1e-6);
 }
 

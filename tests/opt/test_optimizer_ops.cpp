@@ -36,7 +36,7 @@ TEST(OptimizerOps, AdamWMatchesTorchOverSteps) {
   const Shape s{6, 17};
   const size_t n = size_t(s.numel());
   Tensor p = ctx.tensor(f32, s, "w"), g = ctx.tensor(f32, s, "g"), m = ctx.tensor(f32, s, "m"),
-         v = ctx.tensor(f32, s, "v"), hp = ctx.tensor(f32, {8}, "hp");
+         v = ctx.tensor(f32, s, "v"), hp = ctx.tensor(f32, {hyper_floats<AdamWHyper>}, "hp");
   Tensor st = adamw_step(p, g, m, v, hp);
   EXPECT_EQ(st.node()->view_src, p.node());
   Graph gr = Graph::forward(st);
@@ -58,7 +58,7 @@ TEST(OptimizerOps, AdamWMatchesTorchOverSteps) {
   for (int t = 1; t <= 6; ++t) {
     std::vector<float> gv = random_vec(n, rng, -2, 2);
     g.set(gv);
-    const auto hv = adamw_hyper(ap, t, gscale);
+    const auto hv = hyper_values(adamw_hyper(ap, t, gscale));
     hp.set(std::span<const float>(hv));
     cpu.compute(gr);
     for (size_t i = 0; i < n; ++i) {  // torch.optim.AdamW, written out
@@ -82,7 +82,7 @@ TEST(OptimizerOps, SgdMatchesTorchOverSteps) {
     const Shape s{33};
     const size_t n = 33;
     Tensor p = ctx.tensor(f32, s, "w"), g = ctx.tensor(f32, s, "g"), b = ctx.tensor(f32, s, "buf"),
-           hp = ctx.tensor(f32, {8}, "hp");
+           hp = ctx.tensor(f32, {hyper_floats<SgdHyper>}, "hp");
     Graph gr = Graph::forward(sgd_step(p, g, b, hp));
     CpuBackend cpu(1);
     auto buf = allocate_tensors(ctx, cpu);
@@ -100,7 +100,7 @@ TEST(OptimizerOps, SgdMatchesTorchOverSteps) {
     for (int t = 0; t < 5; ++t) {
       std::vector<float> gv = random_vec(n, rng, -1, 1);
       g.set(gv);
-      const auto hv = sgd_hyper(sp, t == 0, 1.0f);
+      const auto hv = hyper_values(sgd_hyper(sp, t == 0, 1.0f));
       hp.set(std::span<const float>(hv));
       cpu.compute(gr);
       for (size_t i = 0; i < n; ++i) {  // torch.optim.SGD
@@ -118,7 +118,7 @@ TEST(OptimizerOps, SgdMatchesTorchOverSteps) {
 TEST(OptimizerOps, PlainSgd) {
   Context ctx;
   Tensor p = ctx.tensor(f32, {4}, "w"), g = ctx.tensor(f32, {4}, "g"),
-         hp = ctx.tensor(f32, {8}, "hp");
+         hp = ctx.tensor(f32, {hyper_floats<SgdHyper>}, "hp");
   Graph gr = Graph::forward(sgd_step(p, g, Tensor(), hp));
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
@@ -126,7 +126,7 @@ TEST(OptimizerOps, PlainSgd) {
   g.set({1.0f, -1.0f, 0.5f, 0.0f});
   SgdParams sp;
   sp.lr = 0.5f;
-  const auto hv = sgd_hyper(sp, true, 2.0f);
+  const auto hv = hyper_values(sgd_hyper(sp, true, 2.0f));
   hp.set(std::span<const float>(hv));
   cpu.compute(gr);
   EXPECT_EQ(p.get<float>(), (std::vector<float>{0.0f, 3.0f, 2.5f, 4.0f}));
@@ -134,40 +134,49 @@ TEST(OptimizerOps, PlainSgd) {
 
 TEST(OptimizerOps, HyperParameters) {
   AdamWParams ap;
-  const auto h = adamw_hyper(ap, 1, 0.25f);
-  EXPECT_FLOAT_EQ(h[0], 1e-3f);
-  EXPECT_FLOAT_EQ(h[5], 10.0f);      // 1 / (1 - 0.9)
-  EXPECT_NEAR(h[6], 1000.0f, 0.05);  // 1 / (1 - 0.999f)
-  EXPECT_FLOAT_EQ(h[7], 0.25f);
-  EXPECT_NEAR(adamw_hyper(ap, 100000, 1)[6], 1.0f, 1e-6);
+  const AdamWHyper h = adamw_hyper(ap, 1, 0.25f);
+  EXPECT_FLOAT_EQ(h.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(h.bias_correction1, 10.0f);      // 1 / (1 - 0.9)
+  EXPECT_NEAR(h.bias_correction2, 1000.0f, 0.05);  // 1 / (1 - 0.999f)
+  EXPECT_FLOAT_EQ(h.grad_scale, 0.25f);
+  EXPECT_NEAR(adamw_hyper(ap, 100000, 1).bias_correction2, 1.0f, 1e-6);
   EXPECT_THROW(adamw_hyper(ap, 0, 1), Error);
   SgdParams sp;
   sp.nesterov = true;
-  const auto s = sgd_hyper(sp, true, 1);
-  EXPECT_EQ(s[3], 1.0f);
-  EXPECT_EQ(s[5], 1.0f);
+  const SgdHyper s = sgd_hyper(sp, true, 1);
+  EXPECT_EQ(s.nesterov, 1.0f);
+  EXPECT_EQ(s.first_step, 1.0f);
+  // The tensor holds the struct's fields in order; grad_scale is found by name.
+  const auto v = hyper_values(h);
+  EXPECT_EQ(v.size(), size_t(hyper_floats<AdamWHyper>));
+  EXPECT_EQ(v[size_t(hyper_grad_scale_index<AdamWHyper>())], 0.25f);
+  EXPECT_EQ(hyper_from_values<AdamWHyper>(v.data()).bias_correction1, h.bias_correction1);
+  EXPECT_EQ(hyper_values(s)[size_t(hyper_grad_scale_index<SgdHyper>())], 1.0f);
 }
 
 TEST(OptimizerOps, BuilderErrors) {
   Context ctx;
   Tensor p = ctx.param(f32, {4, 3}, "w"), g = ctx.tensor(f32, {4, 3}), m = ctx.tensor(f32, {4, 3}),
-         v = ctx.tensor(f32, {3, 4}), hp = ctx.tensor(f32, {8}), hp7 = ctx.tensor(f32, {7});
+         v = ctx.tensor(f32, {3, 4}), hp = ctx.tensor(f32, {8}), hp7 = ctx.tensor(f32, {7}),
+         hps = ctx.tensor(f32, {hyper_floats<SgdHyper>});
   EXPECT_EQ(kiln_test::error_message([&] { adamw_step(p, g, m, v, hp); }),
             "[adamw_step] v is [3, 4] but param " + p.label() + " is [4, 3]");
   EXPECT_EQ(kiln_test::error_message([&] { adamw_step(p, g, m, m, hp7); }),
             "[adamw_step] hyper-parameters must be f32 [8], got [7]");
-  EXPECT_THROW(sgd_step(p.T().contiguous(), g, Tensor(), hp), Error);
+  EXPECT_THROW(sgd_step(p.T().contiguous(), g, Tensor(), hps), Error);
+  EXPECT_EQ(kiln_test::error_message([&] { sgd_step(p, g, Tensor(), hp); }),
+            "[sgd_step] hyper-parameters must be f32 [7], got [8]");
   EXPECT_NE(kiln_test::error_message([&] {
-              sgd_step(p.narrow(0, 0, 2), g.narrow(0, 0, 2), Tensor(), hp);
+              sgd_step(p.narrow(0, 0, 2), g.narrow(0, 0, 2), Tensor(), hps);
             }).find("is a view"),
             std::string::npos);
   EXPECT_NE(kiln_test::error_message([&] {
-              sgd_step(p, ctx.tensor(i32, {4, 3}), Tensor(), hp);
+              sgd_step(p, ctx.tensor(i32, {4, 3}), Tensor(), hps);
             }).find("[sgd_step] grad must be f32"),
             std::string::npos);
   // An optimizer step is an in-place op: never on a gradient path.
   Tensor x = ctx.input(f32, {4, 3});
-  Tensor upd = sgd_step(p, g, Tensor(), hp);
+  Tensor upd = sgd_step(p, g, Tensor(), hps);
   Tensor loss = sum(upd * x);
   Graph gr = Graph::forward(loss);
   EXPECT_THROW(gr.backward(loss), Error);

@@ -6,6 +6,7 @@
 // struct its op does not declare stops the program (a library bug, not bad input).
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -13,6 +14,7 @@
 
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
+#include "kiln/optim_hyper.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -93,6 +95,9 @@ struct Conv2dParams {
 struct Pool2dParams {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
 };
+
+// ---- optimizer steps: no op parameters; their per-step values (AdamWHyper,
+// SgdHyper) are user API, in kiln/optim_hyper.h ----
 
 // Which struct each op keeps (NoParams unless listed).
 template <Op>

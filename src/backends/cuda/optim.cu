@@ -15,18 +15,27 @@ namespace kiln::cuda {
 namespace {
 
 // ------------------------------------------------------------------ optimizer steps
-// hp: the 8 f32 hyper-parameters, elements hs bytes apart, read on the device so
-// that a captured graph sees each step's values.
+// hp: the step's values laid out as AdamWHyper / SgdHyper (kiln/ext/op_params.h),
+// elements `stride` bytes apart, read on the device so that a captured graph
+// sees each step's values.
 struct Hp {
   const char* p;
   int64_t stride;
-  __device__ float operator[](int k) const { return ldf(p, k * stride); }
+  template <class H>
+  __device__ H read() const {
+    float v[hyper_floats<H>];
+    for (int64_t k = 0; k < hyper_floats<H>; ++k) v[k] = ldf(p, k * stride);
+    H h;
+    memcpy(&h, v, sizeof(H));
+    return h;
+  }
 };
 
 __global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi, char* v, Idx vi,
                         Hp hp, int64_t n) {
-  const float lr = hp[0], b1 = hp[1], b2 = hp[2], eps = hp[3], wd = hp[4], bc1 = hp[5], bc2 = hp[6],
-              gs = hp[7];
+  const AdamWHyper h = hp.read<AdamWHyper>();
+  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay,
+              bc1 = h.bias_correction1, bc2 = h.bias_correction2, gs = h.grad_scale;
   const float keep = 1.0f - lr * wd, c1 = 1.0f - b1, c2 = 1.0f - b2;
   KILN_GRID_LOOP(i, n) {
     float& p = atf(pd, pi.off(i));
@@ -43,8 +52,10 @@ __global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi
 
 __global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi, Hp hp,
                       int64_t n) {
-  const float lr = hp[0], mu = hp[1], damp = hp[2], wd = hp[4], gs = hp[7];
-  const bool nesterov = hp[3] != 0.0f, first = hp[5] != 0.0f;
+  const SgdHyper h = hp.read<SgdHyper>();
+  const float lr = h.lr, mu = h.momentum, damp = h.dampening, wd = h.weight_decay,
+              gs = h.grad_scale;
+  const bool nesterov = h.nesterov != 0.0f, first = h.first_step != 0.0f;
   const float c = 1.0f - damp;
   KILN_GRID_LOOP(i, n) {
     float& p = atf(pd, pi.off(i));

@@ -13,8 +13,11 @@ namespace {
 
 using X = const std::vector<Tensor>&;
 
-Gen hp_values(const std::array<float, 8>& h) {
-  return gen::values(std::vector<double>(h.begin(), h.end()));
+// The hp input of a step (kiln/ext/op_params.h's layout).
+template <class H>
+Input hp_input(const H& h) {
+  const auto v = hyper_values(h);
+  return in("hp", {hyper_floats<H>}, gen::values(std::vector<double>(v.begin(), v.end())));
 }
 
 // torch.optim.AdamW, step t: decoupled weight decay, bias-corrected moments.
@@ -73,10 +76,9 @@ void add_adamw(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& s
   p.weight_decay = 0.1f;
   const int64_t t = 3;
   const float gscale = 0.5f;
-  std::vector<Input> ins = {in("param", {R, C}), in("grad", {R, C}),
-                            in("m", {R, C}, gen::uniform(-0.1, 0.1)),
-                            in("v", {R, C}, gen::uniform(0.01, 0.5)),
-                            in("hp", {8}, hp_values(adamw_hyper(p, t, gscale)))};
+  std::vector<Input> ins = {
+      in("param", {R, C}), in("grad", {R, C}), in("m", {R, C}, gen::uniform(-0.1, 0.1)),
+      in("v", {R, C}, gen::uniform(0.01, 0.5)), hp_input(adamw_hyper(p, t, gscale))};
   for (Input& x : ins) x.diff = false;
   Case c = make_case(
       "adamw_step" + suffix, {Op::ADAMW_STEP}, ins,
@@ -117,7 +119,7 @@ void add_sgd(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& suf
     const float gscale = 0.25f;
     std::vector<Input> ins = {in("param", {R, C}), with(in("grad", {R, C}), sg.grad_layout)};
     if (sg.buf) ins.push_back(in("buf", {R, C}, gen::uniform(-0.2, 0.2)));
-    ins.push_back(in("hp", {8}, hp_values(sgd_hyper(p, sg.first, gscale))));
+    ins.push_back(hp_input(sgd_hyper(p, sg.first, gscale)));
     for (Input& x : ins) x.diff = false;
     const bool buf = sg.buf;
     Case c = make_case(
@@ -144,7 +146,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
                         with(in("grad", s, gen::uniform(-2, 2)), Layout::transposed),
                         with(in("m", s, gen::uniform(-0.5, 0.5)), Layout::narrowed),
                         with(in("v", s, gen::uniform(0.01, 1.0)), Layout::permuted),
-                        in("hp", {8}, hp_values(adamw_hyper(p, 3, 0.5f)))};
+                        hp_input(adamw_hyper(p, 3, 0.5f))};
   for (Input& x : xs) x.diff = false;
   Case c = make_case("adamw_step_strided_state", {Op::ADAMW_STEP}, xs, adamw, false);
   c.spec = adamw_spec(p, 3, 0.5, false);
@@ -152,7 +154,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
   // A broadcast gradient (stride 0) is read-only: allowed.
   xs = {in("param", s), expanded(in("grad", s, gen::uniform(-2, 2)), Shape{1, s[1]}),
         in("m", s, gen::uniform(-0.5, 0.5)), in("v", s, gen::uniform(0.01, 1.0)),
-        in("hp", {8}, hp_values(adamw_hyper(p, 3, 0.25f)))};
+        hp_input(adamw_hyper(p, 3, 0.25f))};
   for (Input& x : xs) x.diff = false;
   Case b = make_case("adamw_step_bcast_grad", {Op::ADAMW_STEP}, xs, adamw, false);
   b.spec = adamw_spec(p, 3, 0.25, false);
@@ -164,7 +166,7 @@ void add_strided(std::vector<Case>& cs, Sz z) {
   q.nesterov = true;
   xs = {in("param", s), with(in("grad", s, gen::uniform(-2, 2)), Layout::permuted),
         with(in("buf", s, gen::uniform(-1, 1)), Layout::narrowed),
-        in("hp", {8}, hp_values(sgd_hyper(q, false, 0.5f)))};
+        hp_input(sgd_hyper(q, false, 0.5f))};
   for (Input& x : xs) x.diff = false;
   Case n = make_case(
       "sgd_step_nesterov_strided_state", {Op::SGD_STEP}, xs,

@@ -1,5 +1,7 @@
 // Reference: optimizer steps (in place on the param, rewriting the state).
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "ops/reference/reference.h"
 
@@ -7,10 +9,15 @@ namespace kiln::test {
 
 namespace {
 
-const RefValue& hyper(const RefArgs& a) {
+// The step's values (kiln/ext/op_params.h) from the last source.
+template <class H>
+H hyper(const RefArgs& a) {
   const RefValue& hp = a.in(a.n_src - 1);
-  if (hp.numel() != 8) ref_fail(a.node, "hp must have 8 values, has " + hp.shape.str());
-  return hp;
+  if (hp.numel() != hyper_floats<H>)
+    ref_fail(a.node,
+             "hp must have " + std::to_string(hyper_floats<H>) + " values, has " + hp.shape.str());
+  std::vector<float> v(hp.v.begin(), hp.v.end());  // f32 values held as double
+  return hyper_from_values<H>(v.data());
 }
 
 void check_same(const RefArgs& a, const RefValue& x, const char* what) {
@@ -21,16 +28,15 @@ void check_same(const RefArgs& a, const RefValue& x, const char* what) {
 
 }  // namespace
 
-// hp = lr, beta1, beta2, eps, weight_decay, 1/(1-beta1^t), 1/(1-beta2^t), gscale.
 RefValue ref_ADAMW_STEP(const RefArgs& a) {
   if (a.n_src != 5) ref_fail(a.node, "adamw_step has 5 sources");
   const RefValue &p = a.in(0), &g = a.in(1), &m0 = a.in(2), &v0 = a.in(3);
   check_same(a, g, "grad");
   check_same(a, m0, "m");
   check_same(a, v0, "v");
-  const std::vector<double>& h = hyper(a).v;
-  const double lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], wd = h[4], c1 = h[5], c2 = h[6],
-               gs = h[7];
+  const AdamWHyper h = hyper<AdamWHyper>(a);
+  const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay,
+               c1 = h.bias_correction1, c2 = h.bias_correction2, gs = h.grad_scale;
   RefValue r = ref_out(a.node, p.shape), m = m0, v = v0;
   for (size_t k = 0; k < r.v.size(); ++k) {
     const double gk = g.v[k] * gs;
@@ -43,16 +49,16 @@ RefValue ref_ADAMW_STEP(const RefArgs& a) {
   return r;
 }
 
-// hp = lr, momentum, dampening, nesterov, weight_decay, first, -, gscale
-// (PyTorch's SGD); the momentum buffer (src 2) is optional.
+// PyTorch's SGD; the momentum buffer (src 2) is optional.
 RefValue ref_SGD_STEP(const RefArgs& a) {
   if (a.n_src != 3 && a.n_src != 4) ref_fail(a.node, "sgd_step has 3 or 4 sources");
   const RefValue &p = a.in(0), &g = a.in(1);
   check_same(a, g, "grad");
   const bool has_buf = a.n_src == 4;
-  const std::vector<double>& h = hyper(a).v;
-  const double lr = h[0], mu = h[1], damp = h[2], wd = h[4], gs = h[7];
-  const bool nesterov = h[3] != 0, first = h[5] != 0;
+  const SgdHyper h = hyper<SgdHyper>(a);
+  const double lr = h.lr, mu = h.momentum, damp = h.dampening, wd = h.weight_decay,
+               gs = h.grad_scale;
+  const bool nesterov = h.nesterov != 0, first = h.first_step != 0;
   RefValue r = ref_out(a.node, p.shape);
   RefValue buf = has_buf ? a.in(2) : RefValue();
   if (has_buf) check_same(a, buf, "buf");

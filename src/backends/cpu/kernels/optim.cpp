@@ -1,7 +1,8 @@
 // Optimizer steps: ADAMW_STEP and SGD_STEP (see kiln/ops.def). Both
 // update the param (src0, which dst aliases) and their state tensors in place,
-// element by element; the hyper-parameters come from the f32 [8] tensor that is
-// the node's last source, written on the host before each step.
+// element by element; the step's values come from the node's last source, an f32
+// tensor laid out as AdamWHyper / SgdHyper (kiln/ext/op_params.h), written on the
+// host before each step.
 //
 // Elementwise, so any split over threads gives the same bits. AdamW runs in SIMD
 // vectors over contiguous runs (it has a sqrt and a division per element); SGD
@@ -16,15 +17,15 @@ namespace kiln::cpu {
 
 namespace {
 
-// The 8 hyper-parameters (any stride: the hp tensor may be a view).
-struct Hyper {
-  float v[8];
-};
-Hyper read_hyper(const TensorNode* hp) {
-  Hyper h{};
+// The step's values (kiln/ext/op_params.h), gathered from the hp tensor (any
+// stride: it may be a view).
+template <class H>
+H read_hyper(const TensorNode* hp) {
   const int64_t st = hp->shape.ndim() ? hp->stride[hp->shape.ndim() - 1] : 4;
-  for (int k = 0; k < 8; ++k) std::memcpy(&h.v[k], (const char*)hp->data + k * st, 4);
-  return h;
+  float v[hyper_floats<H>];
+  for (int64_t k = 0; k < hyper_floats<H>; ++k)
+    std::memcpy(&v[k], (const char*)hp->data + k * st, 4);
+  return hyper_from_values<H>(v);
 }
 
 inline float& at(char* p, int64_t i, int64_t step) {
@@ -58,10 +59,17 @@ void kernel_ADAMW_STEP(TensorNode* dst, ThreadCtx& t) {
   const int64_t n = p->numel();
   Range r = thread_range(t, n, 8, 16);
   if (r.empty()) return;
-  const Hyper h = read_hyper(dst->src[4]);
-  AdamW a{h.v[0],        h.v[1],       h.v[2], h.v[3],
-          h.v[5],        h.v[6],       h.v[7], 1.0f - h.v[0] * h.v[4],
-          1.0f - h.v[1], 1.0f - h.v[2]};
+  const AdamWHyper h = read_hyper<AdamWHyper>(dst->src[4]);
+  const AdamW a{h.lr,
+                h.beta1,
+                h.beta2,
+                h.eps,
+                h.bias_correction1,
+                h.bias_correction2,
+                h.grad_scale,
+                1.0f - h.lr * h.weight_decay,
+                1.0f - h.beta1,
+                1.0f - h.beta2};
   // dst's data is the param's (an alias): read and write through src0's strides.
   auto L = make_layout<4>(p->shape, {p->stride, g->stride, m->stride, v->stride});
   for_each_run(
@@ -97,9 +105,10 @@ void kernel_SGD_STEP(TensorNode* dst, ThreadCtx& t) {
   const int64_t n = p->numel();
   Range r = thread_range(t, n, 4, 16);
   if (r.empty()) return;
-  const Hyper h = read_hyper(dst->src[dst->n_src - 1]);
-  const float lr = h.v[0], mu = h.v[1], damp = h.v[2], wd = h.v[4], gs = h.v[7];
-  const bool nesterov = h.v[3] != 0.0f, first = h.v[5] != 0.0f;
+  const SgdHyper h = read_hyper<SgdHyper>(dst->src[dst->n_src - 1]);
+  const float lr = h.lr, mu = h.momentum, damp = h.dampening, wd = h.weight_decay,
+              gs = h.grad_scale;
+  const bool nesterov = h.nesterov != 0.0f, first = h.first_step != 0.0f;
   const float c = 1.0f - damp;
   auto L = make_layout<3>(p->shape, {p->stride, g->stride, b->stride});
   for_each_run(L, {(char*)dst->data, (char*)g->data, (char*)b->data}, r.begin, r.end,

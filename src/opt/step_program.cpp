@@ -1,0 +1,193 @@
+// The program of an OptContext (see step_program.h): forward, backward and
+// optimizer nodes in one graph, and the partial-batch tail.
+#include "opt/step_program.h"
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/ext/tensor_node.h"
+#include "kiln/ops.h"
+
+namespace kiln {
+
+void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
+                        bool phase_graphs) {
+  const char* op = "opt";
+  optimizer = cfg.optimizer;
+  graph = Graph::forward(lm.loss);
+  graph.expand(lm.outputs);
+  if (lm.correct.defined()) {
+    graph.expand(lm.pred);
+    graph.expand(lm.correct);
+  }
+  bool uses_inputs = false;
+  for (TensorNode* l : graph.leafs()) uses_inputs |= l == lm.inputs.node();
+  if (!uses_inputs) fail(op, "the loss does not depend on inputs ", lm.inputs.label());
+  if (lm.splittable()) {
+    forward_with_tail = graph;
+    forward_with_tail.expand(lm.partial_loss);
+    if (lm.partial_correct.defined()) forward_with_tail.expand(lm.partial_correct);
+    const auto& all = forward_with_tail.nodes();
+    tail.assign(all.begin() + std::ptrdiff_t(graph.size()), all.end());
+  }
+  if (phase_graphs) g_eval = graph;
+  if (cfg.forward_only) {
+    n_fwd = n_bwd = graph.size();
+    for (TensorNode* l : graph.leafs())
+      if (l->flags & kFlagParam) params.emplace_back(l);
+    if (!cfg.params.empty()) params = cfg.params;
+    else if (cfg.model) params = cfg.model->parameters();
+    state.resize(params.size());
+    return;
+  }
+  if (cfg.checkpointing) auto_checkpoint(graph);
+  graph.backward(lm.loss);
+  n_fwd = graph.n_forward();
+  n_bwd = graph.size();
+  collect_params(cfg);
+  if (phase_graphs) g_accum = graph;
+  build_steps(cfg, schedule, phase_graphs);
+  find_ready_order();
+}
+
+// Params: given (alone or in groups), the model's, or every param with a gradient.
+void StepProgram::collect_params(const OptConfig& cfg) {
+  const char* op = "opt";
+  if (!cfg.params.empty() && !cfg.groups.empty()) fail(op, "give params or groups, not both");
+  std::vector<Tensor> given = cfg.params;
+  if (!cfg.groups.empty()) {
+    for (size_t g = 0; g < cfg.groups.size(); ++g) {
+      if (cfg.groups[g].params.empty()) fail(op, "param group ", g, " is empty");
+      for (const Tensor& p : cfg.groups[g].params) {
+        given.push_back(p);
+        group_of.push_back(g);
+      }
+      group_decay.push_back(cfg.groups[g].weight_decay);
+    }
+  } else if (given.empty() && cfg.model) {
+    given = cfg.model->parameters();
+  }
+  if (given.empty()) {
+    for (TensorNode* l : graph.leafs())
+      if ((l->flags & kFlagParam) && !(l->flags & kFlagGradAcc) && graph.grad(Tensor(l)).defined())
+        params.emplace_back(l);
+  } else {
+    std::unordered_set<const TensorNode*> seen;
+    for (const Tensor& p : given) {
+      if (!p.defined()) fail(op, "a param is an undefined tensor");
+      if (!p.has_flag(kFlagParam))
+        fail(op, "tensor ", p.label(), " is not a param: create it with Context::param");
+      if (!seen.insert(p.node()).second) fail(op, "param ", p.label(), " is listed twice");
+      if (!graph.grad(p).defined())
+        fail(op, "param ", p.label(), " ", p.shape().str(), " does not affect the loss");
+      params.push_back(p);
+    }
+  }
+  if (params.empty()) fail(op, "the loss depends on no param");
+  for (const Tensor& p : params)
+    if (p.dtype() != f32)
+      fail(op, "param ", p.label(), " is ", dtype_name(p.dtype()),
+           ": optimizers update f32 params");
+  if (group_decay.empty()) {
+    group_decay.emplace_back();
+    group_of.assign(params.size(), 0);
+  }
+}
+
+// One hp tensor per group (laid out as AdamWHyper / SgdHyper); with clipping,
+// hp_eff = hp * mask, where the mask is 1 but at grad_scale, which it holds
+// min(1, max/(norm + 1e-6)): the steps' gradient scale includes the factor.
+void StepProgram::build_steps(const OptConfig& cfg, const ScheduleFn& schedule, bool phase_graphs) {
+  if (cfg.clip_grad_norm < 0 || !std::isfinite(cfg.clip_grad_norm))
+    fail("opt", "clip_grad_norm must be >= 0 and finite, got ", cfg.clip_grad_norm);
+  Context& ctx = params[0].ctx();
+  const bool adamw = optimizer == OptimizerType::adamw;
+  const int64_t n_hp = adamw ? hyper_floats<AdamWHyper> : hyper_floats<SgdHyper>;
+  const int64_t i_gs =
+      adamw ? hyper_grad_scale_index<AdamWHyper>() : hyper_grad_scale_index<SgdHyper>();
+  for (size_t g = 0; g < group_decay.size(); ++g) {
+    hp.push_back(ctx.tensor(f32, {n_hp},
+                            group_decay.size() == 1 ? "opt.hp" : "opt.hp." + std::to_string(g)));
+    hp_eff.push_back(hp.back());
+  }
+  for (const Tensor& p : params) grads.push_back(graph.grad(p));
+  if (cfg.clip_grad_norm > 0) {
+    // The gradient the step applies is grad_scale * accumulator.
+    Tensor sq;
+    for (const Tensor& gr : grads) {
+      Tensor s = sum(sqr(gr)).reshape({1});
+      sq = sq.defined() ? sq + s : s;
+    }
+    grad_norm = (sqrt(sq) * hp[0].narrow(0, i_gs, 1)).set_name("opt.grad_norm");
+    detail::set_flags(grad_norm, kFlagOutput);
+    Tensor factor = clamp(full(ctx, {1}, cfg.clip_grad_norm) / (grad_norm + 1e-6f), 0.0f, 1.0f);
+    std::vector<Tensor> parts;
+    if (i_gs > 0) parts.push_back(ones(ctx, {i_gs}));
+    parts.push_back(factor);
+    if (i_gs + 1 < n_hp) parts.push_back(ones(ctx, {n_hp - i_gs - 1}));
+    Tensor mask = parts.size() == 1 ? factor : concat(parts, 0);
+    for (size_t g = 0; g < hp.size(); ++g) hp_eff[g] = hp[g] * mask;
+  }
+  // A momentum buffer only when the schedule's first step uses momentum.
+  const bool momentum = !adamw && schedule(StepInfo{}).sgd.momentum != 0.0f;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor p = params[i];
+    const std::string base = p.name().empty() ? "param" + std::to_string(i) : p.name();
+    Tensor h = hp_eff[group_of[i]];
+    OptimizerState st;
+    Tensor s;
+    if (adamw) {
+      st.m = ctx.tensor(f32, p.shape(), base + ".opt.m");
+      st.v = ctx.tensor(f32, p.shape(), base + ".opt.v");
+      s = adamw_step(p, grads[i], st.m, st.v, h);
+    } else {
+      if (momentum) st.buf = ctx.tensor(f32, p.shape(), base + ".opt.buf");
+      s = sgd_step(p, grads[i], st.buf, h);
+    }
+    state.push_back(st);
+    steps.push_back(s);
+    graph.expand(s);
+    if (phase_graphs) g_opt.expand(s);
+  }
+  if (grad_norm.defined()) {
+    graph.expand(grad_norm);
+    if (phase_graphs) g_opt.expand(grad_norm);
+  }
+}
+
+// The order the backward pass finishes gradients: where each accumulation runs.
+void StepProgram::find_ready_order() {
+  std::unordered_map<const TensorNode*, size_t> index_of;
+  for (size_t i = 0; i < grads.size(); ++i) index_of[grads[i].node()] = i;
+  for (size_t k = n_fwd; k < n_bwd; ++k) {
+    const TensorNode* n = graph.nodes()[k];
+    if (n->op != Op::ACCUMULATE) continue;
+    auto it = index_of.find(n->view_src);
+    if (it == index_of.end()) continue;
+    ready.push_back(it->second);
+    ready_pos.push_back(k);
+  }
+  KILN_ASSERT(ready.size() == grads.size());
+}
+
+void StepProgram::write_hyper(const OptimizerParams& p, int64_t step, float grad_scale) {
+  for (size_t g = 0; g < hp.size(); ++g) {
+    OptimizerParams q = p;
+    if (group_decay[g]) q.adamw.weight_decay = q.sgd.weight_decay = *group_decay[g];
+    if (optimizer == OptimizerType::adamw) {
+      const auto h = hyper_values(adamw_hyper(q.adamw, step + 1, grad_scale));
+      hp[g].set(std::span<const float>(h));
+    } else {
+      const auto h = hyper_values(sgd_hyper(q.sgd, step == 0, grad_scale));
+      hp[g].set(std::span<const float>(h));
+    }
+  }
+}
+
+void StepProgram::zero_grads() {
+  for (Tensor& g : grads) g.fill_zero();
+}
+
+}  // namespace kiln

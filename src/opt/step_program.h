@@ -1,0 +1,59 @@
+// Internal to src/opt: the second part of an OptContext, the program it runs.
+// One graph in execution order: [0, n_fwd) forward, [n_fwd, n_bwd) backward
+// (ending in the gradient accumulations), [n_bwd, size) the optimizer steps
+// (with clipping, the gradient norm first). Besides it, the partial-batch tail
+// (LossMetrics::partial_*) as nodes run after the forward span. The program
+// also owns what the steps read and write: the params, their gradients and
+// optimizer state, and one hyper-parameter tensor per param group.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/opt.h"
+#include "opt/loss_metrics.h"
+
+namespace kiln {
+
+struct StepProgram {
+  Graph graph;
+  size_t n_fwd = 0, n_bwd = 0;
+  // The forward graph followed by the partial-batch tail; tail = its nodes
+  // after the forward ones (empty when the loss cannot be split).
+  Graph forward_with_tail;
+  std::vector<TensorNode*> tail;
+  // The phases as graphs of their own, for schedulers (several backends only):
+  // forward, forward + backward, and the optimizer nodes alone.
+  Graph g_eval, g_accum, g_opt;
+
+  OptimizerType optimizer = OptimizerType::adamw;
+  std::vector<Tensor> params, grads;
+  std::vector<OptimizerState> state;  // per param
+  std::vector<Tensor> steps;          // the optimizer step nodes, one per param
+  // The step's values per param group (AdamWHyper / SgdHyper layout), written
+  // per step; the step nodes read hp_eff (hp, with the gradient scale times the
+  // clipping factor when clipping).
+  std::vector<Tensor> hp, hp_eff;
+  std::vector<std::optional<float>> group_decay;
+  std::vector<size_t> group_of;  // per param
+  Tensor grad_norm;              // f32 [1] (clipping only)
+  // Param indices in the order the backward pass finishes their gradients, and
+  // the graph position of each one's accumulation.
+  std::vector<size_t> ready, ready_pos;
+
+  // Builds the whole program from the loss (and the phase graphs when
+  // `phase_graphs`); `schedule` tells whether SGD keeps a momentum buffer (its
+  // step-0 momentum). Throws kiln::Error "[opt] ...".
+  void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
+             bool phase_graphs);
+  bool trains() const { return n_bwd > n_fwd || !steps.empty(); }
+  // Writes every group's hp tensor for optimizer step `step` (0-based).
+  void write_hyper(const OptimizerParams& p, int64_t step, float grad_scale);
+  void zero_grads();
+
+ private:
+  void collect_params(const OptConfig& cfg);
+  void build_steps(const OptConfig& cfg, const ScheduleFn& schedule, bool phase_graphs);
+  void find_ready_order();
+};
+
+}  // namespace kiln
