@@ -8,10 +8,11 @@
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
 #   4 scheduler     src/sched, kiln/sched.h
 #   5 io            src/io, kiln/{io,safetensors,state_dict}.h
-#   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
-#   7 training      src/opt, kiln/{opt,dataset}.h
-#   8 distributed   src/dist, kiln/dist.h
-#   9 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
+#   6 tokenizer     src/tokenizer, kiln/tokenizer.h (optional: KILN_TOKENIZER)
+#   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
+#   8 training      src/opt, kiln/{opt,dataset}.h
+#   9 distributed   src/dist, kiln/dist.h
+#  10 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
 # A layer's private headers ("core/...", "backends/cpu/...": paths under src/) are
 # for that layer alone. Checks (tests/, bench/) may use everything and are not
 # scanned.
@@ -20,7 +21,7 @@ set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 cd "$root"
 
-names=(core "backend API" allocators backends scheduler io nn training distributed programs)
+names=(core "backend API" allocators backends scheduler io tokenizer nn training distributed programs)
 
 # Layer of a file of the tree (-1: not scanned).
 file_layer() {
@@ -31,11 +32,12 @@ file_layer() {
     src/backends/*) echo 3 ;;
     src/sched/*) echo 4 ;;
     src/io/*) echo 5 ;;
-    src/nn/*) echo 6 ;;
-    src/opt/*) echo 7 ;;
-    src/dist/*) echo 8 ;;
+    src/tokenizer/*) echo 6 ;;
+    src/nn/*) echo 7 ;;
+    src/opt/*) echo 8 ;;
+    src/dist/*) echo 9 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
-    examples/* | tools/*) echo 9 ;;
+    examples/* | tools/*) echo 10 ;;
     *) echo -1 ;;
   esac
 }
@@ -49,10 +51,11 @@ public_layer() {
     cpu.h | blas.h | cuda.h) echo 3 ;;
     sched.h) echo 4 ;;
     io.h | safetensors.h | state_dict.h) echo 5 ;;
-    nn.h | nn/*) echo 6 ;;
-    opt.h | grad_store.h | dataset.h | token_dataset.h) echo 7 ;;
-    dist.h) echo 8 ;;
-    kiln.h) echo 9 ;;
+    tokenizer.h) echo 6 ;;
+    nn.h | nn/*) echo 7 ;;
+    opt.h | grad_store.h | dataset.h | token_dataset.h) echo 8 ;;
+    dist.h) echo 9 ;;
+    kiln.h) echo 10 ;;
     *) echo -1 ;;
   esac
 }
@@ -66,9 +69,10 @@ private_layer() {
     backends/*) echo 3 ;;
     sched/*) echo 4 ;;
     io/*) echo 5 ;;
-    nn/*) echo 6 ;;
-    opt/*) echo 7 ;;
-    dist/*) echo 8 ;;
+    tokenizer/*) echo 6 ;;
+    nn/*) echo 7 ;;
+    opt/*) echo 8 ;;
+    dist/*) echo 9 ;;
     *) echo -1 ;;
   esac
 }
@@ -107,7 +111,7 @@ for f in "${files[@]}"; do
     else
       pl="$(private_layer "$inc")"
       [[ "$pl" == -1 ]] && continue
-      if ((layer == 9)); then
+      if ((layer == 10)); then
         report "$f:$line: ${names[$layer]} include $inc, a private header of ${names[$pl]}: use include/kiln"
       elif ((pl > layer)); then
         report "$f:$line: ${names[$layer]} includes $inc (${names[$pl]}): a layer may use only the layers before it"
