@@ -13,11 +13,12 @@ void MergeTable::build(size_t n) {
   while (cap < n * 2) cap *= 2;
   slots.assign(cap, Slot{});
   mask = cap - 1;
+  shift = 64 - __builtin_ctzll(cap);
 }
 
 void MergeTable::insert(int32_t a, int32_t b, int32_t rank, int32_t id) {
   uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  for (uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask;; i = (i + 1) & mask) {
+  for (uint64_t i = slot_of(key);; i = (i + 1) & mask) {
     Slot& s = slots[i];
     if (s.key == key) return;  // a repeated merge keeps its first (lowest) rank
     if (s.key == ~uint64_t(0)) {
@@ -36,7 +37,7 @@ constexpr size_t kMaxCachedIds = size_t(1) << 22;
 
 struct WordCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> index;
+  FlatMap index;  // word -> (offset into ids) << 32 | count
   std::vector<int32_t> ids;
 };
 
@@ -52,31 +53,32 @@ WordCache& word_cache(uint64_t serial) {
 
 }  // namespace
 
+int32_t Bpe::whole_word(std::string_view piece) const {
+  return int32_t(byte_level ? vocab->get(byte_level_encode(piece)) : vocab->get(piece));
+}
+
 void Bpe::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
-  if (ignore_merges) {
-    auto it = units.find(piece);
-    if (it != units.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
   if (piece.size() >= kMaxCachedWord) {
-    merge_word(piece, out);
+    int32_t id = ignore_merges ? whole_word(piece) : -1;
+    if (id >= 0) out.push_back(id);
+    else merge_word(piece, out);
     return;
   }
   WordCache& c = word_cache(serial);
-  auto it = c.index.find(piece);
-  if (it != c.index.end()) {
-    out.insert(out.end(), c.ids.begin() + it->second.first,
-               c.ids.begin() + it->second.first + it->second.second);
+  int64_t hit = c.index.get(piece);
+  if (hit >= 0) {
+    auto first = c.ids.begin() + (hit >> 32);
+    out.insert(out.end(), first, first + (hit & 0xFFFFFFFF));
     return;
   }
   size_t before = out.size();
-  merge_word(piece, out);
-  auto start = uint32_t(c.ids.size());
+  int32_t id = ignore_merges ? whole_word(piece) : -1;
+  if (id >= 0) out.push_back(id);
+  else merge_word(piece, out);
+  auto start = int64_t(c.ids.size());
   c.ids.insert(c.ids.end(), out.begin() + before, out.end());
-  c.index.emplace(std::string(piece), std::make_pair(start, uint32_t(out.size() - before)));
+  c.index.put(piece, (start << 32) | int64_t(out.size() - before));
 }
 
 void Bpe::merge_word(std::string_view piece, std::vector<int32_t>& out) const {
@@ -97,8 +99,7 @@ void Bpe::merge_word(std::string_view piece, std::vector<int32_t>& out) const {
     if (byte_level) {
       id = byte_id[static_cast<unsigned char>(piece[i])];
     } else {
-      auto it = units.find(piece.substr(i, n));
-      if (it != units.end()) id = it->second;
+      id = int32_t(vocab->get(piece.substr(i, n)));
     }
     if (id < 0 && byte_fallback) {
       bool all = true;

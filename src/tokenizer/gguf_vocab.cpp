@@ -164,16 +164,16 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
                        [&](size_t a, size_t b) { return scores[a] > scores[b]; });
-      tok::StringMap ids;
+      tok::FlatMap ids;
       for (size_t i = 0; i < n; ++i)
-        if (types[i] == kNormal) ids.emplace(tokens[i], int32_t(i));
+        if (types[i] == kNormal) ids.put(tokens[i], int64_t(i), false);
       for (size_t i : order) {
         const std::string& t = tokens[i];
         if (types[i] != kNormal) continue;
         for (size_t cut = tok::utf8_len(static_cast<unsigned char>(t[0])); cut < t.size();
              cut += tok::utf8_len(static_cast<unsigned char>(t[cut])))
-          if (ids.count(std::string_view(t).substr(0, cut)) &&
-              ids.count(std::string_view(t).substr(cut)))
+          if (ids.get(std::string_view(t).substr(0, cut)) >= 0 &&
+              ids.get(std::string_view(t).substr(cut)) >= 0)
             m->merges.emplace_back(t.substr(0, cut), t.substr(cut));
       }
     }
@@ -239,9 +239,8 @@ void Tokenizer::write_gguf_vocab(GgufWriter& w) const {
     // SentencePiece scores: the merge order as descending scores.
     std::vector<float> scores(m.tokens.size(), 0.0f);
     for (size_t r = 0; r < m.merges.size(); ++r) {
-      auto it = m.token_ids.find(m.merges[r].first + m.merges[r].second);
-      if (it != m.token_ids.end() && scores[size_t(it->second)] == 0.0f)
-        scores[size_t(it->second)] = -float(r + 1);
+      int64_t id = m.token_ids.get(m.merges[r].first + m.merges[r].second);
+      if (id >= 0 && scores[size_t(id)] == 0.0f) scores[size_t(id)] = -float(r + 1);
     }
     w.set("tokenizer.ggml.scores", scores);
   }

@@ -11,16 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/flat_map.h"
 #include "tokenizer/regex.h"
 
 namespace kiln::tok {
-
-// Hash for heterogeneous string lookups (string_view without a copy).
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
-using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 // ---- normalizers ----
 struct Normalizer {
@@ -78,11 +72,13 @@ struct MergeTable {
   };
   std::vector<Slot> slots;
   uint64_t mask = 0;
+  int shift = 63;
+  uint64_t slot_of(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
   void build(size_t n);
   void insert(int32_t a, int32_t b, int32_t rank, int32_t id);
   const Slot* find(int32_t a, int32_t b) const {
     uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-    for (uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask;; i = (i + 1) & mask) {
+    for (uint64_t i = slot_of(key);; i = (i + 1) & mask) {
       const Slot& s = slots[i];
       if (s.key == key) return &s;
       if (s.key == ~uint64_t(0)) return nullptr;
@@ -91,10 +87,10 @@ struct MergeTable {
 };
 
 struct Bpe {
-  // Byte-level tokenizers match raw bytes: `units` maps a unit (one byte, or one
-  // UTF-8 character when !byte_level) to its id.
+  // Byte-level tokenizers match raw bytes: a unit is one byte (its id in
+  // byte_id), otherwise one UTF-8 character (its id in vocab).
   bool byte_level = false;
-  StringMap units;                       // unit text -> id (raw bytes when byte_level)
+  const FlatMap* vocab = nullptr;        // token as spelt -> id (the Model's token_ids)
   std::array<int32_t, 256> byte_id;      // byte_level: id of each single byte, -1 if none
   std::array<int32_t, 256> fallback_id;  // byte_fallback: id of <0xXX>, -1 if none
   MergeTable merges;
@@ -104,6 +100,8 @@ struct Bpe {
   // Appends the ids of one pre-tokenized piece.
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
   void merge_word(std::string_view piece, std::vector<int32_t>& out) const;
+  // ignore_merges: the id of the whole piece when it is a token, or -1.
+  int32_t whole_word(std::string_view piece) const;
 };
 
 // ---- added tokens ----
@@ -153,7 +151,7 @@ struct Model {
   std::string source;               // file name for messages
   std::vector<std::string> tokens;  // id -> token as the file spells it ("" for holes)
   std::vector<std::string> bytes;   // byte_level: id -> raw bytes it decodes to
-  StringMap token_ids;              // token (as spelt) -> id, added tokens included
+  FlatMap token_ids;                // token (as spelt) -> id, added tokens included
   std::vector<uint8_t> special;     // id -> special added token
   std::vector<AddedToken> added;
   AddedMatcher added_raw, added_normalized;

@@ -160,9 +160,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
 int64_t Tokenizer::vocab_size() const { return int64_t(m_->tokens.size()); }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  auto it = m_->token_ids.find(token);
-  if (it == m_->token_ids.end()) return std::nullopt;
-  return it->second;
+  int64_t id = m_->token_ids.get(token);
+  if (id < 0) return std::nullopt;
+  return int32_t(id);
 }
 
 const std::string& Tokenizer::id_to_token(int32_t id) const {

@@ -141,14 +141,17 @@ namespace {
 
 struct ByteAlphabet {
   std::array<char32_t, 256> to_char{};
+  std::array<int16_t, 256 + 68> to_byte{};  // the alphabet ends at U+0143
   ByteAlphabet() {
     // Printable Latin-1 bytes stand for themselves; the others (controls, space,
     // 0x7F-0xA0, 0xAD) are moved to U+0100 upwards, in byte order.
+    to_byte.fill(-1);
     char32_t next = 256;
     for (int b = 0; b < 256; ++b) {
       bool printable =
           (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_char[b] = printable ? char32_t(b) : next++;
+      to_byte[to_char[b]] = int16_t(b);
     }
   }
 };
@@ -161,17 +164,7 @@ const ByteAlphabet& alphabet() {
 
 char32_t byte_char(uint8_t b) { return alphabet().to_char[b]; }
 
-int char_byte(char32_t c) {
-  if (c < 256) {
-    bool printable =
-        (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-    return printable ? int(c) : -1;
-  }
-  if (c >= 256 + 68) return -1;
-  for (int b = 0; b < 256; ++b)
-    if (alphabet().to_char[b] == c) return b;
-  return -1;
-}
+int char_byte(char32_t c) { return c < 256 + 68 ? alphabet().to_byte[c] : -1; }
 
 bool byte_level_decode(std::string_view token, std::string& out) {
   if (valid_utf8_prefix(token) != token.size()) return false;

@@ -1,7 +1,8 @@
-// The id tables, BPE units and merge table of a Model, and the matching of
+// The id tables, byte tables and merge table of a Model, and the matching of
 // added tokens in text (leftmost-longest, as Hugging Face tokenizers'
 // AddedVocabulary does, with lstrip / rstrip / single_word).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 
@@ -29,78 +30,79 @@ void build_vocab(Model& m, const std::vector<std::pair<std::string, int64_t>>& v
   size_t n = size_t(max_id + 1);
   m.tokens.assign(n, std::string());
   m.special.assign(n, 0);
-  StringMap spelt;  // the model's own vocabulary, for merges
-  spelt.reserve(vocab.size());
+  // token_ids holds the model's vocabulary while the merges are resolved, and
+  // the added tokens after that.
+  m.token_ids.reserve(vocab.size() + m.added.size());
   for (const auto& [tok, id] : vocab) {
     m.tokens[size_t(id)] = tok;
-    spelt.emplace(tok, int32_t(id));
-    m.token_ids.emplace(tok, int32_t(id));
+    m.token_ids.put(tok, id, false);
   }
-  for (const AddedToken& a : m.added) {
-    m.tokens[size_t(a.id)] = a.content;
-    m.token_ids[a.content] = a.id;
-    if (a.special) m.special[size_t(a.id)] = 1;
-  }
+  const FlatMap& spelt = m.token_ids;
 
   Bpe& b = m.bpe;
   static std::atomic<uint64_t> serials{0};
   b.serial = ++serials;
+  b.vocab = &m.token_ids;
   b.byte_id.fill(-1);
   b.fallback_id.fill(-1);
-  b.units.reserve(vocab.size());
   if (b.byte_level) {
     // Byte-level tokens are spelt in GPT-2's byte alphabet; kiln matches the raw
     // bytes they stand for, so the text is never mapped to that alphabet.
     m.bytes.assign(n, std::string());
-    for (const auto& [tok, id] : vocab) {
-      std::string raw;
-      if (byte_level_decode(tok, raw)) {
-        b.units.emplace(raw, int32_t(id));
-        m.bytes[size_t(id)] = std::move(raw);
-      } else {
-        m.bytes[size_t(id)] = tok;
-      }
-    }
-    for (const AddedToken& a : m.added) {
-      // Decoded as the reference does: through the alphabet when every character
-      // is in it, otherwise as the content's own bytes.
-      std::string raw;
-      m.bytes[size_t(a.id)] = byte_level_decode(a.content, raw) ? raw : a.content;
-    }
+    for (const auto& [tok, id] : vocab)
+      if (!byte_level_decode(tok, m.bytes[size_t(id)])) m.bytes[size_t(id)] = tok;
     for (int c = 0; c < 256; ++c) {
-      auto it = b.units.find(std::string_view(reinterpret_cast<const char*>(&c), 1));
-      if (it != b.units.end()) b.byte_id[size_t(c)] = it->second;
+      b.byte_id[size_t(c)] = int32_t(spelt.get(byte_level_encode(std::string(1, char(c)))));
     }
-  } else {
-    for (const auto& [tok, id] : vocab) b.units.emplace(tok, int32_t(id));
   }
   for (int c = 0; c < 256; ++c) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", c);
-    auto it = spelt.find(std::string_view(name));
-    if (it != spelt.end()) b.fallback_id[size_t(c)] = it->second;
+    b.fallback_id[size_t(c)] = int32_t(spelt.get(name));
+  }
+  b.merges.build(m.merges.size());
+  // Three lookups per merge, each a likely cache miss in a large vocabulary:
+  // hashed and prefetched a block ahead.
+  constexpr size_t kBlock = 32;
+  std::vector<std::string> joined(kBlock);
+  std::array<uint64_t, 3 * kBlock> h;
+  for (size_t r0 = 0; r0 < m.merges.size(); r0 += kBlock) {
+    size_t n = std::min(kBlock, m.merges.size() - r0);
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [l, rt] = m.merges[r0 + k];
+      joined[k].assign(l).append(rt);
+      h[3 * k] = hash_bytes(l);
+      h[3 * k + 1] = hash_bytes(rt);
+      h[3 * k + 2] = hash_bytes(joined[k]);
+      for (int q = 0; q < 3; ++q) spelt.prefetch(h[3 * k + q]);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [l, rt] = m.merges[r0 + k];
+      int64_t il = spelt.get(l, h[3 * k]), ir = spelt.get(rt, h[3 * k + 1]),
+              ij = spelt.get(joined[k], h[3 * k + 2]);
+      if (il < 0 || ir < 0 || ij < 0)
+        fail("tokenizer", m.source, ": merge number ", r0 + k + 1, " '", l, " ", rt, "': '",
+             il < 0   ? l
+             : ir < 0 ? rt
+                      : joined[k],
+             "' is not in the vocabulary");
+      b.merges.insert(int32_t(il), int32_t(ir), int32_t(r0 + k), int32_t(ij));
+    }
+  }
+  for (const AddedToken& a : m.added) {
+    m.tokens[size_t(a.id)] = a.content;
+    m.token_ids.put(a.content, a.id);
+    if (a.special) m.special[size_t(a.id)] = 1;
+    // Decoded as the reference does: through the byte alphabet when every
+    // character is in it, otherwise as the content's own bytes.
+    if (b.byte_level && !byte_level_decode(a.content, m.bytes[size_t(a.id)]))
+      m.bytes[size_t(a.id)] = a.content;
   }
   b.unk_id = -1;
   if (!unk.empty()) {
-    auto it = m.token_ids.find(unk);
-    if (it == m.token_ids.end())
-      fail("tokenizer", m.source, ": unk_token '", unk, "' is not in the vocabulary");
-    b.unk_id = it->second;
-  }
-  b.merges.build(m.merges.size());
-  std::string joined;
-  for (size_t r = 0; r < m.merges.size(); ++r) {
-    const auto& [l, rt] = m.merges[r];
-    auto il = spelt.find(l), ir = spelt.find(rt);
-    joined = l + rt;
-    auto ij = spelt.find(joined);
-    if (il == spelt.end() || ir == spelt.end() || ij == spelt.end())
-      fail("tokenizer", m.source, ": merge number ", r + 1, " '", l, " ", rt, "': '",
-           il == spelt.end()   ? l
-           : ir == spelt.end() ? rt
-                               : joined,
-           "' is not in the vocabulary");
-    b.merges.insert(il->second, ir->second, int32_t(r), ij->second);
+    int64_t id = m.token_ids.get(unk);
+    if (id < 0) fail("tokenizer", m.source, ": unk_token '", unk, "' is not in the vocabulary");
+    b.unk_id = int32_t(id);
   }
   m.finish();
 }
