@@ -95,8 +95,11 @@ void build_vocab(Model& m, const std::vector<std::pair<std::string, int64_t>>& v
     if (a.special) m.special[size_t(a.id)] = 1;
     // Decoded as the reference does: through the byte alphabet when every
     // character is in it, otherwise as the content's own bytes.
-    if (b.byte_level && !byte_level_decode(a.content, m.bytes[size_t(a.id)]))
-      m.bytes[size_t(a.id)] = a.content;
+    if (b.byte_level) {
+      std::string& raw = m.bytes[size_t(a.id)];
+      raw.clear();
+      if (!byte_level_decode(a.content, raw)) raw = a.content;
+    }
   }
   b.unk_id = -1;
   if (!unk.empty()) {
