@@ -7,8 +7,8 @@
 namespace lm {
 
 struct Command {
-  CLI::App* app = nullptr;    // the subcommand, for parsed()
-  std::function<int()> run;   // exit status: 0 ok, 1 kiln::Error (on stderr)
+  CLI::App* app = nullptr;   // the subcommand, for parsed()
+  std::function<int()> run;  // exit status: 0 ok, 1 kiln::Error (on stderr)
 };
 
 Command add_tokenize(CLI::App& app);  // tokenize.cpp

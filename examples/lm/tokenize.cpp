@@ -50,7 +50,8 @@ std::vector<std::string> documents(const std::string& path) {
 }
 
 kiln::Tokenizer load(const std::string& path) {
-  if (fs::path(path).extension() == ".gguf") return kiln::Tokenizer::from_gguf(kiln::GgufFile(path));
+  if (fs::path(path).extension() == ".gguf")
+    return kiln::Tokenizer::from_gguf(kiln::GgufFile(path));
   return kiln::Tokenizer::load(path);
 }
 
@@ -77,9 +78,12 @@ int run(const TokenizeOptions& o) {
   } else {
     std::printf("%zu\n", n);
   }
-  std::fprintf(stderr, "%zu tokens from %zu bytes (%zu document%s) in %.3f s: %.1f MB/s on %d thread%s; load %.0f ms\n",
-               n, bytes, docs.size(), docs.size() == 1 ? "" : "s", s, s > 0 ? double(bytes) / s / 1e6 : 0.0,
-               o.threads, o.threads == 1 ? "" : "s", load_s * 1e3);
+  std::fprintf(stderr,
+               "%zu tokens from %zu bytes (%zu document%s) in %.3f s: %.1f MB/s on %d thread%s; "
+               "load %.0f ms\n",
+               n, bytes, docs.size(), docs.size() == 1 ? "" : "s", s,
+               s > 0 ? double(bytes) / s / 1e6 : 0.0, o.threads, o.threads == 1 ? "" : "s",
+               load_s * 1e3);
   return 0;
 }
 
@@ -88,10 +92,13 @@ int run(const TokenizeOptions& o) {
 Command add_tokenize(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* s = app.add_subcommand("tokenize", "token ids of a text, or their count");
-  s->add_option("--tokenizer", o->tokenizer, "tokenizer.json, a directory holding it, or a .gguf file")->required();
+  s->add_option("--tokenizer", o->tokenizer,
+                "tokenizer.json, a directory holding it, or a .gguf file")
+      ->required();
   s->add_option("--text", o->text, "a text file, or a directory of *.txt documents")->required();
   s->add_flag("--ids", o->ids, "print the ids, one a line, instead of their count");
-  s->add_flag("--no-special", o->no_special, "without the special tokens the post-processor adds (BOS)");
+  s->add_flag("--no-special", o->no_special,
+              "without the special tokens the post-processor adds (BOS)");
   s->add_option("--threads", o->threads, "threads (documents are encoded in parallel)")
       ->check(CLI::Range(1, 1024));
   return {s, [o] { return run(*o); }};

@@ -111,8 +111,8 @@ TEST(TokenizerIds, SpecialIdsOfEachModel) {
 TEST(TokenizerIds, BatchEqualsOneByOne) {
   kiln::Tokenizer tok = kiln::Tokenizer::load(tokenizer_dir("llama3"));
   std::vector<std::string> texts;
-  for (auto& [file, unused] : kiln_test::expected("llama3")["texts"].items())
-    texts.push_back(kiln_test::text(file));
+  auto exp = kiln_test::expected("llama3");  // items() must not outlive it
+  for (auto& [file, unused] : exp["texts"].items()) texts.push_back(kiln_test::text(file));
   for (int threads : {1, 3}) {
     auto batch = tok.encode_batch(texts, true, threads);
     ASSERT_EQ(batch.size(), texts.size());
