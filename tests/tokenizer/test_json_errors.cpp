@@ -117,3 +117,65 @@ TEST(TokenizerJson, RefusesBrokenFiles) {
 }
 
 }  // namespace
+
+namespace {
+
+// Pieces a pre-tokenizer makes, read back through a vocabulary of single
+// characters where every merge joins a whole piece: ids of "a", "▁", ",", ...
+std::vector<std::string> pieces(const std::string& pre, const std::string& text) {
+  // Each character of the text is a token; decode each id back to see the pieces
+  // through a decoder-free byte-level-free model with no merges.
+  std::string vocab = R"({"a": 0, "b": 1, ",": 2, " ": 3, "1": 4, "2": 5, "\u2581": 6, "!": 7})";
+  kiln::Tokenizer t =
+      kiln::Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": )" + vocab +
+                                 R"(, "merges": []}, "pre_tokenizer": )" + pre + "}");
+  std::vector<std::string> out;
+  for (int32_t id : t.encode(text)) out.push_back(t.id_to_token(id));
+  return out;
+}
+
+}  // namespace
+
+TEST(TokenizerJson, MetaspacePrependSchemes) {
+  using V = std::vector<std::string>;
+  const std::string m = "\xE2\x96\x81";
+  EXPECT_EQ(pieces(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always"})",
+                   "a b"),
+            (V{m, "a", m, "b"}));
+  EXPECT_EQ(
+      pieces(R"({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never"})", "a b"),
+      (V{"a", m, "b"}));
+  // "first": only the text's first section gets the prefix, not the one after an added token.
+  std::string j =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "\u2581": 1, "\u2581a": 2}, "merges": ["\u2581 a"]},
+    "added_tokens": [{"id": 3, "content": "<x>", "special": true}],
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}})";
+  kiln::Tokenizer t = kiln::Tokenizer::from_json(j);
+  EXPECT_EQ(t.encode("a<x>a"), (std::vector<int32_t>{2, 3, 0}));
+}
+
+TEST(TokenizerJson, PunctuationAndWhitespace) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces(R"({"type": "Punctuation", "behavior": "Isolated"})", "ab,!"),
+            (V{"a", "b", ",", "!"}));
+  EXPECT_EQ(pieces(R"({"type": "Punctuation", "behavior": "Removed"})", "ab,!"), (V{"a", "b"}));
+  EXPECT_EQ(pieces(R"({"type": "Whitespace"})", "ab , 12"), (V{"a", "b", ",", "1", "2"}));
+  EXPECT_EQ(pieces(R"({"type": "WhitespaceSplit"})", " a  b "), (V{"a", "b"}));
+  EXPECT_EQ(pieces(R"({"type": "Digits", "individual_digits": false})", "a12"), (V{"a", "1", "2"}));
+}
+
+TEST(TokenizerJson, ByteFallbackDecodesBytesAndMarksBadOnes) {
+  std::string j =
+      R"({"model": {"type": "BPE", "vocab": {"<unk>": 0, "a": 1, "<0xC3>": 2, "<0xA9>": 3, "<0xFF>": 4},
+    "merges": [], "unk_token": "<unk>", "byte_fallback": true},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]}})";
+  kiln::Tokenizer t = kiln::Tokenizer::from_json(j);
+  EXPECT_EQ(t.encode("a\xC3\xA9"),
+            (std::vector<int32_t>{1, 2, 3}));  // é is not a token: its bytes are
+  EXPECT_EQ(t.encode("\xE4\xB8\xAD"),
+            (std::vector<int32_t>{0}));  // 中: a byte has no token -> <unk>
+  EXPECT_EQ(t.decode(std::vector<int32_t>{1, 2, 3}), "a\xC3\xA9");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{2, 4, 1}),
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "a");  // one U+FFFD per bad byte
+}
