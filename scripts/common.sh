@@ -54,6 +54,9 @@ missing_packages() {
   have_header CLI/CLI.hpp || pkgs+=(libcli11-dev)
   # JSON of safetensors headers (src/io only, header-only, build time).
   have_header nlohmann/json.hpp || pkgs+=(nlohmann-json3-dev)
+  # kiln::Tokenizer (src/tokenizer): regexes (PCRE2 with JIT), Unicode normalization.
+  have_header pcre2.h || pkgs+=(libpcre2-dev)
+  have_header utf8proc.h || pkgs+=(libutf8proc-dev)
   # Open MPI: data-parallel training (src/dist) and its multi-process tests.
   have_header openmpi/mpi.h || pkgs+=(libopenmpi-dev)
   have mpirun || pkgs+=(openmpi-bin)

@@ -28,3 +28,6 @@
 #if defined(KILN_HAVE_CUDA)
 #include "kiln/cuda.h"
 #endif
+#if defined(KILN_HAVE_TOKENIZER)
+#include "kiln/tokenizer.h"
+#endif

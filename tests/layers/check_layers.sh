@@ -2,16 +2,18 @@
 # The layer check (a ctest test, see tests/CMakeLists.txt): every #include of
 # kiln's sources goes the right way. Layers, in order; each may use only the
 # layers before it (docs/design.md, "Layers"):
-#   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,ops,op_params}.h, ops.def, detail/
-#   1 backend API   src/backend, kiln/{backend,registry}.h
-#   2 allocators    src/alloc, kiln/ext/alloc.h
+#   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,ops,optim_hyper}.h,
+#                   ops.def, kiln/ext/{tensor_node,op_params,op_builder,rng}.h
+#   1 backend API   src/backend, kiln/{backend,registry}.h, kiln/ext/registry.h
+#   2 allocators    src/alloc, kiln/memory_plan.h, kiln/ext/alloc.h
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
 #   4 scheduler     src/sched, kiln/ext/sched.h
 #   5 io            src/io, kiln/{io,safetensors,state_dict}.h
-#   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
-#   7 training      src/opt, kiln/{opt,dataset}.h
-#   8 distributed   src/dist, kiln/dist.h
-#   9 programs      examples/ (user API only; kiln/kiln.h includes all of it)
+#   6 tokenizer     src/tokenizer, kiln/tokenizer.h (optional: KILN_TOKENIZER)
+#   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
+#   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset}.h
+#   9 distributed   src/dist, kiln/dist.h
+#  10 programs      examples/ (user API only; kiln/kiln.h includes all of it)
 # Headers are user API (include/kiln/*.h) or extension API (include/kiln/ext/*.h:
 # tensor metadata, op parameters and builders, allocators, the scheduler,
 # registering backends). User headers and programs must not include extension
@@ -24,7 +26,8 @@ set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 cd "$root"
 
-names=(core "backend API" allocators backends scheduler io nn training distributed programs)
+names=(core "backend API" allocators backends scheduler io tokenizer nn training distributed programs)
+programs_layer=$((${#names[@]} - 1))
 
 # Layer of a file of the tree (-1: not scanned).
 file_layer() {
@@ -35,11 +38,12 @@ file_layer() {
     src/backends/*) echo 3 ;;
     src/sched/*) echo 4 ;;
     src/io/*) echo 5 ;;
-    src/nn/*) echo 6 ;;
-    src/opt/*) echo 7 ;;
-    src/dist/*) echo 8 ;;
+    src/tokenizer/*) echo 6 ;;
+    src/nn/*) echo 7 ;;
+    src/opt/*) echo 8 ;;
+    src/dist/*) echo 9 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
-    examples/*) echo 9 ;;
+    examples/*) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac
 }
@@ -54,10 +58,11 @@ public_layer() {
     cpu.h | blas.h | cuda.h) echo 3 ;;
     ext/sched.h) echo 4 ;;
     io.h | safetensors.h | state_dict.h) echo 5 ;;
-    nn.h | nn/*) echo 6 ;;
-    opt.h | grad_store.h | dataset.h | token_dataset.h) echo 7 ;;
-    dist.h) echo 8 ;;
-    kiln.h) echo 9 ;;
+    tokenizer.h) echo 6 ;;
+    nn.h | nn/*) echo 7 ;;
+    opt.h | grad_store.h | dataset.h | token_dataset.h) echo 8 ;;
+    dist.h) echo 9 ;;
+    kiln.h) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac
 }
@@ -71,9 +76,10 @@ private_layer() {
     backends/*) echo 3 ;;
     sched/*) echo 4 ;;
     io/*) echo 5 ;;
-    nn/*) echo 6 ;;
-    opt/*) echo 7 ;;
-    dist/*) echo 8 ;;
+    tokenizer/*) echo 6 ;;
+    nn/*) echo 7 ;;
+    opt/*) echo 8 ;;
+    dist/*) echo 9 ;;
     *) echo -1 ;;
   esac
 }
@@ -100,7 +106,7 @@ for f in "${files[@]}"; do
   while IFS=: read -r line inc; do
     inc="${inc#*\"}"
     inc="${inc%%\"*}"
-    if [[ "$inc" == kiln/ext/* && ( "$layer" == 9 || ( "$f" == include/kiln/* && "$f" != include/kiln/ext/* ) ) ]]; then
+    if [[ "$inc" == kiln/ext/* && ( "$layer" == "$programs_layer" || ( "$f" == include/kiln/* && "$f" != include/kiln/ext/* ) ) ]]; then
       report "$f:$line: includes $inc, an extension header: user headers and programs use the user API (include/kiln/*.h) only"
     fi
     if [[ "$inc" == kiln/* ]]; then
@@ -115,7 +121,7 @@ for f in "${files[@]}"; do
     else
       pl="$(private_layer "$inc")"
       [[ "$pl" == -1 ]] && continue
-      if ((layer == 9)); then
+      if ((layer == programs_layer)); then
         report "$f:$line: ${names[$layer]} include $inc, a private header of ${names[$pl]}: use include/kiln"
       elif ((pl > layer)); then
         report "$f:$line: ${names[$layer]} includes $inc (${names[$pl]}): a layer may use only the layers before it"

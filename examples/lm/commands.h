@@ -1,0 +1,16 @@
+// kiln-lm's subcommands: each file adds one to the command line and returns
+// what runs it, so main.cpp stays a dispatcher.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace lm {
+
+struct Command {
+  CLI::App* app = nullptr;   // the subcommand, for parsed()
+  std::function<int()> run;  // exit status: 0 ok, 1 kiln::Error (on stderr)
+};
+
+Command add_tokenize(CLI::App& app);  // tokenize.cpp
+
+}  // namespace lm

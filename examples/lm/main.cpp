@@ -1,0 +1,28 @@
+// kiln-lm: language-model tools on kiln. Subcommands (one file each):
+//   kiln-lm tokenize --tokenizer FILE|DIR --text FILE|DIR [--ids] [--threads N]
+// Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
+// command line.
+#include <cstdio>
+#include <vector>
+
+#include "commands.h"
+#include "kiln/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md)"};
+  app.require_subcommand(1);
+  std::vector<lm::Command> commands = {lm::add_tokenize(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (const lm::Command& c : commands)
+      if (c.app->parsed()) return c.run();
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln-lm: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
