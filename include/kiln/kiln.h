@@ -10,6 +10,7 @@
 #include "kiln/grad_store.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/models.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/opt.h"

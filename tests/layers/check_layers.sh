@@ -11,7 +11,8 @@
 #   6 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   7 training      src/opt, kiln/{opt,dataset}.h
 #   8 distributed   src/dist, kiln/dist.h
-#   9 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
+#   9 models        src/models, kiln/models.h
+#  10 programs      examples/, tools/ (public headers only; kiln/kiln.h includes all)
 # A layer's private headers ("core/...", "backends/cpu/...": paths under src/) are
 # for that layer alone. Checks (tests/, bench/) may use everything and are not
 # scanned.
@@ -20,7 +21,7 @@ set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 cd "$root"
 
-names=(core "backend API" allocators backends scheduler io nn training distributed programs)
+names=(core "backend API" allocators backends scheduler io nn training distributed models programs)
 
 # Layer of a file of the tree (-1: not scanned).
 file_layer() {
@@ -34,8 +35,9 @@ file_layer() {
     src/nn/*) echo 6 ;;
     src/opt/*) echo 7 ;;
     src/dist/*) echo 8 ;;
+    src/models/*) echo 9 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
-    examples/* | tools/*) echo 9 ;;
+    examples/* | tools/*) echo 10 ;;
     *) echo -1 ;;
   esac
 }
@@ -52,7 +54,8 @@ public_layer() {
     nn.h | nn/*) echo 6 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h) echo 7 ;;
     dist.h) echo 8 ;;
-    kiln.h) echo 9 ;;
+    models.h) echo 9 ;;
+    kiln.h) echo 10 ;;
     *) echo -1 ;;
   esac
 }
@@ -69,6 +72,7 @@ private_layer() {
     nn/*) echo 6 ;;
     opt/*) echo 7 ;;
     dist/*) echo 8 ;;
+    models/*) echo 9 ;;
     *) echo -1 ;;
   esac
 }
@@ -107,7 +111,7 @@ for f in "${files[@]}"; do
     else
       pl="$(private_layer "$inc")"
       [[ "$pl" == -1 ]] && continue
-      if ((layer == 9)); then
+      if ((layer == 10)); then
         report "$f:$line: ${names[$layer]} include $inc, a private header of ${names[$pl]}: use include/kiln"
       elif ((pl > layer)); then
         report "$f:$line: ${names[$layer]} includes $inc (${names[$pl]}): a layer may use only the layers before it"

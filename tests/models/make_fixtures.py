@@ -282,7 +282,10 @@ LLAMA_BASE = {
 def variant(**kw):
     c = dict(LLAMA_BASE)
     c.update(kw)
-    return c
+    # As the hub's configs: Mistral and Qwen2 have no bias fields, Qwen3 no mlp_bias.
+    drop = {"mistral": ("attention_bias", "mlp_bias"), "qwen2": ("attention_bias", "mlp_bias"),
+            "qwen3": ("mlp_bias",)}.get(c["model_type"], ())
+    return {k: v for k, v in c.items() if k not in drop}
 
 
 FIXTURES = [
