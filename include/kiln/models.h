@@ -54,6 +54,9 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
+  // Per-frequency divisors of the inverse frequencies, as GGUF files store Llama
+  // 3's scaling (the rope_freqs tensor); empty: none. Exclusive with rope_scaling.
+  std::vector<float> rope_freq_factors;
   bool qkv_bias = false;  // q_proj, k_proj, v_proj have biases (Qwen2, attention_bias)
   bool o_bias = false;    // o_proj has a bias (attention_bias)
   bool mlp_bias = false;
@@ -173,6 +176,21 @@ std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const 
 // Loads the weights of `dir` into an allocated model (what load_pretrained does
 // after building it).
 void load_weights(CausalLM& model, const std::string& dir);
+
+// GGUF files in llama.cpp's conventions: tensor names (token_embd.weight,
+// blk.N.attn_q.weight, ...), metadata keys (general.architecture, llama.block_count,
+// llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
+// "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
+// head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
+// rope_freqs tensor. F32, F16 and BF16 tensors, converted to f32. Errors:
+// kiln::Error "[models] <file>: ..." naming the key or tensor.
+std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
+                                    const ModelOptions& opt = {});
+// The ModelConfig a GGUF file's metadata (and rope_freqs tensor) describes.
+ModelConfig read_gguf_config(const std::string& path);
+// Writes `model` (f32 tensors) with llama.cpp's names and metadata, atomically.
+// No tokenizer metadata is written (kiln has no tokenizer yet).
+void save_gguf(const CausalLM& model, const std::string& path);
 
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
 // model.safetensors in f32), each file atomically; creates `dir` if needed.

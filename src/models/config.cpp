@@ -272,6 +272,9 @@ std::string config_json(const ModelConfig& cfg) {
   const GenerationConfig& g = cfg.generation;
   if (cfg.llama) {
     const LlamaConfig& c = *cfg.llama;
+    if (!c.rope_freq_factors.empty())
+      fail("models", "config_json: RoPE frequency factors (a GGUF file's rope_freqs) have no ",
+           "config.json form; only llama3 rope_scaling parameters do");
     static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
                                                             {"mistral", "MistralForCausalLM"},
                                                             {"qwen2", "Qwen2ForCausalLM"},

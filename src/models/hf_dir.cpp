@@ -11,6 +11,7 @@
 
 #include "kiln/models.h"
 #include "kiln/safetensors.h"
+#include "models/convert.h"
 
 namespace kiln::models {
 namespace {
@@ -83,22 +84,6 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-std::vector<float> to_f32(const std::vector<uint8_t>& bytes, const std::string& dtype) {
-  std::vector<float> out;
-  if (dtype == "F32") {
-    out.resize(bytes.size() / 4);
-    std::memcpy(out.data(), bytes.data(), out.size() * 4);
-    return out;
-  }
-  out.resize(bytes.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, bytes.data() + 2 * i, 2);
-    out[i] = dtype == "F16" ? f16_to_f32(h) : bf16_to_f32(h);
-  }
-  return out;
-}
-
 int64_t peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -145,7 +130,7 @@ void load_weights(CausalLM& model, const std::string& dir) {
   for (auto& [param, loc] : plan) {
     const std::vector<uint8_t> raw = loc.file->read_bytes(loc.info->name);
     bytes += int64_t(raw.size());
-    param.set(to_f32(raw, loc.info->file_dtype));
+    param.set(detail::to_f32(raw, loc.info->dtype));
   }
   model.load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

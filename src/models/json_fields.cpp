@@ -62,6 +62,7 @@ int64_t Fields::integer(const std::string& key, int64_t fallback) {
 }
 
 int64_t Fields::positive(const std::string& key, int64_t fallback) {
+  if (!has(key) && fallback <= 0) fail_field(key, "is missing (it has no default)");
   const int64_t v = integer(key, fallback);
   if (v <= 0) fail_field(key, "must be positive, got " + std::to_string(v));
   return v;

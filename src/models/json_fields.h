@@ -30,7 +30,8 @@ class Fields {
   const Json& get(const std::string& key);
 
   int64_t integer(const std::string& key, int64_t fallback);
-  int64_t positive(const std::string& key, int64_t fallback);  // > 0 (fallback when absent)
+  // > 0; fallback when absent (a fallback <= 0: the field is required).
+  int64_t positive(const std::string& key, int64_t fallback);
   double number(const std::string& key, double fallback);
   bool boolean(const std::string& key, bool fallback);
   std::string string(const std::string& key, const std::string& fallback);

@@ -10,6 +10,13 @@ std::vector<double> rope_inv_freq(const LlamaConfig& c) {
   std::vector<double> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv[size_t(i)] = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim));
+  if (!c.rope_freq_factors.empty()) {
+    if (c.rope_freq_factors.size() != inv.size())
+      fail("models", "rope_freqs has ", c.rope_freq_factors.size(), " factors but head_dim ",
+           c.head_dim, " needs ", inv.size());
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= double(c.rope_freq_factors[i]);
+    return inv;
+  }
   if (!c.rope_scaling) return inv;
   // Llama 3: wavelengths longer than the original context / low_freq_factor are
   // stretched by `factor`, those shorter than original / high_freq_factor kept,

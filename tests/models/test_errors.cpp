@@ -106,6 +106,12 @@ TEST(ModelErrors, UnsupportedValuesAreNamed) {
   }
 }
 
+TEST(ModelErrors, MissingRequiredField) {
+  Broken b("qwen3_qknorm_f16");
+  b.edit("config.json", "\"hidden_size\": 32,", "");
+  EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"config.json", "'hidden_size'", "missing"}));
+}
+
 TEST(ModelErrors, InvalidJson) {
   Broken b("gpt2");
   b.edit("config.json", "}", "");
