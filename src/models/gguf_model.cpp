@@ -220,7 +220,6 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   GgufFile f(path);
   const ModelConfig cfg = config_from(f);
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
-  model->allocate(backend);
   const bool gpt2 = bool(cfg.gpt2);
   // Check every tensor before writing any.
   struct Item {
@@ -254,6 +253,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     if (!used.count(t.name))
       fail("models", path, ": tensor '", t.name, "' is not part of the ", arch_of(cfg),
            " model the metadata describes");
+  model->allocate(backend);  // only once the file fits the model
   int64_t bytes = 0;
   for (Item& it : plan) {
     const std::vector<uint8_t> raw = f.read_bytes(it.info->name);

@@ -90,9 +90,10 @@ int64_t peak_rss_bytes() {
   return int64_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-}  // namespace
-
-void load_weights(CausalLM& model, const std::string& dir) {
+// Checks every tensor against the model, then (after allocating the model on
+// `backend`, when given) reads them: a file that does not fit the config is
+// reported before anything is allocated for it.
+void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
   const auto t0 = std::chrono::steady_clock::now();
   Weights w = open_weights(dir);
   const std::string config = (fs::path(dir) / "config.json").string();
@@ -117,8 +118,6 @@ void load_weights(CausalLM& model, const std::string& dir) {
     if (!same)
       fail("models", loc.file->path(), ": tensor '", ti.name, "' is ", dims_str(ti.dims), " but ",
            config, " implies ", want.str());
-    if (!param.has_data())
-      fail("models", "load_weights: param '", name, "' has no memory: call allocate(backend)");
     used[ti.name] = true;
     plan.emplace_back(param, loc);
   }
@@ -126,6 +125,11 @@ void load_weights(CausalLM& model, const std::string& dir) {
     if (!used.count(name) && !model.ignorable_tensor(name))
       fail("models", loc.file->path(), ": tensor '", name, "' is not part of the model ", config,
            " describes (model_type '", model.config().model_type, "')");
+  if (backend) model.allocate(*backend);
+  for (auto& [param, loc] : plan)
+    if (!param.has_data())
+      fail("models", "load_weights: param '", param.name(),
+           "' has no memory: call allocate(backend)");
   int64_t bytes = 0;
   for (auto& [param, loc] : plan) {
     const std::vector<uint8_t> raw = loc.file->read_bytes(loc.info->name);
@@ -138,6 +142,10 @@ void load_weights(CausalLM& model, const std::string& dir) {
   model.load_stats.peak_rss_bytes = peak_rss_bytes();
 }
 
+}  // namespace
+
+void load_weights(CausalLM& model, const std::string& dir) { load_into(model, dir, nullptr); }
+
 std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
                                           const ModelOptions& opt) {
   if (!fs::is_directory(dir)) fail("models", dir, ": not a directory");
@@ -145,8 +153,7 @@ std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const 
   const std::string gen = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen)) parse_generation_config(slurp(gen), gen, cfg.generation);
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
-  model->allocate(backend);
-  load_weights(*model, dir);
+  load_into(*model, dir, &backend);
   return model;
 }
 

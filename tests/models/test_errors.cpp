@@ -126,6 +126,22 @@ TEST(ModelErrors, ShapeThatDisagreesWithTheConfig) {
                                    "[48, 32]", "[40, 32]", "config.json"}));
 }
 
+// The files are checked against the config before any memory is allocated for
+// the model: a config asking for 10^11 embeddings fails on the shape, not on
+// a 12 TB allocation.
+TEST(ModelErrors, ShapesAreCheckedBeforeAllocating) {
+  Broken b("mistral_swa");
+  b.edit("config.json", "\"vocab_size\": 96", "\"vocab_size\": 100000000000");
+  EXPECT_TRUE(kiln_test::is_error(b.load(), "models",
+                                  {"'model.embed_tokens.weight'", "[100000000000, 32]"}));
+}
+
+TEST(ModelErrors, LoadWeightsNeedsAllocatedParams) {
+  Context ctx;
+  auto model = models::make_model(ctx, models::read_config(fixture_dir("gpt2") + "/config.json"));
+  EXPECT_KILN_ERROR(models::load_weights(*model, fixture_dir("gpt2")), "models", "allocate");
+}
+
 TEST(ModelErrors, MissingTensor) {
   Broken b("mistral_swa");
   b.edit("config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
