@@ -182,7 +182,8 @@ void load_weights(CausalLM& model, const std::string& dir);
 // llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
 // "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
 // head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
-// rope_freqs tensor. F32, F16 and BF16 tensors, converted to f32. Errors:
+// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32, Q8_0 and
+// Q4_0 tensors dequantized to f32 (load_gguf; save_gguf writes f32). Errors:
 // kiln::Error "[models] <file>: ..." naming the key or tensor.
 std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
                                     const ModelOptions& opt = {});

@@ -191,7 +191,7 @@ ModelConfig config_from(const GgufFile& f) {
     c.mlp_bias = f.find_tensor("blk.0.ffn_gate.bias") != nullptr;
     c.qk_norm = arch == "qwen3";
     if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) {
-      if (rf->dtype != f32 || rf->shape.numel() != c.head_dim / 2)
+      if (rf->dtype != f32 || rf->quantized() || rf->shape.numel() != c.head_dim / 2)
         fail("models", f.path(), ": tensor 'rope_freqs.weight' must be f32 [", c.head_dim / 2,
              "], got ", dtype_name(rf->dtype), " ", rf->shape.str());
       c.rope_freq_factors = detail::to_f32(f.read_bytes("rope_freqs.weight"), f32);
@@ -237,8 +237,9 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     if (!ti)
       fail("models", path, ": tensor '", gname, "' (", name,
            ") is missing: the file's metadata describes a model that has it");
-    if (ti->dtype == i32)
-      fail("models", path, ": tensor '", gname, "' is i32; kiln loads f32, f16 and bf16 weights");
+    if (ti->dtype == i32 && !ti->quantized())
+      fail("models", path, ": tensor '", gname,
+           "' is i32; kiln loads f32, f16, bf16, Q8_0 and Q4_0 weights");
     int64_t heads = 0;
     const Layout lay = layout_of(name, cfg, &heads);
     Shape want = param.shape();
@@ -258,7 +259,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   for (Item& it : plan) {
     const std::vector<uint8_t> raw = f.read_bytes(it.info->name);
     bytes += int64_t(raw.size());
-    std::vector<float> v = detail::to_f32(raw, it.info->dtype);
+    std::vector<float> v = gguf_dequantize(*it.info, raw);  // f32, f16, bf16, Q8_0, Q4_0
     const Shape& s = it.info->shape;
     if (it.layout == Layout::rope_pairs) v = reorder_rope_rows(v, it.heads, s[0], false);
     if (it.layout == Layout::transposed) v = transpose(v, s[0], s[1]);
