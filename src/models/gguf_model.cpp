@@ -183,6 +183,9 @@ ModelConfig config_from(const GgufFile& f) {
            ".attention.value_length' differs from key_length: not supported");
     c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-5);
     c.rope_theta = m.number("rope.freq_base", 10000.0);
+    if (const GgufValue* st = m.find("rope.scaling.type"); st && st->as_string() != "none")
+      fail("models", f.path(), ": metadata '", arch, ".rope.scaling.type' is '", st->as_string(),
+           "', which kiln does not support (Llama 3's scaling comes as the rope_freqs tensor)");
     c.sliding_window = m.integer("attention.sliding_window", 0);
     c.model_type = arch == "llama" && c.sliding_window > 0 ? "mistral" : arch;
     c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;

@@ -67,6 +67,29 @@ TEST(ModelGgufErrors, UnsupportedMetadataIsNamed) {
   EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"model.gguf", "'llama.expert_count'"}));
 }
 
+TEST(ModelGgufErrors, RopeScalingTypeOtherThanNone) {
+  BrokenGguf b("mistral_swa", keep_all);
+  GgufFile f(b.path);
+  for (const char* type : {"none", "yarn"}) {
+    GgufWriter w;
+    for (const auto& [k, v] : f.metadata()) w.set(k, v);
+    w.set("llama.rope.scaling.type", type);
+    for (const GgufTensorInfo& t : f.tensors())
+      w.add_tensor_data(t.name, t.dtype, t.shape, f.read_bytes(t.name));
+    w.save(b.tmp.file(std::string(type) + ".gguf"));
+    Context ctx;
+    CpuBackend cpu(1);
+    const std::string msg = kiln_test::error_message(
+        [&] { models::load_gguf(ctx, cpu, b.tmp.file(std::string(type) + ".gguf")); });
+    if (std::string(type) == "none") {
+      EXPECT_EQ(msg, "<no exception>");
+    } else {
+      EXPECT_TRUE(
+          kiln_test::is_error(msg, "models", {"yarn.gguf", "llama.rope.scaling.type", "'yarn'"}));
+    }
+  }
+}
+
 TEST(ModelGgufErrors, MissingMetadata) {
   BrokenGguf b("qwen2_bias",
                [](const std::string& k, GgufValue&) { return k != "qwen2.block_count"; });
