@@ -132,9 +132,12 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
            "' has no memory: call allocate(backend)");
   int64_t bytes = 0;
   for (auto& [param, loc] : plan) {
-    const std::vector<uint8_t> raw = loc.file->read_bytes(loc.info->name);
-    bytes += int64_t(raw.size());
-    param.set(detail::to_f32(raw, loc.info->dtype));
+    bytes += int64_t(loc.info->nbytes);
+    if (loc.info->dtype == f32) {
+      loc.file->read(loc.info->name, param);  // straight into the param's memory
+    } else {
+      param.set(detail::to_f32(loc.file->read_bytes(loc.info->name), loc.info->dtype));
+    }
   }
   model.load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
