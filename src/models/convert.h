@@ -1,6 +1,8 @@
-// Host-side conversions of stored weights (f16/bf16 -> f32) shared by the
-// Hugging Face and GGUF loaders.
+// Shared by the Hugging Face and GGUF loaders: host-side conversion of stored
+// weights (f16/bf16 -> f32) and the peak RSS they report.
 #pragma once
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -24,6 +26,13 @@ inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType stored
     out[i] = stored == f16 ? f16_to_f32(h) : bf16_to_f32(h);
   }
   return out;
+}
+
+// The process's peak resident set so far, in bytes.
+inline int64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace kiln::models::detail

@@ -271,6 +271,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   model->load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model->load_stats.bytes_read = bytes;
+  model->load_stats.peak_rss_bytes = detail::peak_rss_bytes();
   return model;
 }
 

@@ -1,7 +1,5 @@
 // Hugging Face model directories: load_pretrained / load_weights (config.json,
 // generation_config.json, single or sharded safetensors) and save_pretrained.
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -84,12 +82,6 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-int64_t peak_rss_bytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return int64_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
 // Checks every tensor against the model, then (after allocating the model on
 // `backend`, when given) reads them: a file that does not fit the config is
 // reported before anything is allocated for it.
@@ -142,7 +134,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
   model.load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model.load_stats.bytes_read = bytes;
-  model.load_stats.peak_rss_bytes = peak_rss_bytes();
+  model.load_stats.peak_rss_bytes = detail::peak_rss_bytes();
 }
 
 }  // namespace

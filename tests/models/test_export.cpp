@@ -41,6 +41,8 @@ TEST_P(ModelExport, GgufRoundTrip) {
   Expected e(GetParam());
   EXPECT_LT(rel_error(run_logits(ctx, *back, e), e.floats("logits")), 1e-4);
   EXPECT_EQ(back->config().model_type, model->config().model_type);
+  EXPECT_GT(back->load_stats.bytes_read, 0);
+  EXPECT_GT(back->load_stats.peak_rss_bytes, 0);
   for (const auto& [n, p] : model->named_parameters())
     EXPECT_EQ(p.get<float>(), back->parameter(n).get<float>()) << n;
 }
