@@ -1,5 +1,8 @@
 // A training step through the loaded models: the cross-entropy loss and the
 // gradients of named parameters equal the PyTorch reference's (float64).
+#include <fstream>
+#include <iterator>
+
 #include "models_test_util.h"
 
 namespace kiln::test {
@@ -98,6 +101,64 @@ TEST_P(ModelFit, OptContextLowersTheLoss) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelFit,
                          ::testing::Values("llama3_gqa", "qwen3_qknorm_f16", "mistral_swa",
                                            "gpt2"));
+
+}  // namespace
+}  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+// Dropout from the config (GPT-2's three; attention_dropout with Mistral's
+// window, which takes the composite attention) acts in training graphs only.
+TEST(ModelDropout, OnlyInTrainingGraphs) {
+  struct Case {
+    const char* fixture;
+    std::vector<std::pair<std::string, std::string>> edits;
+  };
+  const Case cases[] = {
+      {"gpt2",
+       {{"\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1"},
+        {"\"embd_pdrop\": 0.0", "\"embd_pdrop\": 0.1"},
+        {"\"attn_pdrop\": 0.0", "\"attn_pdrop\": 0.1"}}},
+      {"mistral_swa", {{"\"attention_dropout\": 0.0", "\"attention_dropout\": 0.1"}}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = fixture_dir(c.fixture);
+    std::ifstream in(dir + "/config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    for (const auto& [from, to] : c.edits) {
+      const size_t at = text.find(from);
+      ASSERT_NE(at, std::string::npos) << from;
+      text.replace(at, from.size(), to);
+    }
+    models::ModelConfig cfg = models::parse_config(text);
+    Context ctx;
+    CpuBackend cpu(1);
+    auto model = models::make_model(ctx, cfg);
+    model->allocate(cpu);
+    models::load_weights(*model, dir);
+    Expected e(c.fixture);
+    // Evaluation: no dropout, the reference's logits.
+    EXPECT_LT(rel_error(run_logits(ctx, *model, e), e.floats("logits")), 1e-4) << c.fixture;
+    // Training: masks drop some activations.
+    model->train();
+    const std::vector<int64_t> d = e.dims("input_ids");
+    Tensor ids = ctx.input(i32, {d[0], d[1]}, "ids_train");
+    Tensor logits = (*model)(ids);
+    Graph g = Graph::forward(logits);
+    int masks = 0;
+    for (const TensorNode* n : g.nodes()) masks += n->op == Op::RAND_MASK;
+    EXPECT_GE(masks, 1) << c.fixture;
+    GraphAllocator galloc(cpu.buffer_type());
+    galloc.alloc(g);
+    model->set_dropout_step(3);
+    ids.set(e.ints("input_ids"));
+    cpu.compute(g);
+    const std::vector<float> train = logits.get<float>();
+    for (float v : train) ASSERT_TRUE(std::isfinite(v)) << c.fixture;
+    EXPECT_GT(rel_error(train, e.floats("logits")), 1e-3) << c.fixture;
+  }
+}
 
 }  // namespace
 }  // namespace kiln::test
