@@ -12,9 +12,11 @@
 //   f.load(fc1_weight);                 // by name; dtype and shape are checked
 //
 // Shapes are kiln's (outermost first); GGUF stores dims innermost first and the
-// conversion happens here. Tensor types: f32, f16, bf16, i32. Every count, length
-// and offset of a file is checked against its size before anything is allocated:
-// a corrupt or truncated file throws kiln::Error("[gguf] <file>: ...").
+// conversion happens here. Tensor types: f32, f16, bf16, i32, and the
+// block-quantized Q8_0 and Q4_0 (read as bytes, dequantized by gguf_dequantize).
+// Every count, length and offset of a file is checked against its size before
+// anything is allocated: a corrupt or truncated file throws
+// kiln::Error("[gguf] <file>: ...").
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -133,6 +135,11 @@ class GgufWriter {
   // Raw data (contiguous, kiln shape order); copied.
   void add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
                        std::span<const uint8_t> bytes);
+  // Block-quantized data of ggml type `ggml_type` (Q8_0 = 8, Q4_0 = 2): blocks of
+  // 32 values along the innermost dim of `shape` (a multiple of 32), as ggml
+  // lays them out; copied.
+  void add_tensor_quantized(const std::string& name, uint32_t ggml_type, const Shape& shape,
+                            std::span<const uint8_t> blocks);
   size_t n_tensors() const { return tensors_.size(); }
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
 
@@ -151,6 +158,7 @@ class GgufWriter {
     Shape shape;
     Tensor tensor;               // when set, data comes from here at save()
     std::vector<uint8_t> bytes;  // otherwise from here
+    uint32_t quant_type = 0;     // a block-quantized ggml type, or 0 (then dtype's)
   };
   uint32_t alignment() const;
   std::vector<std::pair<std::string, GgufValue>> kv_;
@@ -161,12 +169,21 @@ class GgufWriter {
 // A tensor described in a GGUF file.
 struct GgufTensorInfo {
   std::string name;
-  DType dtype = DType::f32;
-  uint32_t ggml_type = 0;  // the file's type number
-  Shape shape;             // kiln order (outermost first)
-  uint64_t offset = 0;     // absolute byte offset of the data in the file
+  DType dtype = DType::f32;  // f32 for quantized tensors (what they dequantize to)
+  uint32_t ggml_type = 0;    // the file's type number
+  // "Q8_0" or "Q4_0" for block-quantized data (blocks of 32 values along the
+  // innermost dim; see gguf_dequantize); empty for f32, f16, bf16 and i32.
+  std::string quant;
+  bool quantized() const { return !quant.empty(); }
+  Shape shape;          // kiln order (outermost first)
+  uint64_t offset = 0;  // absolute byte offset of the data in the file
   uint64_t nbytes = 0;
 };
+
+// The values of a tensor's data as stored (GgufFile::read_bytes) as f32: f32,
+// f16, bf16, and the block-quantized Q8_0 and Q4_0 (dequantized as ggml does).
+// kiln::Error when the byte count does not fit the tensor or the type is i32.
+std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint8_t> bytes);
 
 // A parsed GGUF file. The constructor reads and validates the header, metadata and
 // tensor descriptors (not the tensor data); the file stays open for load().

@@ -14,6 +14,7 @@
 #include "kiln/graph.h"
 #include "kiln/io.h"
 #include "kiln/memory_plan.h"
+#include "kiln/models.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/opt.h"

@@ -120,7 +120,8 @@ class Module {
   // zero-filled buffer of `backend`, owned by this module (call on the root).
   // Params that already have memory keep it. Graphs and OptContexts built
   // later leave these params where they are, so they all share the weights.
-  void allocate(Backend& backend);
+  // Virtual so that a model with constant tables (kiln::models) places them too.
+  virtual void allocate(Backend& backend);
   // Re-initialises every param of the tree with each layer's default init
   // (reset_parameters). Each module's seed is derived from `seed` and its path,
   // so a layer's values depend on its name, not on how many layers came first.

@@ -46,6 +46,22 @@ inline uint32_t ggml_type_of(DType t) {
   return kGgmlF32;
 }
 
+// Block-quantized ggml types kiln reads (and dequantizes to f32): `elems`
+// values per block of `bytes` bytes, blocks along the innermost dim.
+inline constexpr uint32_t kGgmlQ4_0 = 2;  // f16 scale d, 16 bytes of 4-bit q: x = (q - 8) d
+inline constexpr uint32_t kGgmlQ8_0 = 8;  // f16 scale d, 32 int8 q: x = q d
+struct BlockType {
+  const char* name;
+  uint64_t elems, bytes;
+};
+inline std::optional<BlockType> block_type(uint32_t t) {
+  switch (t) {
+    case kGgmlQ4_0: return BlockType{"Q4_0", 32, 18};
+    case kGgmlQ8_0: return BlockType{"Q8_0", 32, 34};
+    default: return std::nullopt;
+  }
+}
+
 inline std::optional<DType> dtype_of_ggml(uint32_t t) {
   switch (t) {
     case kGgmlF32: return DType::f32;

@@ -228,10 +228,19 @@ void GgufFile::parse() {
     for (uint32_t d = 0; d < nd; ++d) dims[d] = c.u64(what + " dims");
     t.ggml_type = c.u32(what + " type");
     std::optional<DType> dt = gguf::dtype_of_ggml(t.ggml_type);
-    if (!dt)
+    const std::optional<gguf::BlockType> block = gguf::block_type(t.ggml_type);
+    if (!dt && !block)
       c.corrupt(what, " has ggml type ", t.ggml_type,
-                ", which kiln does not read (f32=0, f16=1, i32=26, bf16=30)");
-    t.dtype = *dt;
+                ", which kiln does not read (f32=0, f16=1, Q4_0=2, Q8_0=8, i32=26, bf16=30)");
+    t.dtype = dt ? *dt : DType::f32;
+    if (block) {
+      t.quant = block->name;
+      if (nd == 0 || dims[0] % block->elems != 0)
+        c.corrupt(what, " is ", block->name, " but its innermost dim (", nd ? dims[0] : uint64_t(0),
+                  ") is not a multiple of the block size ", block->elems);
+    }
+    // Bytes per element for the overflow checks; quantized data takes fewer.
+    const uint64_t esize = block ? 2 : uint64_t(dtype_size(t.dtype));
     t.offset = c.u64(what + " offset");
     // Sizes: every partial product of the dims, in any order, and its size in
     // bytes must fit in int64 (Shape::numel and byte strides multiply them). A
@@ -243,12 +252,11 @@ void GgufFile::parse() {
       numel *= dims[d];  // cannot overflow when the product of the non-zero dims does not
       if (dims[d] == 0) continue;
       if (__builtin_mul_overflow(nonzero, dims[d], &nonzero) ||
-          __builtin_mul_overflow(nonzero, uint64_t(dtype_size(t.dtype)), &t.nbytes) ||
-          t.nbytes > max)
+          __builtin_mul_overflow(nonzero, esize, &t.nbytes) || t.nbytes > max)
         c.corrupt(what, " has dims too large: their product overflows 64 bits (dim ", d, " is ",
                   dims[d], ")");
     }
-    t.nbytes = numel * uint64_t(dtype_size(t.dtype));
+    t.nbytes = block ? numel / block->elems * block->bytes : numel * esize;
     if (t.nbytes > file_size_)
       c.corrupt(what, " has ", numel, " elements, more than the file (", file_size_,
                 " bytes) can hold");
@@ -334,6 +342,10 @@ void GgufFile::check_load(Tensor t, std::string_view name) const {
   if (!t.defined()) fail("gguf", path_, ": load of '", name, "' into an undefined tensor");
   const GgufTensorInfo& info = tensor_info(name);
   const std::string target = "target " + t.label();
+  if (info.quantized())
+    fail("gguf", path_, ": tensor '", info.name, "' is ", info.quant,
+         " (block-quantized): kiln does not load quantized data into a tensor; ",
+         "read_bytes() and gguf_dequantize() give its values");
   if (info.dtype != t.dtype() || !same_shape(info.shape, t.shape()))
     fail("gguf", path_, ": tensor '", info.name, "' is ", dtype_name(info.dtype), " ",
          info.shape.str(), " in the file but ", target, " is ", dtype_name(t.dtype()), " ",

@@ -78,3 +78,8 @@ write("gguf", "tensors.gguf", gguf(
     [("f32", 0, [4], struct.pack("<4f", 1, 2, 3, 4)), ("f16", 1, [2, 1], struct.pack("<2H", 0x3C00, 0x4000)),
      ("i32", 26, [1, 1, 3], struct.pack("<3i", -1, 0, 1)), ("bf16", 30, [2], struct.pack("<2H", 0x3F80, 0)),
      ("zero", 0, [0, 3], b"")]))
+# ggml's block-quantized types: Q8_0 (f16 scale, 32 int8) and Q4_0 (f16 scale, 16 bytes of nibbles).
+write("gguf", "quantized.gguf", gguf(
+    [("general.architecture", 8, gstr("llama"))],
+    [("q8", 8, [32, 2], (struct.pack("<H", 0x3C00) + bytes(range(32))) * 2),
+     ("q4", 2, [64], (struct.pack("<H", 0x3800) + bytes(range(0, 256, 16))) * 2)]))

@@ -13,7 +13,8 @@
 #   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset}.h
 #   9 distributed   src/dist, kiln/dist.h
-#  10 programs      examples/ (user API only; kiln/kiln.h includes all of it)
+#  10 models       src/models, kiln/models.h
+#  11 programs      examples/ (user API only; kiln/kiln.h includes all of it)
 # Headers are user API (include/kiln/*.h) or extension API (include/kiln/ext/*.h:
 # tensor metadata, op parameters and builders, allocators, the scheduler,
 # registering backends). User headers and programs must not include extension
@@ -26,7 +27,7 @@ set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 cd "$root"
 
-names=(core "backend API" allocators backends scheduler io tokenizer nn training distributed programs)
+names=(core "backend API" allocators backends scheduler io tokenizer nn training distributed models programs)
 programs_layer=$((${#names[@]} - 1))
 
 # Layer of a file of the tree (-1: not scanned).
@@ -42,6 +43,7 @@ file_layer() {
     src/nn/*) echo 7 ;;
     src/opt/*) echo 8 ;;
     src/dist/*) echo 9 ;;
+    src/models/*) echo 10 ;;
     include/kiln/*) public_layer "${1#include/kiln/}" ;;
     examples/*) echo "$programs_layer" ;;
     *) echo -1 ;;
@@ -62,6 +64,7 @@ public_layer() {
     nn.h | nn/*) echo 7 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h) echo 8 ;;
     dist.h) echo 9 ;;
+    models.h) echo 10 ;;
     kiln.h) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac
@@ -80,6 +83,7 @@ private_layer() {
     nn/*) echo 7 ;;
     opt/*) echo 8 ;;
     dist/*) echo 9 ;;
+    models/*) echo 10 ;;
     *) echo -1 ;;
   esac
 }

@@ -1,0 +1,200 @@
+// kiln::models (docs/models.md): pretrained architectures on kiln::nn modules,
+// loaded from Hugging Face model directories.
+//
+//   kiln::Context ctx;
+//   kiln::CpuBackend cpu;
+//   auto model = kiln::models::load_pretrained(ctx, cpu, "path/to/Llama-3.2-1B");
+//   kiln::Tensor ids = ctx.input(kiln::i32, {1, 12}, "input_ids");
+//   kiln::Tensor logits = (*model)(ids);            // f32 [1, 12, vocab]
+//   kiln::Graph g = kiln::Graph::forward(logits);   // then allocate and compute as usual
+//
+// Architectures: the Llama family as one configurable model (model_type llama,
+// mistral, qwen2, qwen3: RMSNorm, RoPE with llama3 frequency scaling, SwiGLU,
+// grouped- and multi-query attention, tied or untied head, attention biases,
+// per-head q/k RMSNorm, a sliding window) and GPT-2. Parameter names are Hugging
+// Face's ("model.layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight"), so
+// a state dict maps 1:1 to the files. The models are ordinary nn::Modules: the
+// same graph trains (gradients reach every parameter).
+//
+// Every field of config.json is either used, known to be harmless (listed in
+// src/models/config.cpp), or an error naming it: kiln never runs a model whose
+// config asks for something it silently does not do.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/backend.h"
+#include "kiln/nn.h"
+
+namespace kiln::models {
+
+// Llama 3's rescaling of RoPE frequencies ("rope_type": "llama3").
+struct RopeScaling {
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// The Llama family (model_type llama, mistral, qwen2, qwen3), HF's field names.
+struct LlamaConfig {
+  std::string model_type = "llama";
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // < heads: grouped-query; 1: multi-query
+  int64_t head_dim = 0;             // hidden_size / heads unless the config sets it
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<RopeScaling> rope_scaling;
+  // Per-frequency divisors of the inverse frequencies, as GGUF files store Llama
+  // 3's scaling (the rope_freqs tensor); empty: none. Exclusive with rope_scaling.
+  std::vector<float> rope_freq_factors;
+  bool qkv_bias = false;  // q_proj, k_proj, v_proj have biases (Qwen2, attention_bias)
+  bool o_bias = false;    // o_proj has a bias (attention_bias)
+  bool mlp_bias = false;
+  bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3)
+  bool tie_word_embeddings = false;
+  int64_t sliding_window = 0;  // > 0: a query sees its last sliding_window keys (itself included)
+  float attention_dropout = 0.0f;
+};
+
+struct Gpt2Config {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_inner = 0;    // 0: 4 * n_embd
+  bool gelu_tanh = true;  // activation_function gelu_new (tanh) or gelu (erf)
+  double layer_norm_epsilon = 1e-5;
+  float resid_pdrop = 0.1f, embd_pdrop = 0.1f, attn_pdrop = 0.1f;
+};
+
+// Token ids the generation side needs (config.json, then generation_config.json).
+struct GenerationConfig {
+  std::vector<int64_t> eos_token_ids;
+  int64_t bos_token_id = -1;  // -1: none
+};
+
+// A parsed config.json: exactly one of llama / gpt2.
+struct ModelConfig {
+  std::string model_type;
+  std::optional<LlamaConfig> llama;
+  std::optional<Gpt2Config> gpt2;
+  GenerationConfig generation;
+};
+
+// Parses config.json text; `file` names it in errors: "[models] <file>: field
+// 'x' ...". Unknown model types, unsupported fields and values are errors.
+ModelConfig parse_config(std::string_view json, const std::string& file = "config.json");
+ModelConfig read_config(const std::string& path);
+// generation_config.json: its eos/bos ids replace those of config.json.
+void parse_generation_config(std::string_view json, const std::string& file, GenerationConfig& g);
+// The JSON text of a config (what save_pretrained writes).
+std::string config_json(const ModelConfig& cfg);
+
+// model.safetensors.index.json: tensor name -> shard file name (a plain file name
+// in the same directory), in the index's order.
+struct ShardIndex {
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  std::vector<std::string> shards;  // distinct file names, first-use order
+};
+ShardIndex parse_shard_index(std::string_view json, const std::string& file);
+
+// What load_pretrained measured.
+struct LoadStats {
+  double seconds = 0;          // reading, checking and converting the weights
+  int64_t bytes_read = 0;      // tensor bytes read from the files
+  int64_t peak_rss_bytes = 0;  // the process's peak resident set afterwards (getrusage)
+};
+
+// A causal language model: i32 token ids [B, T] -> f32 logits [B, T, vocab].
+class CausalLM : public nn::Module {
+ public:
+  explicit CausalLM(Context& ctx) : Module(ctx) {}
+  virtual int64_t vocab_size() const = 0;
+  // The longest sequence forward() accepts.
+  virtual int64_t max_seq_len() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // Tensors of HF files that are not parameters and that loading may skip
+  // (GPT-2's causal-mask buffers, old RoPE inv_freq buffers, a tied head).
+  virtual bool ignorable_tensor(const std::string& name) const = 0;
+  // The file name a parameter may also have (GPT-2: "transformer." + name).
+  virtual std::string alternate_name(const std::string& name) const { return {}; }
+
+  // Params (Module::allocate) and the model's constant tables (RoPE's cos/sin,
+  // positions), which get memory here and are filled: call before building graphs.
+  void allocate(Backend& backend) override;
+
+  LoadStats load_stats;
+
+ protected:
+  // A constant the model's graphs read (not a parameter: no gradient, not saved),
+  // given memory and `values` by allocate().
+  Tensor constant(const Shape& shape, std::vector<float> values, const std::string& name);
+  // Throws unless the constants have memory (allocate was called).
+  void check_allocated() const;
+
+ private:
+  std::vector<std::pair<Tensor, std::vector<float>>> constants_;
+  std::unique_ptr<Buffer> constant_storage_;
+};
+
+// Options of building and loading.
+struct ModelOptions {
+  // Length of the RoPE tables (Llama family): positions forward() can take.
+  // 0: min(max_position_embeddings, 4096).
+  int64_t max_seq_len = 0;
+};
+
+// The Llama-family model (LlamaForCausalLM's layout and names).
+std::unique_ptr<CausalLM> make_llama(Context& ctx, const ModelConfig& cfg,
+                                     const ModelOptions& opt = {});
+// GPT-2 (GPT2LMHeadModel's weights, named as the hub's files: "h.0.attn.c_attn.weight").
+std::unique_ptr<CausalLM> make_gpt2(Context& ctx, const ModelConfig& cfg,
+                                    const ModelOptions& opt = {});
+// The model a config describes.
+std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
+                                     const ModelOptions& opt = {});
+
+// Loads a Hugging Face model directory: config.json, generation_config.json (when
+// present), model.safetensors or model.safetensors.index.json and its shards.
+// F32, F16 and BF16 tensors are converted to f32. Every tensor the model needs is
+// checked (present, loadable dtype, shape as the config implies) before any is
+// written; a tensor the model does not use is an error too. Errors are
+// kiln::Error "[models] <file>: ..." naming the file and the field or tensor.
+std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
+                                          const ModelOptions& opt = {});
+// Loads the weights of `dir` into an allocated model (what load_pretrained does
+// after building it).
+void load_weights(CausalLM& model, const std::string& dir);
+
+// GGUF files in llama.cpp's conventions: tensor names (token_embd.weight,
+// blk.N.attn_q.weight, ...), metadata keys (general.architecture, llama.block_count,
+// llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
+// "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
+// head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
+// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32, Q8_0 and
+// Q4_0 tensors dequantized to f32 (load_gguf; save_gguf writes f32). Errors:
+// kiln::Error "[models] <file>: ..." naming the key or tensor.
+std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
+                                    const ModelOptions& opt = {});
+// The ModelConfig a GGUF file's metadata (and rope_freqs tensor) describes.
+ModelConfig read_gguf_config(const std::string& path);
+// Writes `model` (f32 tensors) with llama.cpp's names and metadata, atomically.
+// No tokenizer metadata is written (kiln has no tokenizer yet).
+void save_gguf(const CausalLM& model, const std::string& path);
+
+// Writes `model` as a Hugging Face directory (config.json, generation_config.json,
+// model.safetensors in f32), each file atomically; creates `dir` if needed.
+void save_pretrained(const CausalLM& model, const std::string& dir);
+
+}  // namespace kiln::models

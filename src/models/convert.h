@@ -1,0 +1,38 @@
+// Shared by the Hugging Face and GGUF loaders: host-side conversion of stored
+// weights (f16/bf16 -> f32) and the peak RSS they report.
+#pragma once
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kiln/dtype.h"
+
+namespace kiln::models::detail {
+
+// Little-endian f32, f16 or bf16 values -> f32.
+inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType stored) {
+  std::vector<float> out;
+  if (stored == f32) {
+    out.resize(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    return out;
+  }
+  out.resize(bytes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 2 * i, 2);
+    out[i] = stored == f16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+  return out;
+}
+
+// The process's peak resident set so far, in bytes.
+inline int64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace kiln::models::detail

@@ -1,0 +1,351 @@
+// Models as GGUF files in llama.cpp's conventions: its tensor names and metadata
+// keys, the Q/K row order its converter gives the "llama" architecture, GPT-2's
+// linear weights [out, in], and Llama 3's RoPE scaling as a rope_freqs tensor.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "kiln/io.h"
+#include "kiln/models.h"
+#include "models/convert.h"
+#include "models/rope.h"
+
+namespace kiln::models {
+namespace {
+
+// general.architecture of a config.
+std::string arch_of(const ModelConfig& c) {
+  if (c.gpt2) return "gpt2";
+  const std::string& t = c.llama->model_type;
+  return t == "llama" || t == "mistral" ? "llama" : t;
+}
+
+// HF parameter name -> llama.cpp tensor name.
+std::string gguf_name(const std::string& hf, bool gpt2) {
+  static const std::map<std::string, std::string> llama_top = {
+      {"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
+  static const std::map<std::string, std::string> llama_layer = {
+      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  static const std::map<std::string, std::string> gpt2_top = {
+      {"wte", "token_embd"}, {"wpe", "position_embd"}, {"ln_f", "output_norm"}};
+  static const std::map<std::string, std::string> gpt2_layer = {
+      {"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
+      {"ln_2", "ffn_norm"},  {"mlp.c_fc", "ffn_up"},      {"mlp.c_proj", "ffn_down"}};
+  const size_t dot = hf.rfind('.');
+  KILN_ASSERT(dot != std::string::npos);
+  const std::string module = hf.substr(0, dot), suffix = hf.substr(dot);  // ".weight"
+  const std::string layers = gpt2 ? "h." : "model.layers.";
+  if (module.rfind(layers, 0) == 0) {
+    const size_t end = module.find('.', layers.size());
+    KILN_ASSERT(end != std::string::npos);
+    const std::string n = module.substr(layers.size(), end - layers.size());
+    const auto& table = gpt2 ? gpt2_layer : llama_layer;
+    return "blk." + n + "." + table.at(module.substr(end + 1)) + suffix;
+  }
+  return (gpt2 ? gpt2_top : llama_top).at(module) + suffix;
+}
+
+// How a tensor's values differ between kiln (HF layout) and the GGUF file.
+enum class Layout { same, rope_pairs, transposed };
+
+// llama.cpp's "llama" architecture rotates adjacent pairs (dims 2j, 2j+1), HF the
+// two halves of each head (j, j + D/2), so its converter reorders the rows of q
+// and k (weights and biases): file row 2j + h of a head is HF row h * D/2 + j.
+// Qwen2 and Qwen3 keep HF's order (llama.cpp runs them with NeoX-style RoPE).
+Layout layout_of(const std::string& hf, const ModelConfig& c, int64_t* heads) {
+  if (c.gpt2) {
+    const bool conv = hf.find(".attn.c_attn.weight") != std::string::npos ||
+                      hf.find(".attn.c_proj.weight") != std::string::npos ||
+                      hf.find(".mlp.c_fc.weight") != std::string::npos ||
+                      hf.find(".mlp.c_proj.weight") != std::string::npos;
+    return conv ? Layout::transposed : Layout::same;
+  }
+  if (arch_of(c) != "llama") return Layout::same;
+  if (hf.find(".self_attn.q_proj.") != std::string::npos) {
+    *heads = c.llama->num_attention_heads;
+    return Layout::rope_pairs;
+  }
+  if (hf.find(".self_attn.k_proj.") != std::string::npos) {
+    *heads = c.llama->num_key_value_heads;
+    return Layout::rope_pairs;
+  }
+  return Layout::same;
+}
+
+// Reorders the rows of x ([heads * D, cols], row-major) between the two RoPE
+// layouts; to_file: HF -> llama.cpp, else back.
+std::vector<float> reorder_rope_rows(const std::vector<float>& x, int64_t heads, int64_t rows,
+                                     bool to_file) {
+  const int64_t cols = int64_t(x.size()) / rows, D = rows / heads, half = D / 2;
+  std::vector<float> out(x.size());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < half; ++j)
+      for (int64_t s = 0; s < 2; ++s) {
+        const int64_t hf_row = h * D + s * half + j, file_row = h * D + 2 * j + s;
+        const int64_t src = to_file ? hf_row : file_row, dst = to_file ? file_row : hf_row;
+        std::copy_n(x.begin() + src * cols, cols, out.begin() + dst * cols);
+      }
+  return out;
+}
+
+std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> out(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(c * rows + r)] = x[size_t(r * cols + c)];
+  return out;
+}
+
+// Metadata of one file, each key marked when read so that unknown ones of the
+// architecture's namespace can be reported.
+class Meta {
+ public:
+  Meta(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+  const GgufValue* find(const std::string& key) {
+    read_.insert(arch_ + "." + key);
+    return f_.find(arch_ + "." + key);
+  }
+  int64_t integer(const std::string& key) {
+    const GgufValue* v = find(key);
+    if (!v) fail("models", f_.path(), ": metadata '", arch_, ".", key, "' is missing");
+    const int64_t x = v->as_int();
+    if (x <= 0) fail("models", f_.path(), ": metadata '", arch_, ".", key, "' must be > 0");
+    return x;
+  }
+  int64_t integer(const std::string& key, int64_t fallback) {
+    return find(key) ? integer(key) : fallback;
+  }
+  double number(const std::string& key, double fallback) {
+    const GgufValue* v = find(key);
+    return v ? v->as_float() : fallback;
+  }
+  void reject_unread() const {
+    for (const auto& [key, v] : f_.metadata()) {
+      if (key.rfind("general.", 0) == 0 || key.rfind("tokenizer.", 0) == 0) continue;
+      if (read_.count(key)) continue;
+      fail("models", f_.path(), ": metadata '", key, "' is not supported by kiln's ", arch_,
+           " model (kiln does not ignore settings it does not implement)");
+    }
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string arch_;
+  std::set<std::string> read_;
+};
+
+ModelConfig config_from(const GgufFile& f) {
+  const GgufValue* a = f.find("general.architecture");
+  if (!a) fail("models", f.path(), ": metadata 'general.architecture' is missing");
+  const std::string arch = a->as_string();
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gpt2")
+    fail("models", f.path(), ": metadata 'general.architecture' is '", arch,
+         "', an architecture kiln does not know (supported: llama, qwen2, qwen3, gpt2)");
+  Meta m(f, arch);
+  ModelConfig cfg;
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd || embd->shape.ndim() != 2)
+    fail("models", f.path(), ": tensor 'token_embd.weight' is missing or not 2-D");
+  const int64_t vocab = m.integer("vocab_size", embd->shape[0]);
+  if (arch == "gpt2") {
+    Gpt2Config g;
+    g.vocab_size = vocab;
+    g.n_positions = m.integer("context_length");
+    g.n_embd = m.integer("embedding_length");
+    g.n_layer = m.integer("block_count");
+    g.n_head = m.integer("attention.head_count");
+    const int64_t ff = m.integer("feed_forward_length", 4 * g.n_embd);
+    g.n_inner = ff == 4 * g.n_embd ? 0 : ff;
+    g.layer_norm_epsilon = m.number("attention.layer_norm_epsilon", 1e-5);
+    g.resid_pdrop = g.embd_pdrop = g.attn_pdrop = 0.0f;  // GGUF has no dropout: inference
+    cfg.model_type = "gpt2";
+    cfg.gpt2 = g;
+  } else {
+    LlamaConfig c;
+    c.vocab_size = vocab;
+    c.max_position_embeddings = m.integer("context_length");
+    c.hidden_size = m.integer("embedding_length");
+    c.num_hidden_layers = m.integer("block_count");
+    c.intermediate_size = m.integer("feed_forward_length");
+    c.num_attention_heads = m.integer("attention.head_count");
+    c.num_key_value_heads = m.integer("attention.head_count_kv", c.num_attention_heads);
+    c.head_dim = m.integer("attention.key_length", c.hidden_size / c.num_attention_heads);
+    if (m.integer("rope.dimension_count", c.head_dim) != c.head_dim)
+      fail("models", f.path(), ": metadata '", arch,
+           ".rope.dimension_count' differs from the head dim: partial RoPE is not supported");
+    if (m.integer("attention.value_length", c.head_dim) != c.head_dim)
+      fail("models", f.path(), ": metadata '", arch,
+           ".attention.value_length' differs from key_length: not supported");
+    c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-5);
+    c.rope_theta = m.number("rope.freq_base", 10000.0);
+    if (const GgufValue* st = m.find("rope.scaling.type"); st && st->as_string() != "none")
+      fail("models", f.path(), ": metadata '", arch, ".rope.scaling.type' is '", st->as_string(),
+           "', which kiln does not support (Llama 3's scaling comes as the rope_freqs tensor)");
+    c.sliding_window = m.integer("attention.sliding_window", 0);
+    c.model_type = arch == "llama" && c.sliding_window > 0 ? "mistral" : arch;
+    c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+    c.qkv_bias = arch == "qwen2" || f.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.o_bias = f.find_tensor("blk.0.attn_output.bias") != nullptr;
+    c.mlp_bias = f.find_tensor("blk.0.ffn_gate.bias") != nullptr;
+    c.qk_norm = arch == "qwen3";
+    if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) {
+      if (rf->dtype != f32 || rf->quantized() || rf->shape.numel() != c.head_dim / 2)
+        fail("models", f.path(), ": tensor 'rope_freqs.weight' must be f32 [", c.head_dim / 2,
+             "], got ", dtype_name(rf->dtype), " ", rf->shape.str());
+      c.rope_freq_factors = detail::to_f32(f.read_bytes("rope_freqs.weight"), f32);
+    }
+    if (c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0)
+      fail("models", f.path(), ": metadata '", arch,
+           ".attention.head_count_kv' must divide head_count, and the head dim be even");
+    cfg.model_type = c.model_type;
+    cfg.llama = c;
+  }
+  m.reject_unread();
+  if (const GgufValue* v = f.find("tokenizer.ggml.eos_token_id"))
+    cfg.generation.eos_token_ids = {v->as_int()};
+  if (const GgufValue* v = f.find("tokenizer.ggml.bos_token_id"))
+    cfg.generation.bos_token_id = v->as_int();
+  return cfg;
+}
+
+}  // namespace
+
+ModelConfig read_gguf_config(const std::string& path) { return config_from(GgufFile(path)); }
+
+std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
+                                    const ModelOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  GgufFile f(path);
+  const ModelConfig cfg = config_from(f);
+  std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
+  const bool gpt2 = bool(cfg.gpt2);
+  // Check every tensor before writing any.
+  struct Item {
+    Tensor param;
+    const GgufTensorInfo* info;
+    Layout layout;
+    int64_t heads;
+  };
+  std::vector<Item> plan;
+  std::set<std::string> used = {"rope_freqs.weight"};
+  if (gpt2) used.insert("output.weight");  // llama.cpp's converter writes wte twice
+  for (const auto& [name, param] : model->named_parameters()) {
+    const std::string gname = gguf_name(name, gpt2);
+    const GgufTensorInfo* ti = f.find_tensor(gname);
+    if (!ti)
+      fail("models", path, ": tensor '", gname, "' (", name,
+           ") is missing: the file's metadata describes a model that has it");
+    if (ti->dtype == i32 && !ti->quantized())
+      fail("models", path, ": tensor '", gname,
+           "' is i32; kiln loads f32, f16, bf16, Q8_0 and Q4_0 weights");
+    int64_t heads = 0;
+    const Layout lay = layout_of(name, cfg, &heads);
+    Shape want = param.shape();
+    if (lay == Layout::transposed) want = Shape({want[1], want[0]});
+    if (ti->shape != want)
+      fail("models", path, ": tensor '", gname, "' is ", ti->shape.str(),
+           " but the metadata implies ", want.str());
+    used.insert(gname);
+    plan.push_back({param, ti, lay, heads});
+  }
+  for (const GgufTensorInfo& t : f.tensors())
+    if (!used.count(t.name))
+      fail("models", path, ": tensor '", t.name, "' is not part of the ", arch_of(cfg),
+           " model the metadata describes");
+  model->allocate(backend);  // only once the file fits the model
+  int64_t bytes = 0;
+  for (Item& it : plan) {
+    const std::vector<uint8_t> raw = f.read_bytes(it.info->name);
+    bytes += int64_t(raw.size());
+    std::vector<float> v = gguf_dequantize(*it.info, raw);  // f32, f16, bf16, Q8_0, Q4_0
+    const Shape& s = it.info->shape;
+    if (it.layout == Layout::rope_pairs) v = reorder_rope_rows(v, it.heads, s[0], false);
+    if (it.layout == Layout::transposed) v = transpose(v, s[0], s[1]);
+    it.param.set(v);
+  }
+  model->load_stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  model->load_stats.bytes_read = bytes;
+  model->load_stats.peak_rss_bytes = detail::peak_rss_bytes();
+  return model;
+}
+
+void save_gguf(const CausalLM& model, const std::string& path) {
+  const ModelConfig& cfg = model.config();
+  const std::string arch = arch_of(cfg);
+  const bool gpt2 = bool(cfg.gpt2);
+  GgufWriter w;
+  auto u32 = [](int64_t x) { return GgufValue(uint32_t(x)); };
+  w.set("general.architecture", arch);
+  w.set("general.name", "kiln model");
+  w.set("general.file_type", uint32_t(0));  // all f32
+  const std::string k = arch + ".";
+  if (gpt2) {
+    const Gpt2Config& c = *cfg.gpt2;
+    w.set(k + "context_length", u32(c.n_positions));
+    w.set(k + "embedding_length", u32(c.n_embd));
+    w.set(k + "feed_forward_length", u32(c.n_inner > 0 ? c.n_inner : 4 * c.n_embd));
+    w.set(k + "block_count", u32(c.n_layer));
+    w.set(k + "attention.head_count", u32(c.n_head));
+    w.set(k + "attention.layer_norm_epsilon", float(c.layer_norm_epsilon));
+    w.set(k + "vocab_size", u32(c.vocab_size));
+  } else {
+    const LlamaConfig& c = *cfg.llama;
+    w.set(k + "context_length", u32(c.max_position_embeddings));
+    w.set(k + "embedding_length", u32(c.hidden_size));
+    w.set(k + "feed_forward_length", u32(c.intermediate_size));
+    w.set(k + "block_count", u32(c.num_hidden_layers));
+    w.set(k + "attention.head_count", u32(c.num_attention_heads));
+    w.set(k + "attention.head_count_kv", u32(c.num_key_value_heads));
+    w.set(k + "attention.key_length", u32(c.head_dim));
+    w.set(k + "attention.value_length", u32(c.head_dim));
+    w.set(k + "rope.dimension_count", u32(c.head_dim));
+    w.set(k + "rope.freq_base", float(c.rope_theta));
+    w.set(k + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+    w.set(k + "vocab_size", u32(c.vocab_size));
+    if (c.sliding_window > 0) w.set(k + "attention.sliding_window", u32(c.sliding_window));
+    // Llama 3's scaling as llama.cpp stores it: a divisor per frequency.
+    if (c.rope_scaling || !c.rope_freq_factors.empty()) {
+      LlamaConfig plain = c;
+      plain.rope_scaling.reset();
+      plain.rope_freq_factors.clear();
+      const std::vector<double> base = detail::rope_inv_freq(plain),
+                                scaled = detail::rope_inv_freq(c);
+      std::vector<float> factors(base.size());
+      for (size_t i = 0; i < base.size(); ++i) factors[i] = float(base[i] / scaled[i]);
+      w.add_tensor_data("rope_freqs.weight", f32, {int64_t(factors.size())},
+                        {reinterpret_cast<const uint8_t*>(factors.data()), factors.size() * 4});
+    }
+  }
+  if (!cfg.generation.eos_token_ids.empty())
+    w.set("tokenizer.ggml.eos_token_id", u32(cfg.generation.eos_token_ids[0]));
+  if (cfg.generation.bos_token_id >= 0)
+    w.set("tokenizer.ggml.bos_token_id", u32(cfg.generation.bos_token_id));
+  auto add = [&](const std::string& gname, const Shape& shape, const std::vector<float>& v) {
+    w.add_tensor_data(gname, f32, shape,
+                      {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+  };
+  for (const auto& [name, t] : model.named_parameters()) {
+    if (!t.has_data()) fail("models", "save_gguf: param '", name, "' has no memory");
+    std::vector<float> v = t.get<float>();
+    Shape s = t.shape();
+    int64_t heads = 0;
+    const Layout lay = layout_of(name, cfg, &heads);
+    if (lay == Layout::rope_pairs) v = reorder_rope_rows(v, heads, s[0], true);
+    if (lay == Layout::transposed) {
+      v = transpose(v, s[0], s[1]);
+      s = Shape({s[1], s[0]});
+    }
+    const std::string gname = gguf_name(name, gpt2);
+    add(gname, s, v);
+    if (gpt2 && gname == "token_embd.weight") add("output.weight", s, v);
+  }
+  w.save(path);
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,188 @@
+// Hugging Face model directories: load_pretrained / load_weights (config.json,
+// generation_config.json, single or sharded safetensors) and save_pretrained.
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "kiln/models.h"
+#include "kiln/safetensors.h"
+#include "models/convert.h"
+
+namespace kiln::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("models", path, ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A tensor of the directory: which file holds it.
+struct Located {
+  const SafetensorsFile* file = nullptr;
+  const TensorInfo* info = nullptr;
+};
+
+// The directory's safetensors files and where each tensor lives.
+struct Weights {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, Located> tensors;
+  std::string source;  // the file errors about a missing tensor name
+};
+
+Weights open_weights(const std::string& dir) {
+  Weights w;
+  const std::string single = (fs::path(dir) / "model.safetensors").string();
+  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+  if (fs::exists(single)) {
+    w.files.push_back(std::make_unique<SafetensorsFile>(single));
+    for (const TensorInfo& t : w.files[0]->tensors()) w.tensors[t.name] = {w.files[0].get(), &t};
+    w.source = single;
+    return w;
+  }
+  if (!fs::exists(index))
+    fail("models", dir, ": neither model.safetensors nor model.safetensors.index.json is there");
+  const ShardIndex idx = parse_shard_index(slurp(index), index);
+  std::map<std::string, const SafetensorsFile*> by_name;
+  for (const std::string& shard : idx.shards) {
+    const std::string path = (fs::path(dir) / shard).string();
+    if (!fs::exists(path))
+      fail("models", index, ": field 'weight_map' names shard '", shard, "', which is not in ",
+           dir);
+    w.files.push_back(std::make_unique<SafetensorsFile>(path));
+    by_name[shard] = w.files.back().get();
+  }
+  for (const auto& [name, shard] : idx.weight_map) {
+    const SafetensorsFile* f = by_name.at(shard);
+    const TensorInfo* t = f->find(name);
+    if (!t)
+      fail("models", index, ": field 'weight_map' puts tensor '", name, "' in ", f->path(),
+           ", which does not hold it");
+    w.tensors[name] = {f, t};
+  }
+  // A shard tensor the index does not list would be silently dropped.
+  for (const auto& f : w.files)
+    for (const TensorInfo& t : f->tensors())
+      if (!w.tensors.count(t.name) || w.tensors[t.name].file != f.get())
+        fail("models", f->path(), ": tensor '", t.name, "' is not listed for this file in ", index);
+  w.source = index;
+  return w;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// Checks every tensor against the model, then (after allocating the model on
+// `backend`, when given) reads them: a file that does not fit the config is
+// reported before anything is allocated for it.
+void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Weights w = open_weights(dir);
+  const std::string config = (fs::path(dir) / "config.json").string();
+  // Check everything first: the model is written only if every tensor fits.
+  std::vector<std::pair<Tensor, Located>> plan;
+  std::map<std::string, bool> used;
+  for (const auto& [name, param] : model.named_parameters()) {
+    auto it = w.tensors.find(name);
+    const std::string alt = model.alternate_name(name);
+    if (it == w.tensors.end() && !alt.empty()) it = w.tensors.find(alt);
+    if (it == w.tensors.end())
+      fail("models", w.source, ": tensor '", name, "' is missing (", config,
+           " describes a model that has it)");
+    const Located& loc = it->second;
+    const TensorInfo& ti = *loc.info;
+    if (ti.file_dtype != "F32" && ti.file_dtype != "F16" && ti.file_dtype != "BF16")
+      fail("models", loc.file->path(), ": tensor '", ti.name, "' is ", ti.file_dtype,
+           "; kiln loads F32, F16 and BF16 weights");
+    const Shape& want = param.shape();
+    bool same = int(ti.dims.size()) == want.ndim();
+    for (int d = 0; same && d < want.ndim(); ++d) same = ti.dims[size_t(d)] == want[d];
+    if (!same)
+      fail("models", loc.file->path(), ": tensor '", ti.name, "' is ", dims_str(ti.dims), " but ",
+           config, " implies ", want.str());
+    used[ti.name] = true;
+    plan.emplace_back(param, loc);
+  }
+  for (const auto& [name, loc] : w.tensors)
+    if (!used.count(name) && !model.ignorable_tensor(name))
+      fail("models", loc.file->path(), ": tensor '", name, "' is not part of the model ", config,
+           " describes (model_type '", model.config().model_type, "')");
+  if (backend) model.allocate(*backend);
+  for (auto& [param, loc] : plan)
+    if (!param.has_data())
+      fail("models", "load_weights: param '", param.name(),
+           "' has no memory: call allocate(backend)");
+  int64_t bytes = 0;
+  for (auto& [param, loc] : plan) {
+    bytes += int64_t(loc.info->nbytes);
+    if (loc.info->dtype == f32) {
+      loc.file->read(loc.info->name, param);  // straight into the param's memory
+    } else {
+      param.set(detail::to_f32(loc.file->read_bytes(loc.info->name), loc.info->dtype));
+    }
+  }
+  model.load_stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  model.load_stats.bytes_read = bytes;
+  model.load_stats.peak_rss_bytes = detail::peak_rss_bytes();
+}
+
+}  // namespace
+
+void load_weights(CausalLM& model, const std::string& dir) { load_into(model, dir, nullptr); }
+
+std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
+                                          const ModelOptions& opt) {
+  if (!fs::is_directory(dir)) fail("models", dir, ": not a directory");
+  ModelConfig cfg = read_config((fs::path(dir) / "config.json").string());
+  const std::string gen = (fs::path(dir) / "generation_config.json").string();
+  if (fs::exists(gen)) parse_generation_config(slurp(gen), gen, cfg.generation);
+  std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
+  load_into(*model, dir, &backend);
+  return model;
+}
+
+void save_pretrained(const CausalLM& model, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("models", dir, ": cannot create the directory (", ec.message(), ")");
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : model.named_parameters()) tensors.push_back({name, t});
+  save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  auto write_text = [&](const std::string& file, const std::string& text) {
+    // Written next to the target and renamed over it, so a crash leaves the old file.
+    const fs::path target = fs::path(dir) / file;
+    const fs::path tmp = fs::path(dir) / (file + ".tmp");
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << text;
+      out.flush();
+      if (!out) fail("models", tmp.string(), ": write failed");
+    }
+    fs::rename(tmp, target, ec);
+    if (ec) fail("models", target.string(), ": cannot write (", ec.message(), ")");
+  };
+  const ModelConfig& cfg = model.config();
+  write_text("config.json", config_json(cfg));
+  std::ostringstream gen;
+  gen << "{\n";
+  if (cfg.generation.bos_token_id >= 0)
+    gen << "  \"bos_token_id\": " << cfg.generation.bos_token_id << ",\n";
+  gen << "  \"eos_token_id\": [";
+  for (size_t i = 0; i < cfg.generation.eos_token_ids.size(); ++i)
+    gen << (i ? ", " : "") << cfg.generation.eos_token_ids[i];
+  gen << "]\n}\n";
+  write_text("generation_config.json", gen.str());
+}
+
+}  // namespace kiln::models

@@ -1,0 +1,235 @@
+// The Llama family (LlamaForCausalLM's layout and parameter names): RMSNorm,
+// RoPE, grouped-query attention, SwiGLU; Qwen2's q/k/v biases, Qwen3's q/k
+// norms and Mistral's sliding window are switches of the config.
+#include <cmath>
+#include <memory>
+
+#include "kiln/models.h"
+#include "models/rope.h"
+
+namespace kiln::models {
+namespace {
+
+// What every layer reads: the config and the model's constant tables.
+struct LlamaShared {
+  LlamaConfig cfg;
+  Tensor cos, sin;   // [S, head_dim]
+  Tensor positions;  // [S] 0, 1, ... (for the sliding-window mask)
+  int64_t max_seq = 0;
+};
+
+class LlamaAttention : public nn::Module {
+ public:
+  LlamaAttention(Context& ctx, std::shared_ptr<const LlamaShared> s)
+      : Module(ctx),
+        q_proj(add<nn::Linear>("q_proj", s->cfg.hidden_size,
+                               s->cfg.num_attention_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
+        k_proj(add<nn::Linear>("k_proj", s->cfg.hidden_size,
+                               s->cfg.num_key_value_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
+        v_proj(add<nn::Linear>("v_proj", s->cfg.hidden_size,
+                               s->cfg.num_key_value_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
+        o_proj(add<nn::Linear>("o_proj", s->cfg.num_attention_heads * s->cfg.head_dim,
+                               s->cfg.hidden_size, s->cfg.o_bias)),
+        s_(std::move(s)) {
+    if (s_->cfg.qk_norm) {
+      q_norm = &add<nn::RMSNorm>("q_norm", s_->cfg.head_dim, float(s_->cfg.rms_norm_eps));
+      k_norm = &add<nn::RMSNorm>("k_norm", s_->cfg.head_dim, float(s_->cfg.rms_norm_eps));
+    }
+  }
+  const char* type_name() const override { return "LlamaAttention"; }
+
+  Tensor forward(Tensor x) override {
+    const LlamaConfig& c = s_->cfg;
+    const int64_t B = x.size(0), T = x.size(1), H = c.num_attention_heads,
+                  Hkv = c.num_key_value_heads, D = c.head_dim;
+    Tensor q = q_proj(x).reshape({B, T, H, D});
+    Tensor k = k_proj(x).reshape({B, T, Hkv, D});
+    Tensor v = v_proj(x).reshape({B, T, Hkv, D});
+    if (q_norm) {
+      q = (*q_norm)(q);
+      k = (*k_norm)(k);
+    }
+    q = detail::apply_rope(q, s_->cos, s_->sin).permute({0, 2, 1, 3});  // [B, H, T, D]
+    k = repeat_kv(detail::apply_rope(k, s_->cos, s_->sin), H);
+    v = repeat_kv(v, H);
+    Tensor y = attend(q, k, v, T);  // [B, H, T, D]
+    return o_proj(y.permute({0, 2, 1, 3}).reshape({B, T, H * D}));
+  }
+
+  nn::Linear& q_proj;
+  nn::Linear& k_proj;
+  nn::Linear& v_proj;
+  nn::Linear& o_proj;
+  nn::RMSNorm* q_norm = nullptr;
+  nn::RMSNorm* k_norm = nullptr;
+
+ private:
+  // [B, T, Hkv, D] -> [B, H, T, D]: query head h reads key/value head h / (H / Hkv).
+  static Tensor repeat_kv(Tensor x, int64_t H) {
+    const int64_t B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
+    Tensor heads = x.permute({0, 2, 1, 3});
+    if (Hkv == H) return heads;
+    return heads.contiguous()
+        .reshape({B * Hkv, 1, T, D})
+        .expand({B * Hkv, H / Hkv, T, D})
+        .reshape({B, H, T, D});
+  }
+
+  // Causal attention; the fused primitive unless a sliding window or dropout on
+  // the weights needs the weights themselves.
+  Tensor attend(Tensor q, Tensor k, Tensor v, int64_t T) {
+    const LlamaConfig& c = s_->cfg;
+    const float scale = float(1.0 / std::sqrt(double(c.head_dim)));
+    const bool window = c.sliding_window > 0 && c.sliding_window < T;
+    const bool drop = training() && c.attention_dropout > 0.0f;
+    if (!window) {
+      nn::SdpaOptions o;
+      o.scale = scale;
+      o.dropout = c.attention_dropout;
+      o.training = training();
+      if (drop) {
+        o.seed = path_seed();
+        o.seed_tensor = dropout_seed_tensor();
+      }
+      return nn::scaled_dot_product_attention(q, k, v, o);
+    }
+    // Key j is visible to query i when i - W < j <= i (causal from the flag).
+    Tensor pos = s_->positions.narrow(0, 0, T);
+    Tensor dist = pos.reshape({T, 1}) - pos.reshape({1, T});  // i - j
+    Tensor far = gt(dist, float(c.sliding_window) - 0.5f);
+    Tensor mask = where(far, full(ctx(), {1}, -INFINITY), full(ctx(), {1}, 0.0f));
+    SoftmaxOptions so;
+    so.scale = scale;
+    so.causal = true;
+    so.mask = mask;
+    Tensor att = softmax(matmul(q, k.T()), so);
+    if (drop) att = dropout(att, c.attention_dropout, path_seed(), true, dropout_seed_tensor());
+    return matmul(att, v);
+  }
+
+  std::shared_ptr<const LlamaShared> s_;
+};
+
+class LlamaMLP : public nn::Module {
+ public:
+  LlamaMLP(Context& ctx, const LlamaConfig& c)
+      : Module(ctx),
+        gate_proj(add<nn::Linear>("gate_proj", c.hidden_size, c.intermediate_size, c.mlp_bias)),
+        up_proj(add<nn::Linear>("up_proj", c.hidden_size, c.intermediate_size, c.mlp_bias)),
+        down_proj(add<nn::Linear>("down_proj", c.intermediate_size, c.hidden_size, c.mlp_bias)) {}
+  const char* type_name() const override { return "LlamaMLP"; }
+  Tensor forward(Tensor x) override { return down_proj(silu(gate_proj(x)) * up_proj(x)); }
+  nn::Linear& gate_proj;
+  nn::Linear& up_proj;
+  nn::Linear& down_proj;
+};
+
+class LlamaDecoderLayer : public nn::Module {
+ public:
+  LlamaDecoderLayer(Context& ctx, std::shared_ptr<const LlamaShared> s)
+      : Module(ctx),
+        self_attn(add<LlamaAttention>("self_attn", s)),
+        mlp(add<LlamaMLP>("mlp", s->cfg)),
+        input_layernorm(
+            add<nn::RMSNorm>("input_layernorm", s->cfg.hidden_size, float(s->cfg.rms_norm_eps))),
+        post_attention_layernorm(add<nn::RMSNorm>("post_attention_layernorm", s->cfg.hidden_size,
+                                                  float(s->cfg.rms_norm_eps))) {}
+  const char* type_name() const override { return "LlamaDecoderLayer"; }
+  Tensor forward(Tensor x) override {
+    x = x + self_attn(input_layernorm(x));
+    return x + mlp(post_attention_layernorm(x));
+  }
+  LlamaAttention& self_attn;
+  LlamaMLP& mlp;
+  nn::RMSNorm& input_layernorm;
+  nn::RMSNorm& post_attention_layernorm;
+};
+
+// HF's LlamaModel: the part under "model." (no head).
+class LlamaModel : public nn::Module {
+ public:
+  LlamaModel(Context& ctx, const std::shared_ptr<const LlamaShared>& s)
+      : Module(ctx),
+        embed_tokens(add<nn::Embedding>("embed_tokens", s->cfg.vocab_size, s->cfg.hidden_size)),
+        layers(add<nn::Sequential>("layers")),
+        norm(add<nn::RMSNorm>("norm", s->cfg.hidden_size, float(s->cfg.rms_norm_eps))) {
+    for (int64_t i = 0; i < s->cfg.num_hidden_layers; ++i) layers.push_back<LlamaDecoderLayer>(s);
+  }
+  const char* type_name() const override { return "LlamaModel"; }
+  Tensor forward(Tensor ids) override { return norm(layers(embed_tokens(ids))); }
+  nn::Embedding& embed_tokens;
+  nn::Sequential& layers;
+  nn::RMSNorm& norm;
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  LlamaForCausalLM(Context& ctx, const ModelConfig& cfg, const ModelOptions& opt)
+      : CausalLM(ctx),
+        cfg_(cfg),
+        shared_(make_shared(cfg, opt)),
+        model(add<LlamaModel>("model", shared_)),
+        lm_head(add<nn::Linear>("lm_head", cfg.llama->hidden_size, cfg.llama->vocab_size, false)) {
+    if (shared_->cfg.tie_word_embeddings) lm_head.tie("weight", model.embed_tokens.weight());
+    const LlamaConfig& c = shared_->cfg;
+    std::vector<float> cos, sin;
+    detail::rope_tables(c, shared_->max_seq, cos, sin);
+    shared_->cos = constant({shared_->max_seq, c.head_dim}, std::move(cos), "rope.cos");
+    shared_->sin = constant({shared_->max_seq, c.head_dim}, std::move(sin), "rope.sin");
+    if (c.sliding_window > 0) {
+      std::vector<float> pos(size_t(shared_->max_seq));
+      for (size_t i = 0; i < pos.size(); ++i) pos[i] = float(i);
+      shared_->positions = constant({shared_->max_seq}, std::move(pos), "positions");
+    }
+  }
+  const char* type_name() const override { return "LlamaForCausalLM"; }
+
+  Tensor forward(Tensor ids) override {
+    check_allocated();
+    if (ids.dtype() != i32 || ids.ndim() != 2)
+      fail("models", type_name(), ": input ids must be i32 [B, T], got ", ids.label(), " ",
+           dtype_name(ids.dtype()), " ", ids.shape().str());
+    if (ids.size(1) > shared_->max_seq)
+      fail("models", type_name(), ": sequence of ", ids.size(1), " tokens is longer than the ",
+           shared_->max_seq, " positions of its RoPE tables (ModelOptions::max_seq_len)");
+    return lm_head(model(ids));
+  }
+  int64_t vocab_size() const override { return shared_->cfg.vocab_size; }
+  int64_t max_seq_len() const override { return shared_->max_seq; }
+  const ModelConfig& config() const override { return cfg_; }
+  bool ignorable_tensor(const std::string& name) const override {
+    if (name == "lm_head.weight") return shared_->cfg.tie_word_embeddings;
+    // Old checkpoints saved RoPE's inverse frequencies; kiln computes its own.
+    const std::string tail = "rotary_emb.inv_freq";
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  }
+
+ private:
+  static std::shared_ptr<LlamaShared> make_shared(const ModelConfig& cfg, const ModelOptions& opt) {
+    if (!cfg.llama)
+      fail("models", "make_llama: the config (model_type '", cfg.model_type,
+           "') is not a Llama-family config");
+    auto s = std::make_shared<LlamaShared>();
+    s->cfg = *cfg.llama;
+    s->max_seq = opt.max_seq_len > 0 ? opt.max_seq_len
+                                     : std::min<int64_t>(s->cfg.max_position_embeddings, 4096);
+    return s;
+  }
+
+  ModelConfig cfg_;
+  std::shared_ptr<LlamaShared> shared_;
+
+ public:
+  LlamaModel& model;
+  nn::Linear& lm_head;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_llama(Context& ctx, const ModelConfig& cfg,
+                                     const ModelOptions& opt) {
+  return std::make_unique<LlamaForCausalLM>(ctx, cfg, opt);
+}
+
+}  // namespace kiln::models
