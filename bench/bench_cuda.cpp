@@ -1,4 +1,4 @@
-// CUDA backend figures (issue 8): per-step overhead of plain kernel launches
+// CUDA backend figures: per-step overhead of plain kernel launches
 // against replaying a captured CUDA graph.
 //   train_batch/{fc,cnn}/{graph,plain}  one physical batch (500 samples) of
 //                       kiln-mnist's model on the GPU: forward, backward, every
