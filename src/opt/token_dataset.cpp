@@ -1,8 +1,9 @@
-// TokenDataset: byte tokens in shared u8 storage, random and consecutive
-// next-token windows, and the text-corpus loader (docs/gpt.md).
+// TokenDataset: byte tokens or u16/u32 token ids in shared storage, random and
+// consecutive next-token windows, and the text-corpus loader (docs/gpt.md).
 #include "kiln/token_dataset.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -39,16 +40,86 @@ std::pair<int64_t, int64_t> batch_and_block(const Tensor& inputs) {
   return {inputs.size(0), inputs.numel() / inputs.size(0)};
 }
 
+// vocab_size within what the id width holds, and every id below it.
+template <class T>
+void check_ids(const std::vector<T>& ids, int64_t vocab, int64_t max_vocab) {
+  if (vocab < 1 || vocab > max_vocab)
+    fail(kOp, "vocab_size ", vocab, " is outside [1, ", max_vocab, "] for ", sizeof(T) * 8,
+         "-bit ids");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (int64_t(ids[i]) >= vocab)
+      fail(kOp, "id ", uint64_t(ids[i]), " at position ", i, " is not below vocab_size ", vocab);
+}
+
+// Rows of inputs (and labels, when y is not null) from the windows at `offsets`.
+template <class T>
+void copy_windows(const T* tok, std::span<const int64_t> offsets, int64_t block, int32_t* x,
+                  int32_t* y) {
+  constexpr uint64_t kMaxI32 = uint64_t(INT32_MAX);
+  for (size_t b = 0; b < offsets.size(); ++b) {
+    const T* w = tok + offsets[b];
+    if constexpr (sizeof(T) == 4)
+      for (int64_t t = 0; t <= block; ++t)
+        if (w[t] > kMaxI32)
+          fail(kOp, "id ", uint64_t(w[t]), " at token ", offsets[b] + t,
+               " does not fit the i32 inputs (ids must be below 2^31 to be batched)");
+    int32_t* xr = x + int64_t(b) * block;
+    for (int64_t t = 0; t < block; ++t) xr[t] = int32_t(w[t]);
+    if (y) {
+      int32_t* yr = y + int64_t(b) * block;
+      for (int64_t t = 0; t < block; ++t) yr[t] = int32_t(w[t + 1]);
+    }
+  }
+}
+
+// Shared storage of `v`; `base` is set to its first element.
+template <class T>
+std::shared_ptr<const void> share(std::vector<T> v, const void*& base) {
+  auto p = std::make_shared<const std::vector<T>>(std::move(v));
+  base = p->data();
+  return p;
+}
+
 }  // namespace
 
-TokenDataset::TokenDataset(std::vector<uint8_t> tokens)
-    : data_(std::make_shared<const std::vector<uint8_t>>(std::move(tokens))),
-      begin_(0),
-      end_(int64_t(data_->size())) {}
+TokenDataset::TokenDataset(std::vector<uint8_t> tokens) : end_(int64_t(tokens.size())) {
+  data_ = share(std::move(tokens), base_);
+}
+
+TokenDataset::TokenDataset(std::vector<uint16_t> ids, int64_t vocab_size)
+    : width_(2), vocab_(vocab_size), end_(int64_t(ids.size())) {
+  check_ids(ids, vocab_size, int64_t(1) << 16);
+  data_ = share(std::move(ids), base_);
+}
+
+TokenDataset::TokenDataset(std::vector<uint32_t> ids, int64_t vocab_size)
+    : width_(4), vocab_(vocab_size), end_(int64_t(ids.size())) {
+  check_ids(ids, vocab_size, int64_t(1) << 32);
+  data_ = share(std::move(ids), base_);
+}
+
+TokenDataset TokenDataset::range(int64_t begin, int64_t end) const {
+  TokenDataset r = *this;
+  r.begin_ = begin;
+  r.end_ = end;
+  return r;
+}
+
+uint32_t TokenDataset::id(int64_t i) const {
+  if (i < 0 || i >= size()) fail(kOp, "token ", i, " is outside [0, ", size(), ")");
+  const int64_t at = begin_ + i;
+  switch (width_) {
+    case 1: return static_cast<const uint8_t*>(base_)[at];
+    case 2: return static_cast<const uint16_t*>(base_)[at];
+    default: return static_cast<const uint32_t*>(base_)[at];
+  }
+}
 
 std::span<const uint8_t> TokenDataset::tokens() const {
-  if (!data_) return {};
-  return {data_->data() + begin_, size_t(end_ - begin_)};
+  if (width_ != 1)
+    fail(kOp, "tokens() is the byte view; this dataset holds ", width_ * 8, "-bit ids (use id())");
+  if (!base_) return {};
+  return {static_cast<const uint8_t*>(base_) + begin_, size_t(end_ - begin_)};
 }
 
 std::pair<TokenDataset, TokenDataset> TokenDataset::split(double train_fraction) const {
@@ -56,7 +127,7 @@ std::pair<TokenDataset, TokenDataset> TokenDataset::split(double train_fraction)
     fail(kOp, "split: train_fraction must be in [0, 1], got ", train_fraction);
   const int64_t n_train = int64_t(std::floor(double(size()) * train_fraction));
   const int64_t cut = begin_ + n_train;
-  return {TokenDataset(data_, begin_, cut), TokenDataset(data_, cut, end_)};
+  return {range(begin_, cut), range(cut, end_)};
 }
 
 int64_t TokenDataset::random_offset(std::mt19937_64& rng, int64_t block) const {
@@ -113,17 +184,18 @@ void TokenDataset::write_windows(Tensor inputs, Tensor labels,
   for (int64_t o : offsets)
     if (o < 0 || o + block + 1 > size())
       fail(kOp, "window [", o, ", ", o + block + 1, ") is outside the ", size(), " tokens");
-  const uint8_t* tok = tokens().data();
   std::vector<int32_t> x(size_t(batch * block)), y;
   if (labels.defined()) y.resize(x.size());
-  for (int64_t b = 0; b < batch; ++b) {
-    const uint8_t* w = tok + offsets[size_t(b)];
-    int32_t* xr = x.data() + b * block;
-    for (int64_t t = 0; t < block; ++t) xr[t] = w[t];
-    if (labels.defined()) {
-      int32_t* yr = y.data() + b * block;
-      for (int64_t t = 0; t < block; ++t) yr[t] = w[t + 1];
-    }
+  int32_t* yp = labels.defined() ? y.data() : nullptr;
+  switch (width_) {
+    case 1:
+      copy_windows(static_cast<const uint8_t*>(base_) + begin_, offsets, block, x.data(), yp);
+      break;
+    case 2:
+      copy_windows(static_cast<const uint16_t*>(base_) + begin_, offsets, block, x.data(), yp);
+      break;
+    default:
+      copy_windows(static_cast<const uint32_t*>(base_) + begin_, offsets, block, x.data(), yp);
   }
   inputs.set<int32_t>(x);
   if (labels.defined()) labels.set<int32_t>(y);

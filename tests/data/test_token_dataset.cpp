@@ -174,6 +174,71 @@ TEST(TokenDataset, BadTensorsAndTooShortData) {
   EXPECT_NE(l.find("'yshort'"), std::string::npos) << l;
 }
 
+// Token ids (u16 and u32): the same windows as bytes, ids kept at their width.
+TEST(TokenIds, U16BatchesEqualTheHandComputedWindows) {
+  const TokenDataset c(std::vector<uint16_t>{65535, 0, 300, 65534, 7, 40000, 1, 2, 9}, 65536);
+  EXPECT_EQ(c.id_bytes(), 2);
+  EXPECT_EQ(c.vocab_size(), 65536);
+  EXPECT_EQ(c.n_windows(3), 2);  // windows of 4 ids: [0, 4), [4, 8); id 9 is left over
+  Batch b(2, 3);
+  c.get_batch(b.x, b.y, 0);
+  EXPECT_EQ(b.x.get<int32_t>(), (std::vector<int32_t>{65535, 0, 300, 7, 40000, 1}));
+  EXPECT_EQ(b.y.get<int32_t>(), (std::vector<int32_t>{0, 300, 65534, 40000, 1, 2}));
+  auto [train, val] = c.split(0.5);  // ids [0, 4) and [4, 9)
+  EXPECT_EQ(val.id(0), 7u);
+  EXPECT_EQ(val.id(4), 9u);
+  Batch one(1, 3);
+  std::mt19937_64 r1(5), r2(5);
+  val.sample_batch(one.x, one.y, r1);
+  const int64_t o = val.random_offset(r2, 3);
+  const std::vector<int32_t> all = {7, 40000, 1, 2, 9};
+  EXPECT_EQ(one.x.get<int32_t>(), std::vector<int32_t>(all.begin() + o, all.begin() + o + 3));
+  EXPECT_EQ(one.y.get<int32_t>(), std::vector<int32_t>(all.begin() + o + 1, all.begin() + o + 4));
+}
+
+TEST(TokenIds, U32BatchesEqualTheHandComputedWindows) {
+  const TokenDataset c(std::vector<uint32_t>{151000, 5, 70000, 1, 2, 3, 99999, 151935}, 151936);
+  EXPECT_EQ(c.id_bytes(), 4);
+  Batch b(1, 3, Shape{3});
+  c.get_batch(b.x, b.y, 1);
+  EXPECT_EQ(b.x.get<int32_t>(), (std::vector<int32_t>{2, 3, 99999}));
+  EXPECT_EQ(b.y.get<int32_t>(), (std::vector<int32_t>{3, 99999, 151935}));
+  c.get_batch(b.x, Tensor(), 0);  // inputs only
+  EXPECT_EQ(b.x.get<int32_t>(), (std::vector<int32_t>{151000, 5, 70000}));
+
+  // A vocabulary up to 2^32 is held; a window with an id that i32 cannot hold
+  // is an error, the others batch.
+  const TokenDataset huge(std::vector<uint32_t>{4000000000u, 5, 6, 7, 8, 9, 10, 11}, int64_t(1)
+                                                                                         << 32);
+  EXPECT_EQ(huge.id(0), 4000000000u);
+  EXPECT_KILN_ERROR(huge.get_batch(b.x, b.y, 0), "token_dataset", "4000000000",
+                    "does not fit the i32");
+  huge.get_batch(b.x, b.y, 1);
+  EXPECT_EQ(b.x.get<int32_t>(), (std::vector<int32_t>{8, 9, 10}));
+}
+
+TEST(TokenIds, IdsAtOrAboveTheVocabularyAreErrors) {
+  EXPECT_KILN_ERROR(TokenDataset(std::vector<uint16_t>{1, 2, 500, 3}, 500), "token_dataset",
+                    "id 500 at position 2", "vocab_size 500");
+  EXPECT_KILN_ERROR(TokenDataset(std::vector<uint32_t>{70000}, 65536), "token_dataset",
+                    "id 70000 at position 0", "vocab_size 65536");
+  EXPECT_KILN_ERROR(TokenDataset(std::vector<uint16_t>{1}, 70000), "token_dataset",
+                    "vocab_size 70000", "16-bit");
+  EXPECT_KILN_ERROR(TokenDataset(std::vector<uint32_t>{}, 0), "token_dataset", "vocab_size 0");
+  EXPECT_KILN_ERROR(TokenDataset(std::vector<uint32_t>{1}, (int64_t(1) << 32) + 1), "token_dataset",
+                    "vocab_size 4294967297");
+  const TokenDataset ids(std::vector<uint16_t>{1, 2}, 3);
+  EXPECT_KILN_ERROR((void)ids.tokens(), "token_dataset", "byte view", "16-bit ids");
+  EXPECT_KILN_ERROR((void)ids.id(2), "token_dataset", "token 2", "[0, 2)");
+}
+
+TEST(TokenIds, BytesAreIdsOfAVocabularyOf256) {
+  const TokenDataset c = counting(300);
+  EXPECT_EQ(c.id_bytes(), 1);
+  EXPECT_EQ(c.vocab_size(), 256);
+  EXPECT_EQ(c.split(0.5).second.id(106), uint32_t(c.tokens()[256]));
+}
+
 // The dataset feeds an OptContext: a bigram model (logits = row of W at the
 // input token) learns a deterministic cycle, and evaluation reads the validation
 // windows. Loss falls from log(256) towards 0.
