@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "kiln/ext/sched.h"
 #include "kiln/kiln.h"
 
 #if KILN_HAVE_CUDA
