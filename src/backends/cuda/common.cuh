@@ -184,6 +184,9 @@ __device__ inline void report_bad(unsigned long long* err, int64_t pos) {
 // copy of a strided or permuted operand (copy.cu).
 void gather_f32(const char* src, DType t, const Idx& si, int64_t n, float* out, const Launch& L);
 // The same in t's own dtype: a dense row-major copy of `shape` elements.
+// The bits FULL and PAD store for value v in dtype t, as the CPU's store_f32
+// (copy.cu; i32: NaN -> 0, saturating).
+uint32_t fill_bits(DType t, float v);
 void gather_dense(const char* src, DType t, const Idx& si, const Shape& shape, char* out,
                   const Launch& L);
 

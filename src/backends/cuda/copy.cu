@@ -42,6 +42,12 @@ __global__ void k_rand_mask(char* d, Idx di, uint64_t seed, const int32_t* seed_
   KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = detail::rng_uniform(seed, uint64_t(i)) < p ? 1.0f : 0.0f;
 }
 
+__global__ void k_gather_f32(const char* s, DType t, Idx si, int64_t n, float* out) {
+  KILN_GRID_LOOP(i, n) out[i] = load_as_f32(s + si.off(i), t);
+}
+
+}  // namespace
+
 // The bits FULL/PAD store for value v in dtype t (as the CPU's store_f32).
 uint32_t fill_bits(DType t, float v) {
   switch (t) {
@@ -64,12 +70,6 @@ uint32_t fill_bits(DType t, float v) {
   }
   return 0;
 }
-
-__global__ void k_gather_f32(const char* s, DType t, Idx si, int64_t n, float* out) {
-  KILN_GRID_LOOP(i, n) out[i] = load_as_f32(s + si.off(i), t);
-}
-
-}  // namespace
 
 void gather_f32(const char* src, DType t, const Idx& si, int64_t n, float* out, const Launch& L) {
   if (n == 0) return;

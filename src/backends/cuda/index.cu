@@ -240,25 +240,6 @@ __global__ void k_repeat_back(const char* src, Geo g, int64_t tiles, float* out,
   }
 }
 
-uint32_t pad_bits(DType t, float v) {
-  switch (t) {
-    case DType::f32: {
-      uint32_t b;
-      std::memcpy(&b, &v, 4);
-      return b;
-    }
-    case DType::i32: {
-      const int32_t iv = int32_t(v);
-      uint32_t b;
-      std::memcpy(&b, &iv, 4);
-      return b;
-    }
-    case DType::f16: return f32_to_f16(v);
-    case DType::bf16: return f32_to_bf16(v);
-  }
-  return 0;
-}
-
 Geo geo_of(const TensorNode* dst) {
   Geo g{};
   g.nd = dst->shape.ndim();
@@ -330,7 +311,7 @@ void layout_ops(TensorNode* dst, const Launch& L) {
         g.aux[d] = prm::pad_before(dst, d);
       }
       k_pad<<<grid_for(n), kThreads, 0, L.stream>>>(
-          ap, g, pad_bits(dst->dtype, prm::pad_value(dst)), es, out, n);
+          ap, g, fill_bits(dst->dtype, prm::pad_value(dst)), es, out, n);
       return check_launch("pad");
     case Op::REPEAT:
       for (int d = 0; d < g.nd; ++d) {
