@@ -39,6 +39,9 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   cs.push_back(mk("matmul_b_expanded_batch", in("a", {2, M, K}),
                   expanded(in("b", {2, K, N}), {1, K, N}), true));
   cs.push_back(mk("matmul_row_vector", in("a", {1, z(7, 1024)}), in("b", {z(7, 1024), N}), true));
+  // One row times a transposed matrix (x @ W^T, batch-1 decoding): computed as W x^T.
+  cs.push_back(mk("matmul_row_times_b_transposed", in("a", {2, 1, z(7, 576)}),
+                  with(in("b", {2, z(7, 576), z(9, 1728)}), Layout::transposed), true));
   cs.push_back(mk("matmul_col_vector", in("a", {M, z(7, 1024)}), in("b", {z(7, 1024), 1}), true));
   cs.push_back(mk("matmul_k1_outer", in("a", {M, 1}), in("b", {1, N}), true));
   // Sizes that are no multiple of any vector width or block size.

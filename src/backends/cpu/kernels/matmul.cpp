@@ -54,6 +54,16 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea};
   g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb};
   g.ldc = dst->stride[nd - 2] / 4;
+  // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
+  // computed as C^T = W x^T, the dot-product path over W's rows in place,
+  // instead of packing all of W for a single row.
+  const bool row_times_bt = M == 1 && N > 1 && g.A.cs == 1 && g.B.rs == 1 && g.B.cs != 1;
+  if (row_times_bt) {
+    g.M = N, g.N = 1;
+    g.A = {nullptr, gemm_type(b->dtype), g.B.cs, 1};
+    g.B = {nullptr, gemm_type(a->dtype), 1, 1};
+    g.ldc = 1;
+  }
 
   // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
   const int nbd = nd - 2;
@@ -67,8 +77,8 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   auto at = [&](const Ptrs<3>& p) {
     GemmArgs gi = g;
     gi.C = (float*)p[0];
-    gi.A.data = p[1];
-    gi.B.data = p[2];
+    gi.A.data = row_times_bt ? p[2] : p[1];
+    gi.B.data = row_times_bt ? p[1] : p[2];
     return gi;
   };
   // Calls fn(ptrs) for batches [b0, b1).
