@@ -10,6 +10,7 @@
 #include "kiln/dataset.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/generate.h"
 #include "kiln/grad_store.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"

@@ -116,6 +116,24 @@ struct LoadStats {
   int64_t peak_rss_bytes = 0;  // the process's peak resident set afterwards (getrusage)
 };
 
+// One incremental forward pass over a key/value cache (what kiln::models::Generator,
+// kiln/generate.h, builds a graph of): T new tokens at the given positions attend
+// to the first `cached` rows of every layer's cache and to each other, as `mask` says.
+struct KvStep {
+  Tensor ids;          // i32 [1, T]
+  Tensor positions;    // i32 [T]: each new token's position (RoPE / learned positions)
+  Tensor mask;         // f32 [T, cached + T]: 0 where query t sees a key, -inf elsewhere
+  Tensor last;         // i32 [1]: the new token whose logits the pass returns
+  int64_t cached = 0;  // cache rows the pass reads
+  std::vector<Tensor> k_cache, v_cache;  // per layer [S, kv_heads, head_dim]
+  std::vector<Tensor> k_new, v_new;      // set by forward_cached: per layer [T, kv_heads, head_dim]
+};
+
+// The shape of a model's key/value cache: per layer, kv_heads x head_dim per position.
+struct KvLayout {
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+};
+
 // A causal language model: i32 token ids [B, T] -> f32 logits [B, T, vocab].
 class CausalLM : public nn::Module {
  public:
@@ -129,6 +147,11 @@ class CausalLM : public nn::Module {
   virtual bool ignorable_tensor(const std::string& name) const = 0;
   // The file name a parameter may also have (GPT-2: "transformer." + name).
   virtual std::string alternate_name(const std::string& name) const { return {}; }
+  // Incremental decoding: the cache's shape, and the graph of one pass over it
+  // (logits [1, vocab] of step.last; fills step.k_new / v_new with the new rows
+  // the caller appends to the caches). Same weights and arithmetic as forward().
+  virtual KvLayout kv_layout() const = 0;
+  virtual Tensor forward_cached(KvStep& step) = 0;
 
   // Params (Module::allocate) and the model's constant tables (RoPE's cos/sin,
   // positions), which get memory here and are filled: call before building graphs.

@@ -1,9 +1,11 @@
 // GPT-2 (GPT2LMHeadModel), with the parameter names and layouts of the hub's
 // files: learned positions, pre-LN blocks, tanh GELU, and HF's Conv1D linear
 // layers whose weights are stored [in, out] (kept that way here: y = x W + b).
+#include <cmath>
 #include <memory>
 
 #include "kiln/models.h"
+#include "models/kv_attention.h"
 
 namespace kiln::models {
 namespace {
@@ -50,6 +52,19 @@ class Gpt2Attention : public nn::Module {
     Tensor y = nn::scaled_dot_product_attention(head(0), head(1), head(2), o);
     return resid_dropout(c_proj(y.permute({0, 2, 1, 3}).reshape({B, T, C})));
   }
+  // The new tokens x [1, T, C] of a KvStep; appends this layer's new keys and
+  // values to step.k_new / v_new.
+  Tensor forward_cached(Tensor x, KvStep& step, size_t layer) {
+    const int64_t T = x.size(1), C = c_.n_embd, H = c_.n_head, D = C / H;
+    Tensor qkv = c_attn(x);  // [1, T, 3C]: q | k | v
+    auto part = [&](int i) { return qkv.narrow(2, i * C, C).contiguous().reshape({T, H, D}); };
+    Tensor q = part(0), k = part(1), v = part(2);
+    step.k_new.push_back(k);
+    step.v_new.push_back(v);
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    return c_proj(detail::cached_attention(q, k, v, step, layer, scale));
+  }
+
   Conv1D& c_attn;
   Conv1D& c_proj;
   nn::Dropout& resid_dropout;
@@ -123,6 +138,22 @@ class Gpt2LMHeadModel : public CausalLM {
     Tensor x = drop(wte(ids) + wpe.weight().narrow(0, 0, T));
     return lm_head(ln_f(h(x)));
   }
+  KvLayout kv_layout() const override { return {c().n_layer, c().n_head, c().n_embd / c().n_head}; }
+
+  Tensor forward_cached(KvStep& step) override {
+    const int64_t T = step.ids.size(1), C = c().n_embd;
+    step.k_new.clear();
+    step.v_new.clear();
+    Tensor x = wte(step.ids) + detail::rows_at(wpe.weight(), step.positions);  // [1, T, C]
+    for (size_t l = 0; l < h.size(); ++l) {
+      auto& blk = static_cast<Gpt2Block&>(h[l]);
+      x = x + blk.attn.forward_cached(blk.ln_1(x), step, l);
+      x = x + blk.mlp(blk.ln_2(x));
+    }
+    // Only the row whose logits are wanted goes through ln_f and the head.
+    return lm_head(ln_f(embedding(x.reshape({T, C}), step.last)));
+  }
+
   int64_t vocab_size() const override { return c().vocab_size; }
   int64_t max_seq_len() const override { return c().n_positions; }
   const ModelConfig& config() const override { return cfg_; }

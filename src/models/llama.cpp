@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kiln/models.h"
+#include "models/kv_attention.h"
 #include "models/rope.h"
 
 namespace kiln::models {
@@ -54,6 +55,27 @@ class LlamaAttention : public nn::Module {
     v = repeat_kv(v, H);
     Tensor y = attend(q, k, v, T);  // [B, H, T, D]
     return o_proj(y.permute({0, 2, 1, 3}).reshape({B, T, H * D}));
+  }
+
+  // The new tokens x [1, T, hidden] of a KvStep, cos/sin their RoPE rows [T, D];
+  // appends this layer's new keys and values to step.k_new / v_new.
+  Tensor forward_cached(Tensor x, KvStep& step, size_t layer, Tensor cos, Tensor sin) {
+    const LlamaConfig& c = s_->cfg;
+    const int64_t T = x.size(1), H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                  D = c.head_dim;
+    Tensor q = q_proj(x).reshape({1, T, H, D});
+    Tensor k = k_proj(x).reshape({1, T, Hkv, D});
+    Tensor v = v_proj(x).reshape({T, Hkv, D});
+    if (q_norm) {
+      q = (*q_norm)(q);
+      k = (*k_norm)(k);
+    }
+    q = detail::apply_rope(q, cos, sin).reshape({T, H, D});
+    k = detail::apply_rope(k, cos, sin).reshape({T, Hkv, D});
+    step.k_new.push_back(k);
+    step.v_new.push_back(v);
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    return o_proj(detail::cached_attention(q, k, v, step, layer, scale));
   }
 
   nn::Linear& q_proj;
@@ -194,6 +216,29 @@ class LlamaForCausalLM : public CausalLM {
            shared_->max_seq, " positions of its RoPE tables (ModelOptions::max_seq_len)");
     return lm_head(model(ids));
   }
+  KvLayout kv_layout() const override {
+    const LlamaConfig& c = shared_->cfg;
+    return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
+  }
+
+  Tensor forward_cached(KvStep& step) override {
+    check_allocated();
+    const int64_t T = step.ids.size(1), C = shared_->cfg.hidden_size;
+    Tensor cos = detail::rows_at(shared_->cos, step.positions);
+    Tensor sin = detail::rows_at(shared_->sin, step.positions);
+    step.k_new.clear();
+    step.v_new.clear();
+    Tensor x = model.embed_tokens(step.ids);  // [1, T, hidden]
+    for (size_t l = 0; l < model.layers.size(); ++l) {
+      auto& layer = static_cast<LlamaDecoderLayer&>(model.layers[l]);
+      x = x + layer.self_attn.forward_cached(layer.input_layernorm(x), step, l, cos, sin);
+      x = x + layer.mlp(layer.post_attention_layernorm(x));
+    }
+    // Only the row whose logits are wanted goes through the final norm and the head.
+    Tensor last = embedding(x.reshape({T, C}), step.last);  // [1, hidden]
+    return lm_head(model.norm(last));
+  }
+
   int64_t vocab_size() const override { return shared_->cfg.vocab_size; }
   int64_t max_seq_len() const override { return shared_->max_seq; }
   const ModelConfig& config() const override { return cfg_; }

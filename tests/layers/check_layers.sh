@@ -13,7 +13,7 @@
 #   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset}.h
 #   9 distributed   src/dist, kiln/dist.h
-#  10 models       src/models, kiln/models.h
+#  10 models       src/models, kiln/models.h, kiln/generate.h
 #  11 programs      examples/ (user API only; kiln/kiln.h includes all of it)
 # Headers are user API (include/kiln/*.h) or extension API (include/kiln/ext/*.h:
 # tensor metadata, op parameters and builders, allocators, the scheduler,
@@ -64,7 +64,7 @@ public_layer() {
     nn.h | nn/*) echo 7 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h) echo 8 ;;
     dist.h) echo 9 ;;
-    models.h) echo 10 ;;
+    models.h | generate.h) echo 10 ;;
     kiln.h) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac

@@ -17,7 +17,10 @@ Each fixture directory holds config.json, model.safetensors (or shards and
 model.safetensors.index.json), generation_config.json and expected.safetensors:
 input_ids (I32 [B, T]), logits (F32 [B, T, V]); with a training step also
 labels (I32 [B, T]), loss (F32 [1]) and grad.<param name> (F32) for a few
-params, of the mean cross-entropy of logits against labels.
+params, of the mean cross-entropy of logits against labels. generation.safetensors
+holds prompt_ids and the greedy_ids that follow them (12 tokens, each chosen by
+recomputing the whole sequence), and ppl_ids with their perplexity in windows
+of ppl_window tokens (the ids also as text, ppl_ids.txt, for kiln-lm's test).
 """
 import json
 import math
@@ -410,6 +413,57 @@ def make(name, cfg, forward, params, dtype, shards=1, train=False, grad_names=()
     return params, ids, logits.detach()
 
 
+GEN_NEW, PPL_LEN, PPL_WINDOW = 12, 40, 16
+
+
+def greedy(forward, cfg, params, prompt, n_new):
+    """Greedy generation by recomputing the whole sequence for every token (no
+    cache). Returns the new ids and the smallest gap between the largest and the
+    second-largest logit over the steps (a near tie would make the test flaky)."""
+    ids, gap = list(prompt), float("inf")
+    with torch.no_grad():
+        for _ in range(n_new):
+            row = forward(cfg, params, torch.tensor([ids]))[0, -1]
+            top = torch.topk(row, 2).values
+            gap = min(gap, float(top[0] - top[1]))
+            ids.append(int(row.argmax()))
+    return ids[len(prompt):], gap
+
+
+def perplexity(forward, cfg, params, ids, window):
+    """exp(mean next-token NLL) over consecutive windows of `window` tokens; the
+    first token of each window is not predicted."""
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, len(ids) - 1, window):
+            w = ids[s:s + window]
+            logp = torch.log_softmax(forward(cfg, params, torch.tensor([w]))[0], dim=-1)
+            for t in range(len(w) - 1):
+                nll -= float(logp[t, w[t + 1]])
+                count += 1
+    return math.exp(nll / count)
+
+
+def write_generation(name, cfg, forward, params, seed):
+    """generation.safetensors: a prompt and its greedy continuation, and the
+    perplexity of a fixed token sequence in windows of PPL_WINDOW tokens."""
+    g = torch.Generator().manual_seed(2000 + seed)
+    V = cfg["vocab_size"]
+    prompt = torch.randint(0, V, (5 if cfg["model_type"] != "gpt2" else 4,), generator=g).tolist()
+    new, gap = greedy(forward, cfg, params, prompt, GEN_NEW)
+    assert gap > 1e-3, f"{name}: greedy near tie ({gap})"
+    ppl_ids = torch.randint(0, V, (PPL_LEN,), generator=g).tolist()
+    ppl = perplexity(forward, cfg, params, ppl_ids, PPL_WINDOW)
+    out = [("prompt_ids", torch.tensor(prompt)), ("greedy_ids", torch.tensor(new)),
+           ("ppl_ids", torch.tensor(ppl_ids)), ("ppl_window", torch.tensor([PPL_WINDOW])),
+           ("perplexity", torch.tensor([ppl]))]
+    write_safetensors(os.path.join(OUT, name, "generation.safetensors"), out,
+                      lambda n: "F32" if n == "perplexity" else "I32")
+    with open(os.path.join(OUT, name, "ppl_ids.txt"), "w") as f:  # for kiln-lm perplexity --ids
+        f.write(",".join(str(i) for i in ppl_ids) + "\n")
+    print(f"{name}: greedy {new} (min top-2 gap {gap:.4f}), perplexity {ppl:.4f}")
+
+
 def rel_diff(a, b):
     return float((a - b).abs().max() / b.abs().max())
 
@@ -429,9 +483,11 @@ def main():
             plain = dict(cfg, sliding_window=None)
             assert rel_diff(llama_forward(plain, p, ids).detach(), logits) > 1e-2, name
         print(f"{name}: logits max |x| {float(logits.abs().max()):.3f}")
+        write_generation(name, cfg, llama_forward, {n: t.detach() for n, t in p.items()}, seed)
     g = torch.Generator().manual_seed(100)
-    make("gpt2", GPT2_CONFIG, gpt2_forward, gpt2_params(GPT2_CONFIG, g), "F32", train=True,
-         grad_names=GRAD_NAMES["gpt2"], seed=100)
+    p, _, _ = make("gpt2", GPT2_CONFIG, gpt2_forward, gpt2_params(GPT2_CONFIG, g), "F32",
+                   train=True, grad_names=GRAD_NAMES["gpt2"], seed=100)
+    write_generation("gpt2", GPT2_CONFIG, gpt2_forward, {n: t.detach() for n, t in p.items()}, 100)
     print("gpt2: written")
 
 

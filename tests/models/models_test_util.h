@@ -17,11 +17,12 @@ inline std::string fixture_dir(const std::string& name) {
   return std::string(KILN_SOURCE_DIR) + "/tests/models/fixtures/" + name;
 }
 
-// expected.safetensors of a fixture: F32 and I32 tensors by name.
+// expected.safetensors (or another file the reference wrote, e.g.
+// generation.safetensors) of a fixture: F32 and I32 tensors by name.
 class Expected {
  public:
-  explicit Expected(const std::string& fixture)
-      : f_(fixture_dir(fixture) + "/expected.safetensors") {}
+  explicit Expected(const std::string& fixture, const std::string& file = "expected.safetensors")
+      : f_(fixture_dir(fixture) + "/" + file) {}
   bool has(const std::string& name) const { return f_.find(name) != nullptr; }
   std::vector<float> floats(const std::string& name) const {
     const std::vector<uint8_t> b = f_.read_bytes(name);

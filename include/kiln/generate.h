@@ -1,0 +1,163 @@
+// Text generation with a key/value cache (docs/models.md#generation): prefill a
+// prompt, then decode one token at a time, sampling with temperature, top-k and
+// top-p (temperature 0: greedy), stopping at the model's end-of-sequence ids.
+//
+//   auto model = kiln::models::load_pretrained(ctx, cpu, "SmolLM2-135M");
+//   kiln::models::Generator gen(*model, cpu);
+//   kiln::models::GenerateOptions o;
+//   o.max_new_tokens = 64;
+//   o.sampling.temperature = 0;  // greedy
+//   auto r = gen.generate(prompt_ids, o, [&](int32_t id) { print(id); return true; });
+//   // r.ids: the new tokens; r.stats.decode_tokens_per_s()
+//
+// Each forward pass is a graph built once per shape and reused: T new tokens
+// reading the first L rows of per-layer cache tensors, with the positions and
+// an additive mask as inputs written before each run. L is the cache length
+// rounded up to a bucket (powers of two up to 256, then multiples of 256), so a
+// decode step runs one of a few graphs, allocates nothing and reads little more
+// cache than it uses. The new keys and values are copied into the caches after
+// each run.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kiln/backend.h"
+#include "kiln/models.h"
+
+namespace kiln::models {
+
+struct SamplingConfig {
+  float temperature = 1.0f;  // 0: greedy (the first of the largest logits)
+  int64_t top_k = 0;         // keep the k most likely tokens; 0: all
+  float top_p = 1.0f;        // then the smallest set whose probability reaches top_p; 1: all
+  uint64_t seed = 0;         // the same seed, logits and config give the same tokens
+};
+
+// Picks tokens from logits. Probabilities are computed in double; ties in top-k
+// and top-p keep the lower id first. Draws come from a 64-bit Mersenne Twister
+// seeded with `seed` (the same on every platform).
+class Sampler {
+ public:
+  explicit Sampler(const SamplingConfig& cfg);
+  int32_t sample(std::span<const float> logits);
+  // The tokens sample() may return for these logits and their probabilities
+  // (after temperature, top-k and top-p), most likely first.
+  std::vector<std::pair<int32_t, double>> candidates(std::span<const float> logits);
+
+ private:
+  // Fills order_ (the kept tokens) and weight_ (their unnormalised
+  // probabilities); returns the weights' sum.
+  double select(std::span<const float> logits);
+  SamplingConfig cfg_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> order_;
+  std::vector<double> weight_;
+};
+
+struct GeneratorOptions {
+  // Positions the cache holds (prompt + new tokens). 0: the model's max_seq_len().
+  int64_t max_seq_len = 0;
+  // The prompt is run in passes of at most this many tokens.
+  int64_t prefill_chunk = 256;
+};
+
+enum class StopReason { max_tokens, eos, context_full, callback };
+const char* stop_reason_name(StopReason r);
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  double prompt_seconds = 0;  // the prompt's forward passes
+  int64_t new_tokens = 0;     // tokens generated (the eos token included)
+  int64_t decode_steps = 0;   // single-token passes run (new_tokens - 1, or fewer)
+  double decode_seconds = 0;  // those passes and the sampling
+  double prompt_tokens_per_s() const {
+    return prompt_seconds > 0 ? prompt_tokens / prompt_seconds : 0;
+  }
+  double decode_tokens_per_s() const {
+    return decode_seconds > 0 ? decode_steps / decode_seconds : 0;
+  }
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  SamplingConfig sampling;
+  // Ids that end generation (the eos token is kept in the result); empty: the
+  // model's (config().generation.eos_token_ids).
+  std::vector<int64_t> eos_token_ids;
+  bool ignore_eos = false;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> ids;  // the new tokens only
+  StopReason stop = StopReason::max_tokens;
+  GenerationStats stats;
+};
+
+// Called with each new token as soon as it is sampled; return false to stop.
+using TokenCallback = std::function<bool(int32_t id)>;
+
+class Generator {
+ public:
+  // Puts `model` in eval mode and gives the caches memory on `backend` (the
+  // model's weights must live where `backend` can read them).
+  Generator(CausalLM& model, Backend& backend, const GeneratorOptions& opt = {});
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Appends `ids` at positions position().. and returns the logits [vocab] that
+  // follow the last of them (valid until the next call). Errors: an empty list,
+  // an id outside the vocabulary, more tokens than the cache has room for.
+  std::span<const float> prefill(std::span<const int32_t> ids);
+  std::span<const float> step(int32_t id) { return prefill(std::span<const int32_t>(&id, 1)); }
+  // Forgets the cached tokens (position 0).
+  void reset() { pos_ = 0; }
+  int64_t position() const { return pos_; }
+  int64_t capacity() const { return capacity_; }
+
+  // reset(), prefill(prompt), then sample up to max_new_tokens tokens, calling
+  // on_token for each; stops early at an eos id, when the cache is full, or when
+  // on_token returns false.
+  GenerationResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                            const TokenCallback& on_token = {});
+
+  // Graphs built so far (one per shape used: tokens per pass, cache rows read).
+  size_t graphs() const { return graphs_.size(); }
+
+ private:
+  struct StepGraph;
+  StepGraph& graph_for(int64_t tokens, int64_t cached);
+  int64_t cache_bucket(int64_t pos) const;
+
+  CausalLM& model_;
+  Backend& backend_;
+  GeneratorOptions opt_;
+  KvLayout kv_;
+  int64_t capacity_ = 0, pos_ = 0;
+  std::vector<Tensor> k_cache_, v_cache_;
+  std::unique_ptr<Buffer> cache_buf_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepGraph>> graphs_;
+  std::vector<float> logits_;
+};
+
+// Perplexity of `ids` under the model: the text is cut into consecutive windows
+// of `window` tokens (0: the model's max_seq_len()); in each, every token after
+// the first is predicted from those before it in the window. perplexity =
+// exp(mean negative log-likelihood over the predicted tokens).
+struct PerplexityResult {
+  double perplexity = 0;
+  double mean_nll = 0;  // nats per predicted token
+  int64_t predicted = 0;
+  int64_t windows = 0;
+  double seconds = 0;
+};
+PerplexityResult perplexity(CausalLM& model, Backend& backend, std::span<const int32_t> ids,
+                            int64_t window = 0);
+
+}  // namespace kiln::models

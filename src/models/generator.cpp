@@ -1,0 +1,219 @@
+// Generator: KV-cache graphs per shape, prefill in passes, the decode loop.
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
+#include "kiln/generate.h"
+
+namespace kiln::models {
+
+// One forward pass of `tokens` new tokens over `cached` cache rows: its inputs,
+// outputs and memory, built on first use and run again for every pass of that shape.
+struct Generator::StepGraph {
+  KvStep step;
+  Tensor logits;  // [1, vocab]
+  Graph graph;
+  std::unique_ptr<GraphAllocator> alloc;
+  std::vector<float> mask;
+  std::vector<int32_t> ids, positions;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Copies `rows` leading rows of src (contiguous) to rows [at, at + rows) of dst
+// (contiguous, the same row size), through the buffers' own accessors.
+void copy_rows(const TensorNode* src, TensorNode* dst, int64_t at, int64_t rows) {
+  const size_t row = dst->nbytes() / size_t(dst->shape[0]);
+  const size_t n = row * size_t(rows), off = row * size_t(at);
+  if (src->buffer->is_host() && dst->buffer->is_host()) {
+    std::memcpy(static_cast<char*>(dst->data) + off, src->data, n);
+    return;
+  }
+  std::vector<char> tmp(n);
+  src->buffer->get(src, tmp.data(), 0, n);
+  dst->buffer->set(dst, tmp.data(), off, n);
+}
+
+// Tokens in the next prefill pass for `rem` left: the chunk size, else a power
+// of two (padded up when that wastes at most a quarter), so few shapes occur.
+int64_t pass_tokens(int64_t rem, int64_t chunk) {
+  if (rem >= chunk) return chunk;
+  const auto u = uint64_t(rem);
+  const auto up = int64_t(std::bit_ceil(u)), down = int64_t(std::bit_floor(u));
+  return (up - rem) * 4 <= rem && up <= chunk ? up : down;
+}
+
+}  // namespace
+
+Generator::Generator(CausalLM& model, Backend& backend, const GeneratorOptions& opt)
+    : model_(model), backend_(backend), opt_(opt), kv_(model.kv_layout()) {
+  if (opt_.prefill_chunk < 1)
+    fail("generate", "prefill_chunk must be at least 1, got ", opt_.prefill_chunk);
+  capacity_ = opt_.max_seq_len > 0 ? opt_.max_seq_len : model.max_seq_len();
+  if (capacity_ > model.max_seq_len())
+    fail("generate", "max_seq_len ", capacity_, " is more than the ", model.max_seq_len(),
+         " positions the model takes (", model.type_name(), "::max_seq_len)");
+  model_.eval();
+  Context& ctx = model_.ctx();
+  for (int64_t l = 0; l < kv_.layers; ++l) {
+    const Shape s{capacity_, kv_.kv_heads, kv_.head_dim};
+    k_cache_.push_back(ctx.tensor(f32, s, "kv.k." + std::to_string(l)));
+    v_cache_.push_back(ctx.tensor(f32, s, "kv.v." + std::to_string(l)));
+  }
+  // One zero-filled buffer for all caches: rows past the cached length are
+  // masked, and zero (not garbage) keeps 0 * value finite in the weighted sum.
+  BufferType& bt = backend_.buffer_type();
+  TensorAllocator measure(bt);
+  for (Tensor t : k_cache_) measure.alloc(t.node());
+  for (Tensor t : v_cache_) measure.alloc(t.node());
+  cache_buf_ = bt.alloc(std::max(measure.high_water(), bt.alignment()));
+  cache_buf_->clear(0);
+  TensorAllocator place(*cache_buf_);
+  for (Tensor t : k_cache_) place.place(t.node());
+  for (Tensor t : v_cache_) place.place(t.node());
+}
+
+Generator::~Generator() = default;
+
+int64_t Generator::cache_bucket(int64_t pos) const {
+  const int64_t b = pos <= 256 ? int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(pos, 16))))
+                               : (pos + 255) / 256 * 256;
+  return std::min(b, capacity_);
+}
+
+Generator::StepGraph& Generator::graph_for(int64_t tokens, int64_t cached) {
+  std::unique_ptr<StepGraph>& slot = graphs_[{tokens, cached}];
+  if (slot) return *slot;
+  auto g = std::make_unique<StepGraph>();
+  Context& ctx = model_.ctx();
+  KvStep& s = g->step;
+  s.ids = ctx.input(i32, {1, tokens}, "gen.ids");
+  s.positions = ctx.input(i32, {tokens}, "gen.positions");
+  s.mask = ctx.input(f32, {tokens, cached + tokens}, "gen.mask");
+  s.last = ctx.input(i32, {1}, "gen.last");
+  s.cached = cached;
+  s.k_cache = k_cache_;
+  s.v_cache = v_cache_;
+  g->logits = model_.forward_cached(s);
+  if (int64_t(s.k_new.size()) != kv_.layers || int64_t(s.v_new.size()) != kv_.layers)
+    fail("generate", model_.type_name(), "::forward_cached gave ", s.k_new.size(),
+         " new key tensors for ", kv_.layers, " layers");
+  g->graph = Graph::forward(g->logits);
+  for (Tensor t : s.k_new) g->graph.expand(t);
+  for (Tensor t : s.v_new) g->graph.expand(t);
+  g->alloc = std::make_unique<GraphAllocator>(backend_.buffer_type());
+  g->alloc->alloc(g->graph);
+  g->mask.resize(size_t(tokens * (cached + tokens)));
+  g->ids.resize(size_t(tokens));
+  g->positions.resize(size_t(tokens));
+  slot = std::move(g);
+  return *slot;
+}
+
+std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
+  const int64_t n = int64_t(ids.size()), V = model_.vocab_size();
+  if (n == 0) fail("generate", "no tokens to run (an empty prompt)");
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[size_t(i)] < 0 || ids[size_t(i)] >= V)
+      fail("generate", "token id ", ids[size_t(i)], " (at index ", i,
+           ") is outside the model's vocabulary of ", V, " ids");
+  if (pos_ + n > capacity_)
+    fail("generate", pos_, " cached + ", n, " new tokens do not fit the cache of ", capacity_,
+         " positions (GeneratorOptions::max_seq_len; the model takes ", model_.max_seq_len(), ")");
+  const int64_t window = model_.config().llama ? model_.config().llama->sliding_window : int64_t(0);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  StepGraph* g = nullptr;
+  for (int64_t done = 0; done < n;) {
+    const int64_t T = pass_tokens(n - done, opt_.prefill_chunk), real = std::min(T, n - done);
+    const int64_t L = pos_ == 0 ? 0 : cache_bucket(pos_);
+    g = &graph_for(T, L);
+    for (int64_t t = 0; t < T; ++t) {
+      g->ids[size_t(t)] = t < real ? ids[size_t(done + t)] : 0;
+      g->positions[size_t(t)] = int32_t(std::min(pos_ + t, capacity_ - 1));
+      // Cache row j holds position j: visible below pos_ (and inside the window);
+      // new token s is visible to new token t when s <= t (and inside the window).
+      float* row = g->mask.data() + t * (L + T);
+      for (int64_t j = 0; j < L; ++j)
+        row[j] = j < pos_ && (window == 0 || pos_ + t - j < window) ? 0.0f : ninf;
+      for (int64_t s = 0; s < T; ++s)
+        row[L + s] = s <= t && (window == 0 || t - s < window) ? 0.0f : ninf;
+    }
+    g->step.ids.set<int32_t>(g->ids);
+    g->step.positions.set<int32_t>(g->positions);
+    g->step.mask.set<float>(g->mask);
+    g->step.last.set<int32_t>({int32_t(real - 1)});
+    backend_.compute(g->graph);
+    for (size_t l = 0; l < size_t(kv_.layers); ++l) {
+      copy_rows(g->step.k_new[l].node(), k_cache_[l].node(), pos_, real);
+      copy_rows(g->step.v_new[l].node(), v_cache_[l].node(), pos_, real);
+    }
+    pos_ += real;
+    done += real;
+  }
+  const TensorNode* out = g->logits.node();
+  logits_.resize(size_t(V));
+  out->buffer->get(out, logits_.data(), 0, logits_.size() * sizeof(float));
+  return logits_;
+}
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::eos: return "eos";
+    case StopReason::context_full: return "context_full";
+    case StopReason::callback: return "callback";
+  }
+  return "?";
+}
+
+GenerationResult Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                     const TokenCallback& on_token) {
+  if (opt.max_new_tokens < 0)
+    fail("generate", "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
+  const std::vector<int64_t>& eos =
+      opt.eos_token_ids.empty() ? model_.config().generation.eos_token_ids : opt.eos_token_ids;
+  GenerationResult r;
+  Sampler sampler(opt.sampling);
+  reset();
+  auto t0 = Clock::now();
+  std::span<const float> logits = prefill(prompt);
+  r.stats.prompt_tokens = int64_t(prompt.size());
+  r.stats.prompt_seconds = seconds_since(t0);
+  t0 = Clock::now();
+  while (int64_t(r.ids.size()) < opt.max_new_tokens) {
+    const int32_t id = sampler.sample(logits);
+    r.ids.push_back(id);
+    if (on_token && !on_token(id)) {
+      r.stop = StopReason::callback;
+      break;
+    }
+    if (!opt.ignore_eos && std::find(eos.begin(), eos.end(), int64_t(id)) != eos.end()) {
+      r.stop = StopReason::eos;
+      break;
+    }
+    if (int64_t(r.ids.size()) == opt.max_new_tokens) break;
+    if (pos_ == capacity_) {
+      r.stop = StopReason::context_full;
+      break;
+    }
+    logits = step(id);
+    ++r.stats.decode_steps;
+  }
+  r.stats.decode_seconds = seconds_since(t0);
+  r.stats.new_tokens = int64_t(r.ids.size());
+  return r;
+}
+
+}  // namespace kiln::models

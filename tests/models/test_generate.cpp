@@ -1,0 +1,263 @@
+// Generation with the KV cache (kiln/generate.h) against the PyTorch reference
+// (generation.safetensors of each fixture: greedy ids found by recomputing the
+// whole sequence per token, and a perplexity), and against kiln's own
+// full-sequence logits at every step.
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "common/error_check.h"
+#include "kiln/generate.h"
+#include "models_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+const auto kFixtures = ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
+                                         "qwen3_qknorm_f16", "mistral_swa", "gpt2");
+
+struct Loaded {
+  Context ctx;
+  CpuBackend cpu{1};
+  std::unique_ptr<models::CausalLM> model;
+  explicit Loaded(const std::string& name)
+      : model(models::load_pretrained(ctx, cpu, fixture_dir(name))) {}
+};
+
+models::GenerateOptions greedy(int64_t n) {
+  models::GenerateOptions o;
+  o.max_new_tokens = n;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  return o;
+}
+
+// kiln's full-sequence logits [T, V] for ids (batch 1, no cache).
+std::vector<float> full_logits(Loaded& m, const std::vector<int32_t>& ids) {
+  Tensor in = m.ctx.input(i32, {1, int64_t(ids.size())});
+  Tensor logits = (*m.model)(in);
+  Graph g = Graph::forward(logits);
+  GraphAllocator galloc(m.cpu.buffer_type());
+  galloc.alloc(g);
+  in.set(ids);
+  m.cpu.compute(g);
+  return logits.get<float>();
+}
+
+std::vector<float> row(const std::vector<float>& all, size_t r, size_t V) {
+  return {all.begin() + std::ptrdiff_t(r * V), all.begin() + std::ptrdiff_t((r + 1) * V)};
+}
+
+class GenerateFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GenerateFixture, GreedyIdsEqualTheReference) {
+  Loaded m(GetParam());
+  Expected e(GetParam(), "generation.safetensors");
+  models::Generator gen(*m.model, m.cpu);
+  std::vector<int32_t> streamed;
+  const std::vector<int32_t> prompt = e.ints("prompt_ids");
+  models::GenerationResult r = gen.generate(prompt, greedy(12), [&](int32_t id) {
+    streamed.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(r.ids, e.ints("greedy_ids"));
+  EXPECT_EQ(streamed, r.ids);
+  EXPECT_EQ(r.stop, models::StopReason::max_tokens);
+  EXPECT_EQ(r.stats.prompt_tokens, int64_t(prompt.size()));
+  EXPECT_EQ(r.stats.new_tokens, 12);
+  EXPECT_EQ(r.stats.decode_steps, 11);
+  EXPECT_EQ(gen.position(), int64_t(prompt.size()) + 11);
+  // A second run starts again from an empty cache and gives the same ids.
+  EXPECT_EQ(gen.generate(prompt, greedy(12)).ids, r.ids);
+}
+
+// The logits after every token, with prompts run in passes of several sizes (a
+// padded pass of 7 in 8, passes of 4 and 2 over cached rows, then single
+// tokens), equal the full-sequence logits of the same tokens.
+TEST_P(GenerateFixture, CachedLogitsEqualFullSequenceLogits) {
+  Loaded m(GetParam());
+  Expected e(GetParam(), "generation.safetensors");
+  std::vector<int32_t> seq = e.ints("prompt_ids");
+  for (int32_t id : e.ints("greedy_ids")) seq.push_back(id);
+  const size_t V = size_t(m.model->vocab_size());
+  const std::vector<float> full = full_logits(m, seq);
+  models::GeneratorOptions go;
+  go.prefill_chunk = 8;
+  models::Generator gen(*m.model, m.cpu, go);
+  double worst = 0;
+  auto check = [&](size_t end) {  // feed seq[position(), end)
+    const size_t at = size_t(gen.position());
+    std::vector<float> got;
+    std::span<const float> lg = gen.prefill(std::span<const int32_t>(seq.data() + at, end - at));
+    got.assign(lg.begin(), lg.end());
+    const double err = rel_error(got, row(full, end - 1, V));
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 1e-4) << GetParam() << " after " << end << " tokens";
+  };
+  check(7);
+  check(13);
+  for (size_t end = 14; end <= seq.size(); ++end) check(end);
+  EXPECT_EQ(gen.position(), int64_t(seq.size()));
+  RecordProperty("worst_relative_error", std::to_string(worst));
+}
+
+TEST_P(GenerateFixture, PerplexityEqualsTheReference) {
+  Loaded m(GetParam());
+  Expected e(GetParam(), "generation.safetensors");
+  const std::vector<int32_t> ids = e.ints("ppl_ids");
+  const int64_t window = e.ints("ppl_window")[0];
+  models::PerplexityResult r = models::perplexity(*m.model, m.cpu, ids, window);
+  const double want = e.floats("perplexity")[0];
+  EXPECT_NEAR(r.perplexity / want, 1.0, 1e-4) << GetParam() << ": " << r.perplexity;
+  EXPECT_EQ(r.windows, 3);  // 40 tokens in windows of 16: 16 + 16 + 8
+  EXPECT_EQ(r.predicted, 15 + 15 + 7);
+  EXPECT_NEAR(std::exp(r.mean_nll), r.perplexity, 1e-9 * r.perplexity);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixture, kFixtures);
+
+TEST(Generate, StopsAtEos) {
+  Loaded m("llama3_gqa");
+  Expected e("llama3_gqa", "generation.safetensors");
+  const std::vector<int32_t> want = e.ints("greedy_ids");
+  const int32_t stop = want[3];  // its first occurrence is the fourth token
+  ASSERT_EQ(std::find(want.begin(), want.end(), stop) - want.begin(), 3);
+  models::Generator gen(*m.model, m.cpu);
+  models::GenerateOptions o = greedy(12);
+  o.ignore_eos = false;
+  o.eos_token_ids = {stop};
+  models::GenerationResult r = gen.generate(e.ints("prompt_ids"), o);
+  EXPECT_EQ(r.ids, std::vector<int32_t>(want.begin(), want.begin() + 4));
+  EXPECT_EQ(r.stop, models::StopReason::eos);
+  // The model's own eos ids (generation_config.json: 2, 3) are the default.
+  EXPECT_EQ(m.model->config().generation.eos_token_ids, (std::vector<int64_t>{2, 3}));
+  o.eos_token_ids.clear();
+  r = gen.generate(std::vector<int32_t>{5, 6, 7}, o);
+  for (size_t i = 0; i + 1 < r.ids.size(); ++i) EXPECT_TRUE(r.ids[i] != 2 && r.ids[i] != 3);
+  if (r.stop == models::StopReason::eos) EXPECT_TRUE(r.ids.back() == 2 || r.ids.back() == 3);
+}
+
+TEST(Generate, CallbackStopsAndContextFullStops) {
+  Loaded m("llama3_gqa");
+  Expected e("llama3_gqa", "generation.safetensors");
+  const std::vector<int32_t> want = e.ints("greedy_ids");
+  models::Generator gen(*m.model, m.cpu);
+  int calls = 0;
+  models::GenerationResult r =
+      gen.generate(e.ints("prompt_ids"), greedy(12), [&](int32_t) { return ++calls < 2; });
+  EXPECT_EQ(r.stop, models::StopReason::callback);
+  EXPECT_EQ(r.ids, std::vector<int32_t>(want.begin(), want.begin() + 2));
+  // A cache of 8 positions: the 5-token prompt, then 3 steps; the 4th token is
+  // sampled from the last logits and generation stops.
+  models::GeneratorOptions go;
+  go.max_seq_len = 8;
+  models::Generator small(*m.model, m.cpu, go);
+  r = small.generate(e.ints("prompt_ids"), greedy(12));
+  EXPECT_EQ(r.stop, models::StopReason::context_full);
+  EXPECT_EQ(r.ids, std::vector<int32_t>(want.begin(), want.begin() + 4));
+}
+
+TEST(Generate, Errors) {
+  Loaded m("gpt2");
+  models::GeneratorOptions go;
+  go.max_seq_len = 8;
+  models::Generator gen(*m.model, m.cpu, go);
+  EXPECT_KILN_ERROR(gen.prefill(std::vector<int32_t>(9, 1)), "generate", "9 new tokens",
+                    "cache of 8 positions");
+  EXPECT_KILN_ERROR(gen.prefill(std::vector<int32_t>{1, 96}), "generate", "token id 96", "index 1",
+                    "vocabulary of 96");
+  EXPECT_KILN_ERROR(gen.prefill(std::vector<int32_t>{-1}), "generate", "token id -1");
+  EXPECT_KILN_ERROR(gen.prefill(std::vector<int32_t>{}), "generate", "empty prompt");
+  EXPECT_EQ(gen.position(), 0);  // nothing was run
+  go.max_seq_len = 17;
+  EXPECT_KILN_ERROR(models::Generator(*m.model, m.cpu, go), "generate", "max_seq_len 17",
+                    "16 positions");
+  models::SamplingConfig sc;
+  sc.top_p = 0;
+  EXPECT_KILN_ERROR(models::Sampler{sc}, "sample", "top_p");
+  sc = {};
+  sc.temperature = -1;
+  EXPECT_KILN_ERROR(models::Sampler{sc}, "sample", "temperature");
+  EXPECT_KILN_ERROR(models::perplexity(*m.model, m.cpu, std::vector<int32_t>{1, 2}, 17),
+                    "perplexity", "window of 17");
+  EXPECT_KILN_ERROR(models::perplexity(*m.model, m.cpu, std::vector<int32_t>{1}, 8), "perplexity",
+                    "at least 2 tokens");
+}
+
+// Decoding reuses one graph per (tokens, cache bucket): steps inside a bucket
+// add no tensors to the context.
+TEST(Generate, StepsReuseTheirGraph) {
+  Loaded m("llama3_gqa");
+  models::Generator gen(*m.model, m.cpu);
+  gen.prefill(std::vector<int32_t>{1, 2, 3});
+  gen.step(4);  // position 3: the 16-row bucket
+  const size_t nodes = m.ctx.size(), graphs = gen.graphs();
+  for (int32_t t = 5; t < 15; ++t) gen.step(t);
+  EXPECT_EQ(m.ctx.size(), nodes);
+  EXPECT_EQ(gen.graphs(), graphs);
+  gen.step(15);  // positions 14, 15, 16: still the 16-row bucket
+  gen.step(16);
+  gen.step(17);
+  EXPECT_EQ(gen.graphs(), graphs);
+  gen.step(18);  // position 17: 32 rows
+  EXPECT_EQ(gen.graphs(), graphs + 1);
+}
+
+// Sampling: reproducible per seed, top-k and top-p keep what they say, and the
+// draws follow the softmax.
+TEST(Sampling, SeedsReproduce) {
+  Loaded m("qwen3_qknorm_f16");
+  models::Generator gen(*m.model, m.cpu);
+  models::GenerateOptions o;
+  o.max_new_tokens = 16;
+  o.ignore_eos = true;
+  o.sampling.seed = 7;
+  const std::vector<int32_t> prompt{3, 4, 5};
+  const std::vector<int32_t> a = gen.generate(prompt, o).ids, b = gen.generate(prompt, o).ids;
+  EXPECT_EQ(a, b);
+  o.sampling.seed = 8;
+  EXPECT_NE(gen.generate(prompt, o).ids, a);
+  o.sampling.top_k = 1;  // top-1 is greedy, whatever the seed and temperature
+  o.sampling.temperature = 5;
+  models::GenerateOptions g = greedy(16);
+  EXPECT_EQ(gen.generate(prompt, o).ids, gen.generate(prompt, g).ids);
+}
+
+TEST(Sampling, TopKAndTopP) {
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
+  models::SamplingConfig c;
+  c.top_k = 3;
+  auto k = models::Sampler(c).candidates(logits);
+  ASSERT_EQ(k.size(), 3u);  // 3.0 (id 1), 3.0 (id 3), 2.0 (id 2)
+  EXPECT_EQ(k[0].first, 1);
+  EXPECT_EQ(k[1].first, 3);
+  EXPECT_EQ(k[2].first, 2);
+  const double z = 2 * std::exp(3.0) + std::exp(2.0);
+  EXPECT_NEAR(k[2].second, std::exp(2.0) / z, 1e-12);
+  // Softmax of all six: p(3.0) = 0.3842 each, p(2.0) = 0.1413; top-p 0.77 needs
+  // both 3.0s (0.7684 < 0.77) and the 2.0; 0.76, the two 3.0s alone.
+  c = {};
+  c.top_p = 0.77f;
+  auto p = models::Sampler(c).candidates(logits);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[2].first, 2);
+  c.top_p = 0.76f;
+  EXPECT_EQ(models::Sampler(c).candidates(logits).size(), 2u);
+  c.temperature = 0;
+  auto g = models::Sampler(c).candidates(logits);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].first, 1);  // the first largest
+  // Draws with top-k 3 never leave the three, and follow their probabilities.
+  c = {};
+  c.top_k = 3;
+  c.seed = 1;
+  models::Sampler s(c);
+  std::map<int32_t, int> count;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ++count[s.sample(logits)];
+  EXPECT_EQ(count.size(), 3u);
+  for (const auto& [id, prob] : k) EXPECT_NEAR(double(count[id]) / n, prob, 0.015) << id;
+}
+
+}  // namespace
+}  // namespace kiln::test
