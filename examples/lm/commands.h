@@ -11,6 +11,8 @@ struct Command {
   std::function<int()> run;  // exit status: 0 ok, 1 kiln::Error (on stderr)
 };
 
-Command add_tokenize(CLI::App& app);  // tokenize.cpp
+Command add_tokenize(CLI::App& app);    // tokenize.cpp
+Command add_generate(CLI::App& app);    // generate.cpp
+Command add_perplexity(CLI::App& app);  // perplexity.cpp
 
 }  // namespace lm

@@ -1,5 +1,8 @@
 // kiln-lm: language-model tools on kiln. Subcommands (one file each):
 //   kiln-lm tokenize --tokenizer FILE|DIR --text FILE|DIR [--ids] [--threads N]
+//   kiln-lm generate --model DIR|FILE.gguf --prompt TEXT|--prompt-ids 1,2,3 [--max-tokens N]
+//                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--print-ids]
+//   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -9,9 +12,10 @@
 #include "kiln/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md)"};
+  CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md, docs/models.md)"};
   app.require_subcommand(1);
-  std::vector<lm::Command> commands = {lm::add_tokenize(app)};
+  std::vector<lm::Command> commands = {lm::add_tokenize(app), lm::add_generate(app),
+                                       lm::add_perplexity(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

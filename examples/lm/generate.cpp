@@ -1,0 +1,116 @@
+// kiln-lm generate: text (or token ids) from a prompt with the KV-cache
+// Generator (kiln/generate.h), streamed as the tokens come; the prompt and
+// generation speeds go to stderr at the end.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "kiln/error.h"
+#include "lm_model.h"
+
+namespace lm {
+
+namespace {
+
+struct GenerateOptions {
+  std::string model, prompt, prompt_ids;
+  int64_t max_tokens = 128, ctx = 0, top_k = 40;
+  float temperature = 0.8f, top_p = 0.95f;
+  uint64_t seed = 0;
+  bool seed_given = false, print_ids = false, ignore_eos = false;
+  int threads = 0;
+};
+
+int run(GenerateOptions& o) {
+  if (o.prompt.empty() == o.prompt_ids.empty())
+    kiln::fail("kiln-lm generate", "give exactly one of --prompt and --prompt-ids");
+  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx);
+  const bool ids_out = o.print_ids || !m->tokenizer;
+  std::vector<int32_t> prompt;
+  if (!o.prompt_ids.empty()) {
+    prompt = parse_ids(o.prompt_ids, "--prompt-ids");
+  } else {
+    if (!m->tokenizer)
+      kiln::fail("kiln-lm generate", o.model,
+                 " has no tokenizer (tokenizer.json, or GGUF tokenizer.ggml.* keys): give the "
+                 "prompt as --prompt-ids");
+    prompt = m->tokenizer->encode(o.prompt);
+  }
+  if (!o.seed_given) o.seed = std::random_device{}();
+
+  kiln::models::GeneratorOptions go;
+  go.max_seq_len = o.ctx;
+  kiln::models::Generator gen(*m->model, *m->cpu, go);
+  kiln::models::GenerateOptions opt;
+  opt.max_new_tokens = o.max_tokens;
+  opt.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+  opt.ignore_eos = o.ignore_eos;
+  if (opt.eos_token_ids.empty() && m->model->config().generation.eos_token_ids.empty() &&
+      m->tokenizer && m->tokenizer->eos_id())
+    opt.eos_token_ids = {*m->tokenizer->eos_id()};
+
+  std::unique_ptr<kiln::StreamDecoder> dec;
+  if (ids_out) {
+    std::printf("prompt ids:");
+    for (int32_t id : prompt) std::printf(" %d", id);
+    std::printf("\nnew ids:");
+  } else {
+    dec = std::make_unique<kiln::StreamDecoder>(*m->tokenizer, true);
+    for (int32_t id : prompt) std::fputs(dec->push(id).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  kiln::models::GenerationResult r = gen.generate(prompt, opt, [&](int32_t id) {
+    if (dec) std::fputs(dec->push(id).c_str(), stdout);
+    else std::printf(" %d", id);
+    std::fflush(stdout);
+    return true;
+  });
+  if (dec) std::fputs(dec->flush().c_str(), stdout);
+  std::printf("\n");
+  std::fflush(stdout);  // the text before the speeds on stderr
+  const kiln::models::GenerationStats& s = r.stats;
+  std::fprintf(stderr,
+               "prompt: %lld tokens in %.3f s (%.1f tokens/s); generation: %lld tokens, %lld "
+               "decode steps in %.3f s (%.2f tokens/s); stop: %s; seed %llu; load %.2f s\n",
+               (long long)s.prompt_tokens, s.prompt_seconds, s.prompt_tokens_per_s(),
+               (long long)s.new_tokens, (long long)s.decode_steps, s.decode_seconds,
+               s.decode_tokens_per_s(), kiln::models::stop_reason_name(r.stop),
+               (unsigned long long)o.seed, m->load_seconds);
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* s = app.add_subcommand("generate", "generate text with a KV cache");
+  s->add_option("--model", o->model, "a Hugging Face model directory or a .gguf file")->required();
+  s->add_option("--prompt", o->prompt, "the prompt text (needs the model's tokenizer)");
+  s->add_option("--prompt-ids", o->prompt_ids, "the prompt as token ids: 1,2,3");
+  s->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  s->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::Range(0.0f, 1e6f));
+  s->add_option("--top-k", o->top_k, "keep the k most likely tokens; 0: all")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  s->add_option("--top-p", o->top_p, "keep the most likely tokens up to this probability; 1: all")
+      ->check(CLI::Range(1e-6f, 1.0f));
+  s->add_option_function<uint64_t>(
+      "--seed",
+      [o](uint64_t v) {
+        o->seed = v;
+        o->seed_given = true;
+      },
+      "sampling seed (default: random; the one used is printed)");
+  s->add_option("--ctx", o->ctx, "positions of the KV cache (default: the model's context)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  s->add_flag("--print-ids", o->print_ids, "print token ids instead of text");
+  s->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's end-of-sequence ids");
+  s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  return {s, [o] { return run(*o); }};
+}
+
+}  // namespace lm

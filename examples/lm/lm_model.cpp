@@ -1,0 +1,68 @@
+#include "lm_model.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/error.h"
+#include "kiln/io.h"
+
+namespace lm {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, int64_t max_seq_len) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto m = std::make_unique<LoadedModel>();
+  m->cpu = std::make_unique<kiln::CpuBackend>(threads);
+  kiln::models::ModelOptions opt;
+  opt.max_seq_len = max_seq_len;
+  if (!fs::exists(path)) kiln::fail("kiln-lm", "--model ", path, " does not exist");
+  if (fs::is_directory(path)) {
+    m->model = kiln::models::load_pretrained(m->ctx, *m->cpu, path, opt);
+    if (fs::exists(fs::path(path) / "tokenizer.json")) m->tokenizer = kiln::Tokenizer::load(path);
+  } else {
+    m->model = kiln::models::load_gguf(m->ctx, *m->cpu, path, opt);
+    kiln::GgufFile f(path);
+    if (f.has("tokenizer.ggml.model")) m->tokenizer = kiln::Tokenizer::from_gguf(f);
+  }
+  m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::string cur;
+  auto flush = [&] {
+    if (cur.empty()) return;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(cur, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != cur.size() || v < 0 || v > INT32_MAX)
+      kiln::fail("kiln-lm", what, ": '", cur, "' is not a token id (a number >= 0)");
+    ids.push_back(int32_t(v));
+    cur.clear();
+  };
+  for (char c : text) {
+    if (c == ',' || c == ' ' || c == '\n' || c == '\t') flush();
+    else cur += c;
+  }
+  flush();
+  if (ids.empty()) kiln::fail("kiln-lm", what, " holds no token ids");
+  return ids;
+}
+
+std::string read_text(const std::string& path, const std::string& cmd) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) kiln::fail(cmd.c_str(), "cannot open ", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace lm
