@@ -9,6 +9,8 @@
 // splits M/N tiles). gemm gives the same bits for any thread count, so the
 // choice never changes the result.
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_convert.h"
+#include "backends/cpu/gemv.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 
@@ -54,16 +56,6 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea};
   g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb};
   g.ldc = dst->stride[nd - 2] / 4;
-  // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
-  // computed as C^T = W x^T, the dot-product path over W's rows in place,
-  // instead of packing all of W for a single row.
-  const bool row_times_bt = M == 1 && N > 1 && g.A.cs == 1 && g.B.rs == 1 && g.B.cs != 1;
-  if (row_times_bt) {
-    g.M = N, g.N = 1;
-    g.A = {nullptr, gemm_type(b->dtype), g.B.cs, 1};
-    g.B = {nullptr, gemm_type(a->dtype), 1, 1};
-    g.ldc = 1;
-  }
 
   // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
   const int nbd = nd - 2;
@@ -77,8 +69,8 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   auto at = [&](const Ptrs<3>& p) {
     GemmArgs gi = g;
     gi.C = (float*)p[0];
-    gi.A.data = row_times_bt ? p[2] : p[1];
-    gi.B.data = row_times_bt ? p[1] : p[2];
+    gi.A.data = p[1];
+    gi.B.data = p[2];
     return gi;
   };
   // Calls fn(ptrs) for batches [b0, b1).
@@ -89,6 +81,26 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
                      fn(Ptrs<3>{p[0] + i * st[0], p[1] + i * st[1], p[2] + i * st[2]});
                  });
   };
+
+  // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
+  // dot products of W's rows as stored with x (gemv.h), the rows split over the
+  // threads, instead of packing all of W for a single row.
+  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
+    const GemmOperand w{nullptr, g.B.type, g.B.cs, 1};
+    const Range rows = split_range(N, t.ith, t.nth, 8);
+    batches(0, nbatch, [&](const Ptrs<3>& p) {
+      const float* x = reinterpret_cast<const float*>(p[1]);
+      if (g.A.type != GemmType::f32) {
+        float* xs = static_cast<float*>(t.scratch(size_t(K) * sizeof(float)));
+        for (int64_t k = 0; k < K; ++k) xs[k] = gemm_detail::load_as_f32(p[1], g.A.type, k);
+        x = xs;
+      }
+      GemmOperand wb = w;
+      wb.data = p[2];
+      gemv_rows(wb, x, K, reinterpret_cast<float*>(p[0]), rows.begin, rows.end, false);
+    });
+    return;
+  }
 
   const int64_t work = M * N * std::max<int64_t>(K, 1);
   const bool many = nbatch >= t.nth && (nbatch % t.nth == 0 || nbatch >= 8 * int64_t(t.nth));
