@@ -125,7 +125,7 @@ struct KvStep {
   Tensor mask;         // f32 [T, cached + T]: 0 where query t sees a key, -inf elsewhere
   Tensor last;         // i32 [1]: the new token whose logits the pass returns
   int64_t cached = 0;  // cache rows the pass reads
-  std::vector<Tensor> k_cache, v_cache;  // per layer [S, kv_heads, head_dim]
+  std::vector<Tensor> k_cache, v_cache;  // per layer [S, kv_heads, 1, head_dim]
   std::vector<Tensor> k_new, v_new;      // set by forward_cached: per layer [T, kv_heads, head_dim]
 };
 

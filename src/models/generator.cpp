@@ -68,7 +68,9 @@ Generator::Generator(CausalLM& model, Backend& backend, const GeneratorOptions& 
   model_.eval();
   Context& ctx = model_.ctx();
   for (int64_t l = 0; l < kv_.layers; ++l) {
-    const Shape s{capacity_, kv_.kv_heads, kv_.head_dim};
+    // [positions, kv heads, 1, head dim]: rows of a position contiguous (one copy
+    // appends them); the unit dim lets attention view them as [heads, 1, rows, dim].
+    const Shape s{capacity_, kv_.kv_heads, 1, kv_.head_dim};
     k_cache_.push_back(ctx.tensor(f32, s, "kv.k." + std::to_string(l)));
     v_cache_.push_back(ctx.tensor(f32, s, "kv.v." + std::to_string(l)));
   }

@@ -12,6 +12,7 @@ namespace kiln::models::detail {
 Tensor rows_at(Tensor table, Tensor positions);
 
 // q [T, H, D]; k, v [T, Hkv, D] (the new tokens' keys and values, RoPE applied);
+// the caches are [S, Hkv, 1, D];
 // layer `layer`'s cache rows 0..step.cached-1 come first. Query head h reads
 // key/value head h / (H / Hkv). Returns [1, T, H * D].
 Tensor cached_attention(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer,
