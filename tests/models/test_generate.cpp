@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "common/error_check.h"
+#include "common/temp_dir.h"
 #include "kiln/generate.h"
 #include "models_test_util.h"
 
@@ -115,6 +116,24 @@ TEST_P(GenerateFixture, PerplexityEqualsTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixture, kFixtures);
+
+// A model read back from GGUF (llama.cpp's q/k row order undone on load)
+// generates the reference's ids too, as does GPT-2's layout.
+TEST(Generate, FromGguf) {
+  for (const char* name : {"llama3_gqa", "gpt2"}) {
+    kiln_test::TempDir tmp;
+    {
+      Loaded m(name);
+      models::save_gguf(*m.model, tmp.file("m.gguf"));
+    }
+    Context ctx;
+    CpuBackend cpu(1);
+    auto model = models::load_gguf(ctx, cpu, tmp.file("m.gguf"));
+    Expected e(name, "generation.safetensors");
+    models::Generator gen(*model, cpu);
+    EXPECT_EQ(gen.generate(e.ints("prompt_ids"), greedy(12)).ids, e.ints("greedy_ids")) << name;
+  }
+}
 
 TEST(Generate, StopsAtEos) {
   Loaded m("llama3_gqa");
