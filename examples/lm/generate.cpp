@@ -1,6 +1,7 @@
 // kiln-lm generate: text (or token ids) from a prompt with the KV-cache
 // Generator (kiln/generate.h), streamed as the tokens come; the prompt and
 // generation speeds go to stderr at the end.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -42,7 +43,11 @@ int run(GenerateOptions& o) {
   if (!o.seed_given) o.seed = std::random_device{}();
 
   kiln::models::GeneratorOptions go;
-  go.max_seq_len = o.ctx;
+  // The cache holds what this run needs (prompt + new tokens) unless --ctx says more.
+  go.max_seq_len = o.ctx > 0
+                       ? o.ctx
+                       : std::min(m->model->max_seq_len(),
+                                  int64_t(prompt.size()) + std::max<int64_t>(o.max_tokens, 1));
   kiln::models::Generator gen(*m->model, *m->cpu, go);
   kiln::models::GenerateOptions opt;
   opt.max_new_tokens = o.max_tokens;
