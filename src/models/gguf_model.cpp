@@ -294,6 +294,10 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   for (Item& it : plan) {
     bytes += int64_t(it.info->nbytes);
     if (it.mapped) continue;
+    if (it.layout == Layout::same && !it.info->quantized() && it.param.dtype() == it.info->dtype) {
+      f.load(it.param, it.info->name);  // as stored: straight into the param's memory
+      continue;
+    }
     const std::vector<uint8_t> raw = f.read_bytes(it.info->name);
     if (it.param.dtype() == f32) {
       // f32, f16, bf16, Q8_0, Q4_0 -> f32
