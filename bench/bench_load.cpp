@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
       format = next();
       path = next();
     } else if (a == "--mmap") mmap = next() != "0";
+    else if (a.rfind("--benchmark_", 0) == 0) continue;  // scripts/bench.sh's, for the others
     else {
       std::fprintf(
           stderr,
