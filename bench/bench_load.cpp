@@ -34,7 +34,7 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A field of /proc/self/status in MB (VmHWM, VmRSS, RssFile, RssAnon; kB there).
+// A field of /proc/self/status in MiB (VmHWM, VmRSS, RssFile, RssAnon; kB there).
 double status_mb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -132,7 +132,7 @@ int load_once(const std::string& format, const std::string& path, bool mmap, int
       format == "gguf" ? "GGUF" : "safetensors", mmap ? "on" : "off", load_s, weights_mb, mapped_mb,
       hwm_load, fwd[0], fwd[1], hwm, hwm / weights_mb, status_mb("RssFile"), status_mb("RssAnon"),
       std::isfinite(check) ? "" : " (non-finite logits!)");
-  std::fprintf(stderr, "  (RSS at process start: %.0f MB)\n", rss_start);
+  std::fprintf(stderr, "  (RSS at process start: %.0f MiB)\n", rss_start);
   return 0;
 }
 
@@ -184,8 +184,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "wrote the model into %s in %.1f s\n", dir.c_str(), seconds_since(t0));
     }
     std::printf(
-        "| format | mmap | load s | weights MB | mapped MB | peak RSS after load MB | 1st "
-        "forward s | 2nd forward s | peak RSS MB | peak / weights | RssFile MB | RssAnon MB |\n"
+        "| format | mmap | load s | weights MiB | mapped MiB | peak RSS after load MiB | 1st "
+        "forward s | 2nd forward s | peak RSS MiB | peak / weights | RssFile MiB | RssAnon MiB |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
     for (const char* f : {"hf", "gguf"})
