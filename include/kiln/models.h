@@ -189,7 +189,9 @@ std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
 
 // Loads a Hugging Face model directory: config.json, generation_config.json (when
 // present), model.safetensors or model.safetensors.index.json and its shards.
-// F32, F16 and BF16 tensors are converted to f32. Every tensor the model needs is
+// F32, F16 and BF16 tensors are converted to f32 (or F16/BF16 matrices kept:
+// opt.weight_dtype); on host backends those usable as stored are memory-mapped
+// (opt.mmap), the rest copied. Every tensor the model needs is
 // checked (present, loadable dtype, shape as the config implies) before any is
 // written; a tensor the model does not use is an error too. Errors are
 // kiln::Error "[models] <file>: ..." naming the file and the field or tensor.
@@ -204,8 +206,10 @@ void load_weights(CausalLM& model, const std::string& dir);
 // llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
 // "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
 // head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
-// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32, Q8_0 and
-// Q4_0 tensors dequantized to f32 (load_gguf; save_gguf writes f32). Errors:
+// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32 (or kept,
+// opt.weight_dtype), Q8_0 and Q4_0 tensors dequantized to f32, and tensors
+// usable as stored memory-mapped on host backends (opt.mmap) (load_gguf;
+// save_gguf writes f32). Errors:
 // kiln::Error "[models] <file>: ..." naming the key or tensor.
 std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
                                     const ModelOptions& opt = {});
@@ -216,7 +220,8 @@ ModelConfig read_gguf_config(const std::string& path);
 void save_gguf(const CausalLM& model, const std::string& path);
 
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
-// model.safetensors in f32), each file atomically; creates `dir` if needed.
+// model.safetensors in the params' dtypes: f32, or f16/bf16 kept), each file
+// atomically; creates `dir` if needed.
 void save_pretrained(const CausalLM& model, const std::string& dir);
 
 }  // namespace kiln::models

@@ -46,6 +46,20 @@ TEST(ModelKeepDtype, HalfFixturesMatchTheReference) {
   Tensor emb = model->parameter("model.embed_tokens.weight");
   EXPECT_EQ(model->parameter("lm_head.weight").node(), emb.node());
   EXPECT_EQ(emb.dtype(), bf16);
+  // Saved: the kept matrices as they were stored (bytes equal), GGUF as f32.
+  kiln_test::TempDir tmp;
+  models::save_pretrained(*model, tmp.str());
+  SafetensorsFile orig(fixture_dir("llama_tied_bf16") + "/model.safetensors");
+  SafetensorsFile saved(tmp.file("model.safetensors"));
+  for (const auto& [name, p] : model->named_parameters()) {
+    ASSERT_NE(saved.find(name), nullptr) << name;
+    EXPECT_EQ(saved.find(name)->file_dtype, p.ndim() >= 2 ? "BF16" : "F32") << name;
+    if (p.ndim() >= 2) EXPECT_TRUE(saved.read_bytes(name) == orig.read_bytes(name)) << name;
+  }
+  models::save_gguf(*model, tmp.file("m.gguf"));
+  Expected e("llama_tied_bf16");
+  auto back = models::load_gguf(ctx, cpu, tmp.file("m.gguf"));
+  EXPECT_LT(rel_error(run_logits(ctx, *back, e), e.floats("logits")), 1e-4);
 }
 
 // A fixture's weights rounded to `half` and written as a HF directory.
