@@ -66,6 +66,16 @@ class BufferType {
 // Host (malloc'ed, aligned) memory: used by the CPU and BLAS backends.
 BufferType& host_buffer_type();
 
+// A host buffer over `size` bytes at `base` that it does not allocate or free
+// (ggml's "buffer from host pointer"): a memory-mapped model file, say. Its type
+// is host_buffer_type(), so every host backend computes on tensors placed in it.
+// `owner` (may be null) is kept until the buffer is destroyed, so the memory
+// lives as long as any tensor can reach it. Tensors pointed into it must be
+// aligned as their kernels need (their element size on the CPU) and must be
+// track()ed like any other buffer's.
+[[nodiscard]] std::unique_ptr<Buffer> host_buffer_from_ptr(void* base, size_t size,
+                                                           std::shared_ptr<void> owner = {});
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -112,7 +112,8 @@ ShardIndex parse_shard_index(std::string_view json, const std::string& file);
 // What load_pretrained measured.
 struct LoadStats {
   double seconds = 0;          // reading, checking and converting the weights
-  int64_t bytes_read = 0;      // tensor bytes read from the files
+  int64_t bytes_read = 0;      // tensor bytes of the files the params take (mapped or read)
+  int64_t bytes_mapped = 0;    // of those, bytes the params use in place (memory-mapped)
   int64_t peak_rss_bytes = 0;  // the process's peak resident set afterwards (getrusage)
 };
 
@@ -159,6 +160,10 @@ class CausalLM : public nn::Module {
 
   LoadStats load_stats;
 
+  // Keeps a buffer params point into (a memory-mapped weight file) as long as
+  // the model lives; the loaders call it.
+  void keep_buffer(std::unique_ptr<Buffer> b) { kept_.push_back(std::move(b)); }
+
  protected:
   // A constant the model's graphs read (not a parameter: no gradient, not saved),
   // given memory and `values` by allocate().
@@ -169,6 +174,7 @@ class CausalLM : public nn::Module {
  private:
   std::vector<std::pair<Tensor, std::vector<float>>> constants_;
   std::unique_ptr<Buffer> constant_storage_;
+  std::vector<std::unique_ptr<Buffer>> kept_;
 };
 
 // Options of building and loading.
@@ -176,6 +182,22 @@ struct ModelOptions {
   // Length of the RoPE tables (Llama family): positions forward() can take.
   // 0: min(max_position_embeddings, 4096).
   int64_t max_seq_len = 0;
+  // Loading on a host backend (CPU, BLAS): params whose stored bytes are what
+  // kiln needs (same dtype, same layout, aligned to the element size) point into
+  // a private, copy-on-write memory map of the file instead of a copy: loading
+  // reads no weights, pages come from the file (page cache) on first use, and a
+  // training step writes the process's own copy of a page, never the file. The
+  // map lives as long as the model. Other tensors (converted dtypes, GGUF's q/k
+  // row order and GPT-2 transposes, quantized blocks) and other backends (CUDA)
+  // get copies. false: every tensor is copied.
+  bool mmap = true;
+  // Weights stored as F16 or BF16. f32 (the default, as transformers'
+  // from_pretrained without torch_dtype): every param is converted to f32.
+  // stored: matrices (params of 2+ dims: embeddings, projections, the head)
+  // keep the file's f16/bf16 (matmul and embedding read them as they are);
+  // 1-D params (norm weights, biases) are f32 either way. Loading only.
+  enum class WeightDType { f32, stored };
+  WeightDType weight_dtype = WeightDType::f32;
 };
 
 // The Llama-family model (LlamaForCausalLM's layout and names).
@@ -190,7 +212,9 @@ std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
 
 // Loads a Hugging Face model directory: config.json, generation_config.json (when
 // present), model.safetensors or model.safetensors.index.json and its shards.
-// F32, F16 and BF16 tensors are converted to f32. Every tensor the model needs is
+// F32, F16 and BF16 tensors are converted to f32 (or F16/BF16 matrices kept:
+// opt.weight_dtype); on host backends those usable as stored are memory-mapped
+// (opt.mmap), the rest copied. Every tensor the model needs is
 // checked (present, loadable dtype, shape as the config implies) before any is
 // written; a tensor the model does not use is an error too. Errors are
 // kiln::Error "[models] <file>: ..." naming the file and the field or tensor.
@@ -205,8 +229,10 @@ void load_weights(CausalLM& model, const std::string& dir);
 // llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
 // "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
 // head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
-// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32, Q8_0 and
-// Q4_0 tensors dequantized to f32 (load_gguf; save_gguf writes f32). Errors:
+// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32 (or kept,
+// opt.weight_dtype), Q8_0 and Q4_0 tensors dequantized to f32, and tensors
+// usable as stored memory-mapped on host backends (opt.mmap) (load_gguf;
+// save_gguf writes f32). Errors:
 // kiln::Error "[models] <file>: ..." naming the key or tensor.
 std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::string& path,
                                     const ModelOptions& opt = {});
@@ -217,7 +243,8 @@ ModelConfig read_gguf_config(const std::string& path);
 void save_gguf(const CausalLM& model, const std::string& path);
 
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
-// model.safetensors in f32), each file atomically; creates `dir` if needed.
+// model.safetensors in the params' dtypes: f32, or f16/bf16 kept), each file
+// atomically; creates `dir` if needed.
 void save_pretrained(const CausalLM& model, const std::string& dir);
 
 }  // namespace kiln::models

@@ -115,6 +115,13 @@ class Module {
   // rest. Params must have memory.
   LoadResult load(const std::string& path, bool strict = true);
 
+  // Replaces the param `name` (a dotted path below this module; it must have no
+  // memory yet) by a param of `dtype` with the same shape and tensor name,
+  // wherever this tree uses it (a tied tensor stays tied). For weights kept as
+  // stored (f16/bf16 matrices read by matmul). Graphs built before read the old
+  // tensor: call it before building any. Returns the new param.
+  Tensor set_parameter_dtype(std::string_view name, DType dtype);
+
   // ---- memory and initialisation ----
   // Gives every param of the tree that has no memory yet a place in one new
   // zero-filled buffer of `backend`, owned by this module (call on the root).
@@ -178,6 +185,7 @@ class Module {
   void collect(std::vector<std::pair<std::string, Tensor>>& out,
                std::vector<const TensorNode*>& seen) const;
   void init_tree(uint64_t seed);
+  void replace_param(const TensorNode* old, Tensor now);
 
   Context* ctx_;
   std::string prefix_;  // path + "." ("" for the root)

@@ -111,8 +111,8 @@ struct AttentionOptions {
 // Over the last axis; weight and bias (shape [D]) are optional.
 [[nodiscard]] Tensor layer_norm(Tensor x, Tensor weight = {}, Tensor bias = {}, float eps = 1e-5f);
 [[nodiscard]] Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
-[[nodiscard]] Tensor embedding(Tensor weight,
-                               Tensor indices);  // rows of weight [V, D] at i32 indices
+// Rows of weight [V, D] (f32, f16 or bf16) at i32 indices, as f32.
+[[nodiscard]] Tensor embedding(Tensor weight, Tensor indices);
 [[nodiscard]] Tensor concat(std::initializer_list<Tensor> xs, int dim);
 [[nodiscard]] Tensor concat(const std::vector<Tensor>& xs, int dim);
 // PyTorch F.pad order: pairs (before, after) starting from the LAST dim.

@@ -357,6 +357,11 @@ void GgufFile::check_load(Tensor t, std::string_view name) const {
 
 void GgufFile::load(Tensor t, std::string_view name) const {
   check_load(t, name);
+  if (void* p = io::host_data(t)) {  // host memory: no staging copy
+    const GgufTensorInfo& info = tensor_info(name);
+    read_at(info.offset, p, info.nbytes);
+    return;
+  }
   io::set_tensor_bytes(t, read_bytes(name));
 }
 

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kiln/backend.h"
 #include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::io {
 
@@ -75,6 +77,12 @@ void set_tensor_bytes(Tensor t, const std::vector<uint8_t>& bytes) {
     case DType::f16:
     case DType::bf16: set_from<uint16_t>(t, bytes); break;
   }
+}
+
+void* host_data(const Tensor& t) {
+  const TensorNode* n = t.node();
+  if (!n->data || !n->buffer || !n->buffer->is_host() || !n->is_contiguous()) return nullptr;
+  return n->data;
 }
 
 }  // namespace kiln::io

@@ -20,5 +20,8 @@ int open_for_reading(const std::string& path, const char* component, uint64_t* s
 std::vector<uint8_t> tensor_bytes(const Tensor& t);
 // Writes bytes (t.nbytes() of them, contiguous) into t (Tensor::set; views work).
 void set_tensor_bytes(Tensor t, const std::vector<uint8_t>& bytes);
+// t's memory when it is contiguous host memory (a file can be read straight into
+// it, with no staging copy); nullptr otherwise.
+void* host_data(const Tensor& t);
 
 }  // namespace kiln::io

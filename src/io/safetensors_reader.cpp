@@ -280,6 +280,14 @@ void SafetensorsFile::check(const std::string& name, Tensor dst) const {
 
 void SafetensorsFile::read(const std::string& name, Tensor dst) const {
   check(name, dst);
+  if (void* p = io::host_data(dst)) {  // host memory: no staging copy
+    const TensorInfo& t = info(name);
+    const uint64_t at = data_offset() + data_offsets(name).first;
+    if (!io::pread_all(fd_, p, t.nbytes, at))
+      fail("safetensors", path_, ": cannot read the ", t.nbytes, " bytes of tensor '", name,
+           "' at offset ", at, " (did the file change while reading?)");
+    return;
+  }
   io::set_tensor_bytes(dst, read_bytes(name));
 }
 

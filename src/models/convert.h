@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/tensor.h"
 
 namespace kiln::models::detail {
 
@@ -26,6 +27,15 @@ inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType stored
     out[i] = stored == f16 ? f16_to_f32(h) : bf16_to_f32(h);
   }
   return out;
+}
+
+// A param's values as f32 (f32, or f16/bf16 weights kept as stored).
+inline std::vector<float> values_f32(Tensor t) {
+  if (t.dtype() == f32) return t.get<float>();
+  const std::vector<uint16_t> h = t.get<uint16_t>();
+  std::vector<uint8_t> bytes(h.size() * 2);
+  std::memcpy(bytes.data(), h.data(), bytes.size());
+  return to_f32(bytes, t.dtype());
 }
 
 // The process's peak resident set so far, in bytes.

@@ -3,12 +3,14 @@
 // linear weights [out, in], and Llama 3's RoPE scaling as a rope_freqs tensor.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "kiln/io.h"
 #include "kiln/models.h"
 #include "models/convert.h"
+#include "models/mapped_file.h"
 #include "models/rope.h"
 
 namespace kiln::models {
@@ -79,11 +81,13 @@ Layout layout_of(const std::string& hf, const ModelConfig& c, int64_t* heads) {
 }
 
 // Reorders the rows of x ([heads * D, cols], row-major) between the two RoPE
-// layouts; to_file: HF -> llama.cpp, else back.
-std::vector<float> reorder_rope_rows(const std::vector<float>& x, int64_t heads, int64_t rows,
-                                     bool to_file) {
+// layouts; to_file: HF -> llama.cpp, else back. T: the stored element (float, or
+// the 16 bits of f16/bf16: moving rows needs no conversion).
+template <class T>
+std::vector<T> reorder_rope_rows(const std::vector<T>& x, int64_t heads, int64_t rows,
+                                 bool to_file) {
   const int64_t cols = int64_t(x.size()) / rows, D = rows / heads, half = D / 2;
-  std::vector<float> out(x.size());
+  std::vector<T> out(x.size());
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < half; ++j)
       for (int64_t s = 0; s < 2; ++s) {
@@ -94,11 +98,20 @@ std::vector<float> reorder_rope_rows(const std::vector<float>& x, int64_t heads,
   return out;
 }
 
-std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  std::vector<float> out(x.size());
+template <class T>
+std::vector<T> transpose(const std::vector<T>& x, int64_t rows, int64_t cols) {
+  std::vector<T> out(x.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[size_t(c * rows + r)] = x[size_t(r * cols + c)];
   return out;
+}
+
+// Puts a tensor's values (the file's layout) into its param in kiln's layout.
+template <class T>
+void set_param(Tensor param, std::vector<T> v, Layout layout, int64_t heads, const Shape& s) {
+  if (layout == Layout::rope_pairs) v = reorder_rope_rows(v, heads, s[0], false);
+  if (layout == Layout::transposed) v = transpose(v, s[0], s[1]);
+  param.set(v);
 }
 
 // Metadata of one file, each key marked when read so that unknown ones of the
@@ -226,10 +239,12 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   const bool gpt2 = bool(cfg.gpt2);
   // Check every tensor before writing any.
   struct Item {
+    std::string name;
     Tensor param;
     const GgufTensorInfo* info;
     Layout layout;
     int64_t heads;
+    bool mapped = false;
   };
   std::vector<Item> plan;
   std::set<std::string> used = {"rope_freqs.weight"};
@@ -251,26 +266,52 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
       fail("models", path, ": tensor '", gname, "' is ", ti->shape.str(),
            " but the metadata implies ", want.str());
     used.insert(gname);
-    plan.push_back({param, ti, lay, heads});
+    plan.push_back({name, param, ti, lay, heads});
   }
   for (const GgufTensorInfo& t : f.tensors())
     if (!used.count(t.name))
       fail("models", path, ": tensor '", t.name, "' is not part of the ", arch_of(cfg),
            " model the metadata describes");
+  // Kept f16/bf16 matrices: moving rows (q/k order, transposes) needs no conversion.
+  if (opt.weight_dtype == ModelOptions::WeightDType::stored)
+    for (Item& it : plan)
+      if (it.param.ndim() >= 2 && !it.info->quantized() && it.info->dtype != f32)
+        it.param = model->set_parameter_dtype(it.name, it.info->dtype);
+  int64_t mapped = 0;
+  if (opt.mmap && detail::can_map(backend)) {
+    detail::MappedFiles maps;
+    for (Item& it : plan) {
+      if (it.param.has_data() || it.layout != Layout::same || it.info->quantized() ||
+          it.param.dtype() != it.info->dtype)
+        continue;
+      it.mapped = maps.place(it.param, path, f.file_size(), it.info->offset);
+      if (it.mapped) mapped += int64_t(it.info->nbytes);
+    }
+    maps.hand_over([&](std::unique_ptr<Buffer> b) { model->keep_buffer(std::move(b)); });
+  }
   model->allocate(backend);  // only once the file fits the model
   int64_t bytes = 0;
   for (Item& it : plan) {
+    bytes += int64_t(it.info->nbytes);
+    if (it.mapped) continue;
+    if (it.layout == Layout::same && !it.info->quantized() && it.param.dtype() == it.info->dtype) {
+      f.load(it.param, it.info->name);  // as stored: straight into the param's memory
+      continue;
+    }
     const std::vector<uint8_t> raw = f.read_bytes(it.info->name);
-    bytes += int64_t(raw.size());
-    std::vector<float> v = gguf_dequantize(*it.info, raw);  // f32, f16, bf16, Q8_0, Q4_0
-    const Shape& s = it.info->shape;
-    if (it.layout == Layout::rope_pairs) v = reorder_rope_rows(v, it.heads, s[0], false);
-    if (it.layout == Layout::transposed) v = transpose(v, s[0], s[1]);
-    it.param.set(v);
+    if (it.param.dtype() == f32) {
+      // f32, f16, bf16, Q8_0, Q4_0 -> f32
+      set_param(it.param, gguf_dequantize(*it.info, raw), it.layout, it.heads, it.info->shape);
+    } else {  // kept as stored: the same 16-bit values
+      std::vector<uint16_t> v(raw.size() / 2);
+      std::memcpy(v.data(), raw.data(), v.size() * 2);
+      set_param(it.param, std::move(v), it.layout, it.heads, it.info->shape);
+    }
   }
   model->load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model->load_stats.bytes_read = bytes;
+  model->load_stats.bytes_mapped = mapped;
   model->load_stats.peak_rss_bytes = detail::peak_rss_bytes();
   return model;
 }
@@ -332,7 +373,7 @@ void save_gguf(const CausalLM& model, const std::string& path) {
   };
   for (const auto& [name, t] : model.named_parameters()) {
     if (!t.has_data()) fail("models", "save_gguf: param '", name, "' has no memory");
-    std::vector<float> v = t.get<float>();
+    std::vector<float> v = detail::values_f32(t);  // f32 files, kept f16/bf16 included
     Shape s = t.shape();
     int64_t heads = 0;
     const Layout lay = layout_of(name, cfg, &heads);

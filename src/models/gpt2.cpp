@@ -135,7 +135,9 @@ class Gpt2LMHeadModel : public CausalLM {
     if (T > c().n_positions)
       fail("models", type_name(), ": sequence of ", T, " tokens is longer than its ",
            c().n_positions, " learned positions (n_positions)");
-    Tensor x = drop(wte(ids) + wpe.weight().narrow(0, 0, T));
+    Tensor pos = wpe.weight().narrow(0, 0, T);
+    if (pos.dtype() != f32) pos = pos.to(f32);  // kept f16/bf16: only the rows used
+    Tensor x = drop(wte(ids) + pos);
     return lm_head(ln_f(h(x)));
   }
   KvLayout kv_layout() const override { return {c().n_layer, c().n_head, c().n_embd / c().n_head}; }

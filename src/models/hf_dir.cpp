@@ -1,5 +1,6 @@
 // Hugging Face model directories: load_pretrained / load_weights (config.json,
 // generation_config.json, single or sharded safetensors) and save_pretrained.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "kiln/models.h"
 #include "kiln/safetensors.h"
 #include "models/convert.h"
+#include "models/mapped_file.h"
 
 namespace kiln::models {
 namespace {
@@ -82,15 +84,30 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
+// The size a safetensors file's header describes: its data section ends with
+// the last tensor (the reader checked that the tensors cover it exactly).
+uint64_t described_size(const SafetensorsFile& f) {
+  uint64_t end = 0;
+  for (const TensorInfo& t : f.tensors()) end = std::max(end, f.data_offsets(t.name).second);
+  return f.data_offset() + end;
+}
+
 // Checks every tensor against the model, then (after allocating the model on
 // `backend`, when given) reads them: a file that does not fit the config is
-// reported before anything is allocated for it.
-void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
+// reported before anything is allocated for it. With a backend, the params take
+// the dtypes opt asks for and those the files hold as they are get mapped.
+void load_into(CausalLM& model, const std::string& dir, Backend* backend, const ModelOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   Weights w = open_weights(dir);
   const std::string config = (fs::path(dir) / "config.json").string();
   // Check everything first: the model is written only if every tensor fits.
-  std::vector<std::pair<Tensor, Located>> plan;
+  struct Item {
+    std::string name;
+    Tensor param;
+    Located loc;
+    bool mapped = false;
+  };
+  std::vector<Item> plan;
   std::map<std::string, bool> used;
   for (const auto& [name, param] : model.named_parameters()) {
     auto it = w.tensors.find(name);
@@ -111,35 +128,58 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend) {
       fail("models", loc.file->path(), ": tensor '", ti.name, "' is ", dims_str(ti.dims), " but ",
            config, " implies ", want.str());
     used[ti.name] = true;
-    plan.emplace_back(param, loc);
+    plan.push_back({name, param, loc});
   }
   for (const auto& [name, loc] : w.tensors)
     if (!used.count(name) && !model.ignorable_tensor(name))
       fail("models", loc.file->path(), ": tensor '", name, "' is not part of the model ", config,
            " describes (model_type '", model.config().model_type, "')");
-  if (backend) model.allocate(*backend);
-  for (auto& [param, loc] : plan)
-    if (!param.has_data())
-      fail("models", "load_weights: param '", param.name(),
+  int64_t mapped = 0;
+  if (backend) {
+    if (opt.weight_dtype == ModelOptions::WeightDType::stored)
+      for (Item& it : plan)
+        if (it.param.ndim() >= 2 && it.loc.info->dtype != f32)
+          it.param = model.set_parameter_dtype(it.name, it.loc.info->dtype);
+    if (opt.mmap && detail::can_map(*backend)) {
+      detail::MappedFiles maps;
+      std::map<const SafetensorsFile*, uint64_t> sizes;
+      for (Item& it : plan) {
+        const SafetensorsFile& f = *it.loc.file;
+        if (it.param.has_data() || it.param.dtype() != it.loc.info->dtype) continue;
+        if (!sizes.count(&f)) sizes[&f] = described_size(f);
+        const uint64_t at = f.data_offset() + f.data_offsets(it.loc.info->name).first;
+        it.mapped = maps.place(it.param, f.path(), sizes[&f], at);
+        if (it.mapped) mapped += int64_t(it.loc.info->nbytes);
+      }
+      maps.hand_over([&](std::unique_ptr<Buffer> b) { model.keep_buffer(std::move(b)); });
+    }
+    model.allocate(*backend);
+  }
+  for (Item& it : plan)
+    if (!it.param.has_data())
+      fail("models", "load_weights: param '", it.param.name(),
            "' has no memory: call allocate(backend)");
   int64_t bytes = 0;
-  for (auto& [param, loc] : plan) {
-    bytes += int64_t(loc.info->nbytes);
-    if (loc.info->dtype == f32) {
-      loc.file->read(loc.info->name, param);  // straight into the param's memory
+  for (Item& it : plan) {
+    const TensorInfo& ti = *it.loc.info;
+    bytes += int64_t(ti.nbytes);
+    if (it.mapped) continue;
+    if (ti.dtype == it.param.dtype()) {
+      it.loc.file->read(ti.name, it.param);  // straight into the param's memory
     } else {
-      param.set(detail::to_f32(loc.file->read_bytes(loc.info->name), loc.info->dtype));
+      it.param.set(detail::to_f32(it.loc.file->read_bytes(ti.name), ti.dtype));
     }
   }
   model.load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model.load_stats.bytes_read = bytes;
+  model.load_stats.bytes_mapped = mapped;
   model.load_stats.peak_rss_bytes = detail::peak_rss_bytes();
 }
 
 }  // namespace
 
-void load_weights(CausalLM& model, const std::string& dir) { load_into(model, dir, nullptr); }
+void load_weights(CausalLM& model, const std::string& dir) { load_into(model, dir, nullptr, {}); }
 
 std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
                                           const ModelOptions& opt) {
@@ -148,7 +188,7 @@ std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const 
   const std::string gen = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen)) parse_generation_config(slurp(gen), gen, cfg.generation);
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
-  load_into(*model, dir, &backend);
+  load_into(*model, dir, &backend, opt);
   return model;
 }
 

@@ -147,6 +147,23 @@ void Module::tie(std::string_view name, Tensor shared) {
   it->second = shared;
 }
 
+Tensor Module::set_parameter_dtype(std::string_view name, DType dtype) {
+  const Tensor old = parameter(name);
+  if (old.dtype() == dtype) return old;
+  if (old.has_data())
+    fail("nn", "set_parameter_dtype '", name, "': ", old.label(),
+         " already has memory; change dtypes before allocate()");
+  Tensor now = ctx_->param(dtype, old.shape(), old.name());
+  replace_param(old.node(), now);
+  return now;
+}
+
+void Module::replace_param(const TensorNode* old, Tensor now) {
+  for (auto& [n, t] : params_)
+    if (t.node() == old) t = now;
+  for (auto& [n, m] : children_) m->replace_param(old, now);
+}
+
 void Module::allocate(Backend& backend) {
   std::vector<TensorNode*> unplaced;
   for (auto& [n, t] : named_parameters())

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error_check.h"
+#include "kiln/ext/alloc.h"
 #include "kiln/ext/tensor_node.h"
 #include "nn_test_util.h"
 
@@ -30,6 +31,41 @@ std::vector<std::string> names_of(const nn::Module& m) {
   std::vector<std::string> n;
   for (auto& [name, t] : m.named_parameters()) n.push_back(name);
   return n;
+}
+
+// A param's dtype changes before allocation, everywhere it is used: the tied
+// head follows the embedding, names and order stay, and the forward pass reads
+// the bf16 matrices (matmul and embedding take them).
+TEST(NnModule, SetParameterDtypeKeepsTiesAndNames) {
+  Context ctx;
+  TinyGpt gpt(ctx, 11, 8, 1);
+  const std::vector<std::string> names = names_of(gpt);
+  Tensor old = gpt.wte.weight();
+  Tensor now = gpt.set_parameter_dtype("wte.weight", bf16);
+  EXPECT_NE(now.node(), old.node());
+  EXPECT_EQ(now.dtype(), bf16);
+  EXPECT_EQ(now.name(), "wte.weight");
+  EXPECT_TRUE(now.has_flag(kFlagParam));
+  EXPECT_EQ(gpt.wte.weight().node(), now.node());
+  EXPECT_EQ(gpt.lm_head.weight().node(), now.node());  // still tied
+  EXPECT_EQ(names_of(gpt), names);
+  gpt.set_parameter_dtype("blocks.0.mlp.c_fc.weight", f16);
+  EXPECT_EQ(gpt.parameter("blocks.0.mlp.c_fc.weight").dtype(), f16);
+  CpuBackend cpu(1);
+  gpt.allocate(cpu);
+  EXPECT_TRUE(now.has_data());
+  EXPECT_TRUE(kiln_test::is_error(
+      kiln_test::error_message([&] { gpt.set_parameter_dtype("ln_f.weight", bf16); }), "nn",
+      {"ln_f.weight", "already has memory"}));
+  Tensor idx = ctx.input(i32, {1, 3});
+  Tensor logits = gpt(idx);
+  EXPECT_EQ(logits.dtype(), f32);
+  Graph g = Graph::forward(logits);
+  GraphAllocator galloc(cpu.buffer_type());
+  galloc.alloc(g);
+  idx.set(std::vector<int32_t>{1, 4, 9});
+  cpu.compute(g);
+  for (float v : logits.get<float>()) EXPECT_EQ(v, 0.0f);  // zero-filled params
 }
 
 TEST(NnModule, HierarchicalNamesInRegistrationOrder) {

@@ -40,7 +40,8 @@ Tensor one_hot(Tensor labels, int64_t classes) {
 Tensor embedding(Tensor weight, Tensor indices) {
   detail::check_defined("embedding", {weight, indices});
   detail::check_same_ctx("embedding", {weight, indices});
-  detail::check_float32("embedding", "weight", weight);
+  if (weight.dtype() == i32)  // f16/bf16 tables (weights kept as stored) give f32 rows
+    fail("embedding", "weight must be f32, f16 or bf16, got i32 ", weight.shape().str());
   detail::check_dtype("embedding", "indices", indices, i32);
   if (weight.ndim() != 2) fail("embedding", "weight must be [V, D], got ", weight.shape().str());
   if (indices.ndim() >= kMaxDims)

@@ -50,6 +50,14 @@ void add_rows(std::vector<Case>& cs, Sz z) {
       true);
   e3.spec = embedding_spec();
   cs.push_back(e3);
+  // Half-precision tables (weights kept as stored) give f32 rows (eval only).
+  for (DType t : {DType::f16, DType::bf16}) {
+    Case h =
+        make_case(t == DType::f16 ? "embedding_f16_table" : "embedding_bf16_table", {Op::EMBEDDING},
+                  {as(in("weight", {V, D}), t), in_i32("idx", {n}, repeated_rows(V))}, emb, false);
+    h.spec = embedding_spec();
+    cs.push_back(h);
+  }
 
   // SCATTER_ADD_ROWS directly: values [n, D] into V rows (repeated indices sum).
   auto scatter = [V](Context&, X x) {

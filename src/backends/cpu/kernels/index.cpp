@@ -150,13 +150,14 @@ void kernel_EMBEDDING(TensorNode* dst, ThreadCtx& t) {
   if (bad >= 0)
     fail("embedding", "index ", rd(bad), " at position ", bad, " is out of range for ", rows,
          " rows");
-  const size_t es = table->elem_size();
+  // An f16/bf16 table gives f32 rows (convert copies when the dtypes agree).
+  const int64_t ed = int64_t(dst->elem_size());
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t k = u / nb, b = u % nb, c0 = dim * b / nb, c1 = dim * (b + 1) / nb;
     const char* src =
         static_cast<const char*>(table->data) + rd(k) * table->stride[0] + c0 * table->stride[1];
-    char* d = static_cast<char*>(dst->data) + (k * dim + c0) * int64_t(es);
-    copy_elems(d, src, c1 - c0, table->stride[1], es);
+    char* d = static_cast<char*>(dst->data) + (k * dim + c0) * ed;
+    convert(src, table->dtype, table->stride[1], d, dst->dtype, ed, c1 - c0);
   }
 }
 
