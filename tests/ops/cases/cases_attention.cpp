@@ -63,6 +63,14 @@ void add_attention(std::vector<Case>& cs, Sz z) {
         return attention(x[0], x[1], x[2], {0.0f, true});
       },
       true)));
+  // 128 keys: the packed k^T / v^T rows get padded apart (packed_ld in the kernel).
+  cs.push_back(no_fd(make_case(
+      "attention_causal_t128", {Op::ATTENTION},
+      {in("q", {1, 2, 128, 16}, g), in("k", {1, 2, 128, 16}, g), in("v", {1, 2, 128, 16})},
+      [](Context&, X x) {
+        return attention(x[0], x[1], x[2], {0.0f, true});
+      },
+      true)));
   // ATTENTION_BACK alone: q, k, v, out = attention(q, k, v), d out.
   for (const bool causal : {false, true}) {
     Case c = make_case(

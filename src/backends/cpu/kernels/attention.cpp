@@ -34,6 +34,15 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Floats between the rows of a packed k^T or v^T for tk keys. The tile kernels
+// read E rows of it at a time (one vector chunk of each); rows a multiple of
+// 512 bytes apart would fall into a few L1 sets and evict each other (T = 512:
+// 2 KiB apart, every load an L2 hit), so such strides get one vector more.
+int64_t packed_ld(int64_t tk) {
+  const int64_t ld = round_up(std::max<int64_t>(tk, 1), kW);
+  return ld % 128 == 0 ? ld + kW : ld;
+}
+
 // One head of a [..., T, E] tensor: its base and row/column byte strides.
 struct HeadMat {
   const char* base;
@@ -257,7 +266,7 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   if (dst->numel() == 0) return;
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, D.tq * D.tk * D.e), 1);
   if (hr.empty()) return;
-  const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
+  const int64_t ld = packed_ld(D.tk), e = D.e;
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(
       t.scratch(size_t(e * ld + D.tk * e + kR * kKeyBlock + 2 * kR * eb + eb) * sizeof(float)));
@@ -323,7 +332,7 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   float* out = static_cast<float*>(dst->data);
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 3 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return;
-  const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
+  const int64_t ld = packed_ld(D.tk), e = D.e;
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(t.scratch(
       size_t(2 * e * ld + D.tk * e + 2 * kR * ld + 2 * kR * eb + 2 * eb) * sizeof(float)));
