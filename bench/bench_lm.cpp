@@ -17,6 +17,8 @@
 // (KILN_PROFILE_SHAPES=1: per op and output shape).
 //
 //   build/release/bench/bench_lm [--threads 2] [--prefill 512] [--repeats 3] [--profile]
+// (not a Google Benchmark program: it ignores the --benchmark_* flags that
+// scripts/bench.sh passes to every program).
 //
 // Generation with a KV cache (tokens/s at batch 1) comes from the generation
 // API (kiln-lm generate); this program prints its ceiling and marks the place.
@@ -208,6 +210,7 @@ Args parse(int argc, char** argv) {
     else if (s == "--prefill") a.prefill = std::atoll(next());
     else if (s == "--repeats") a.repeats = std::atoi(next());
     else if (s == "--profile") a.profile = true;
+    else if (s.rfind("--benchmark", 0) == 0) continue;  // scripts/bench.sh passes these to all
     else {
       std::fprintf(stderr,
                    "usage: bench_lm [--threads N] [--prefill T] [--repeats R] [--profile]\n");
