@@ -2,8 +2,9 @@
 // narrowed at a position offset, as a KV cache rotates new tokens: the rotation
 // by the angles of positions offset .. offset+T-1 (llama3 frequency scaling
 // included), and, token by token, bit for bit what one pass over the whole
-// sequence gives.
+// sequence gives; and the Llama graph uses the fused RMS_NORM and ROPE.
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "models/rope.h"
@@ -80,6 +81,41 @@ TEST(ModelRope, TokenByTokenEqualsTheWholeSequence) {
     const std::vector<float> yp = r.rotate(xp, 1, p);
     for (int64_t k = 0; k < n; ++k) ASSERT_EQ(yp[size_t(k)], whole[size_t(p * n + k)]) << p;
   }
+}
+
+}  // namespace
+}  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+// The Llama model's graph goes through the fused primitives: two RMS_NORMs per
+// layer and the final norm, one ROPE each for q and k, and none of the
+// composites' nodes (no CONCAT from rotate_half, no SQRT from the norm).
+TEST(ModelRope, LlamaGraphUsesTheFusedOps) {
+  models::ModelConfig cfg;
+  cfg.model_type = "llama";
+  models::LlamaConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  cfg.llama = c;
+  Context ctx;
+  CpuBackend cpu(1);
+  auto model = models::make_llama(ctx, cfg, {.max_seq_len = 8});
+  model->allocate(cpu);
+  Tensor logits = (*model)(ctx.input(i32, {1, 5}, "ids"));
+  std::map<Op, int> n;
+  const Graph g = Graph::forward(logits);
+  for (const TensorNode* node : g.nodes()) ++n[node->op];
+  EXPECT_EQ(n[Op::RMS_NORM], 2 * 2 + 1);
+  EXPECT_EQ(n[Op::ROPE], 2 * 2);
+  EXPECT_EQ(n[Op::CONCAT], 0);
+  EXPECT_EQ(n[Op::SQRT], 0);
 }
 
 }  // namespace
