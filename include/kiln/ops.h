@@ -104,6 +104,10 @@ struct AttentionOptions {
   bool causal = false;  // key j masked for query i when j > i + (Tk - Tq), as softmax's
 };
 [[nodiscard]] Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
+// Rotary position embeddings (HF's rotate_half convention), one fused primitive:
+// x [B, T, H, D] -> x * cos + rotate_half(x) * sin, with cos/sin [T, D] (row t:
+// the angles of position t; narrow longer tables at a KV cache's offset).
+[[nodiscard]] Tensor rope(Tensor x, Tensor cos, Tensor sin);
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
 [[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);
 [[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);             // mean((a-b)^2)

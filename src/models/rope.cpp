@@ -53,11 +53,8 @@ void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& co
 }
 
 Tensor apply_rope(Tensor x, Tensor cos, Tensor sin) {
-  const int64_t T = x.size(1), D = x.size(3), half = D / 2;
-  Tensor c = cos.narrow(0, 0, T).reshape({1, T, 1, D});
-  Tensor s = sin.narrow(0, 0, T).reshape({1, T, 1, D});
-  Tensor rotated = concat({neg(x.narrow(3, half, half)), x.narrow(3, 0, half)}, 3);
-  return x * c + rotated * s;
+  const int64_t T = x.size(1);
+  return rope(x, cos.narrow(0, 0, T), sin.narrow(0, 0, T));
 }
 
 }  // namespace kiln::models::detail

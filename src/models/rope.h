@@ -1,6 +1,6 @@
-// Rotary position embeddings as a composite of existing ops (a fused op may
-// replace it later): HF's rotate_half convention, where dimension i of a head
-// pairs with dimension i + D/2.
+// Rotary position embeddings: the tables (with any frequency rescaling) are
+// computed here on the host, the rotation is the fused ROPE op (kiln::rope).
+// HF's rotate_half convention, where dimension i of a head pairs with i + D/2.
 #pragma once
 #include <vector>
 
@@ -17,7 +17,8 @@ void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& co
                  std::vector<float>& sin_out);
 
 // x [B, T, H, D] rotated by position (0 .. T-1): x * cos + rotate_half(x) * sin,
-// with cos/sin the tables above ([S, D], S >= T).
+// with cos/sin the tables above ([S, D], S >= T; their first T rows are used, so
+// pass tables narrowed at an offset to rotate positions offset .. offset+T-1).
 Tensor apply_rope(Tensor x, Tensor cos, Tensor sin);
 
 }  // namespace kiln::models::detail

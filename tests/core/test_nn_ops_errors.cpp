@@ -89,6 +89,8 @@ TEST(NnOpsErrors, Norms) {
   EXPECT_KILN_ERROR(kiln::rms_norm(x, ctx.param(f32, {2})), "rms_norm", "weight is [2]",
                     "x is [2, 4]");
   EXPECT_KILN_ERROR(kiln::rms_norm(ctx.input(f32, {})), "rms_norm", "scalar");
+  EXPECT_KILN_ERROR(kiln::rms_norm(x, {}, std::nanf("")), "rms_norm", "eps");
+  EXPECT_KILN_ERROR(kiln::rms_norm(ctx.input(f16, {2, 4})), "rms_norm", "f16");
 }
 
 TEST(NnOpsErrors, Dropout) {
@@ -484,4 +486,27 @@ TEST(NnOpsErrors, Attention) {
                     "attention", "[..., Tq, E]");
   EXPECT_KILN_ERROR(kiln::attention(q, k, v, {-1.0f, true}), "attention", "scale");
   EXPECT_KILN_ERROR(kiln::attention(q, k, Tensor()), "attention", "undefined");
+}
+
+TEST(NnOpsErrors, Rope) {
+  kiln::Context ctx;
+  Tensor x = ctx.input(f32, {2, 5, 3, 8}, "x");
+  Tensor c = ctx.input(f32, {5, 8}, "cos"), s = ctx.input(f32, {5, 8}, "sin");
+  Tensor long_table = ctx.input(f32, {16, 8});
+  EXPECT_KILN_ERROR(kiln::rope(ctx.input(f32, {5, 3, 8}, "x3"), c, s), "rope", "[B, T, H, D]",
+                    "'x3'", "[5, 3, 8]");
+  EXPECT_KILN_ERROR(
+      kiln::rope(ctx.input(f32, {2, 5, 3, 7}), ctx.input(f32, {5, 7}), ctx.input(f32, {5, 7})),
+      "rope", "even", "[2, 5, 3, 7]");
+  // Whole [S, D] tables must be narrowed to the positions of x.
+  EXPECT_KILN_ERROR(kiln::rope(x, long_table, long_table), "rope", "[16, 8]", "[T, D] = [5, 8]",
+                    "narrow");
+  EXPECT_KILN_ERROR(kiln::rope(x, c, ctx.input(f32, {5, 4})), "rope", "sin [5, 4]");
+  EXPECT_KILN_ERROR(kiln::rope(ctx.input(i32, {2, 5, 3, 8}), c, s), "rope", "x", "i32");
+  EXPECT_KILN_ERROR(kiln::rope(x, ctx.input(f16, {5, 8}), s), "rope", "cos", "f16");
+  EXPECT_KILN_ERROR(kiln::rope(x, c, Tensor()), "rope", "undefined");
+  kiln::Context other;
+  EXPECT_KILN_ERROR(kiln::rope(x, c, other.input(f32, {5, 8})), "rope", "context");
+  // A narrow of the long table at an offset is what a KV cache passes.
+  EXPECT_NO_THROW((void)kiln::rope(x, long_table.narrow(0, 7, 5), long_table.narrow(0, 7, 5)));
 }

@@ -82,6 +82,11 @@ struct LayerNormParams {
   float eps = 1e-5f;
   bool has_weight = false, has_bias = false;
 };
+// RMS_NORM and its backward ops: whether a weight follows x.
+struct RmsNormParams {
+  float eps = 1e-6f;
+  bool has_weight = false;
+};
 // ATTENTION and ATTENTION_BACK.
 struct AttentionParams {
   float scale = 1;
@@ -130,6 +135,9 @@ KILN_OP_PARAMS(PAD, PadParams)
 KILN_OP_PARAMS(LAYER_NORM, LayerNormParams)
 KILN_OP_PARAMS(LAYER_NORM_BACK, LayerNormParams)
 KILN_OP_PARAMS(LAYER_NORM_BACK_AFFINE, LayerNormParams)
+KILN_OP_PARAMS(RMS_NORM, RmsNormParams)
+KILN_OP_PARAMS(RMS_NORM_BACK, RmsNormParams)
+KILN_OP_PARAMS(RMS_NORM_BACK_WEIGHT, RmsNormParams)
 KILN_OP_PARAMS(ATTENTION, AttentionParams)
 KILN_OP_PARAMS(ATTENTION_BACK, AttentionParams)
 KILN_OP_PARAMS(IM2COL, Conv2dParams)

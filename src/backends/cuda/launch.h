@@ -78,12 +78,12 @@ OpKernel index_kernel(Op op);
 OpKernel conv_kernel(Op op);
 OpKernel pool_kernel(Op op);
 OpKernel optim_kernel(Op op);
-// Views need no kernel (supported() accepts every view and leaf). The fused
-// transformer families have no CUDA kernels yet: the scheduler runs them on
-// the CPU backend (their graphs split around them).
+OpKernel norm_kernel(Op op);       // RMS_NORM and its backward ops (LAYER_NORM: none yet)
+OpKernel attention_kernel(Op op);  // ROPE, ROPE_BACK (ATTENTION: none yet)
+// Views need no kernel (supported() accepts every view and leaf). The ops of a
+// family without CUDA kernels (and LAYER_NORM, ATTENTION) run on the CPU
+// backend through the scheduler (their graphs split around them).
 inline OpKernel views_kernel(Op) { return {}; }
-inline OpKernel norm_kernel(Op) { return {}; }
-inline OpKernel attention_kernel(Op) { return {}; }
 inline OpKernel loss_kernel(Op) { return {}; }
 
 // The families' launchers (one per family, dispatching on dst->op).

@@ -1,4 +1,5 @@
-// attention(): the fused ATTENTION primitive and its backward rule.
+// attention(): the fused ATTENTION primitive and its backward rule; rope(): the
+// fused ROPE primitive (rotary position embeddings) and its backward rule.
 //
 // Semantics (PyTorch's scaled_dot_product_attention without dropout): q
 // [..., Tq, E], k and v [..., Tk, E] with identical leading dims (no broadcasting,
@@ -42,7 +43,44 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
                                AttentionParams{scale, opt.causal}));
 }
 
+Tensor rope(Tensor x, Tensor cos, Tensor sin) {
+  const char* op = "rope";
+  detail::check_defined(op, {x, cos, sin});
+  detail::check_same_ctx(op, {x, cos, sin});
+  detail::check_float32(op, "x", x);
+  detail::check_float32(op, "cos", cos);
+  detail::check_float32(op, "sin", sin);
+  if (x.ndim() != 4) fail(op, "x must be [B, T, H, D], got ", x.label(), " ", x.shape().str());
+  const int64_t t = x.size(1), d = x.size(3);
+  if (d % 2 != 0) fail(op, "the head dim D of x ", x.shape().str(), " must be even (rotate-half)");
+  const Shape want{t, d};
+  if (cos.shape() != want || sin.shape() != want)
+    fail(op, "cos ", cos.shape().str(), " and sin ", sin.shape().str(),
+         " must be [T, D] = ", want.str(), " for x ", x.shape().str(),
+         " (narrow longer tables to the positions of x: table.narrow(0, start, T))");
+  return Tensor(detail::new_op(Op::ROPE, f32, x.shape(), {x.node(), cos.node(), sin.node()}));
+}
+
 namespace detail {
+
+// ROPE is linear in x: dx is its adjoint (ROPE_BACK, the rotation by -angle
+// when the tables are HF's). The tables get sum over batch and heads of
+// dy * x (cos) and dy * rotate_half(x) (sin), as composites: they are
+// constants in the models, so this runs only when a program trains them.
+void backward_ROPE(GradCtx& g) {
+  Tensor dy = g.grad(), cos = g.src(1), sin = g.src(2);
+  if (g.needs(0))
+    g.add(0, Tensor(new_op(Op::ROPE_BACK, f32, dy.shape(), {dy.node(), cos.node(), sin.node()})));
+  if (!g.needs(1) && !g.needs(2)) return;
+  Tensor x = g.src(0);
+  const int64_t half = x.size(3) / 2;
+  auto over_batch_and_heads = [](Tensor p) { return sum(sum(p, 2), 0); };  // [T, D]
+  if (g.needs(1)) g.add(1, over_batch_and_heads(dy * x));
+  if (g.needs(2)) {
+    Tensor rotated = kiln::concat({neg(x.narrow(3, half, half)), x.narrow(3, 0, half)}, 3);
+    g.add(2, over_batch_and_heads(dy * rotated));
+  }
+}
 
 // One ATTENTION_BACK node computes dq, dk and dv together (one pass over the
 // key blocks per head); its flat result holds them one after the other and the

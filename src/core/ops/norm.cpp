@@ -1,10 +1,12 @@
 // Normalisation builders: layer_norm (the fused LAYER_NORM primitive, whose rule
-// uses LAYER_NORM_BACK and LAYER_NORM_BACK_AFFINE) and rms_norm (a composite).
+// uses LAYER_NORM_BACK and LAYER_NORM_BACK_AFFINE) and rms_norm (the fused
+// RMS_NORM, whose rule uses RMS_NORM_BACK and RMS_NORM_BACK_WEIGHT).
 //
 // Semantics decisions (PyTorch unless noted):
 // - layer_norm / rms_norm normalise the last axis only (normalized_shape = [D]);
-//   biased variance as PyTorch; eps >= 0. layer_norm is one fused primitive
-//   (LAYER_NORM); cross_entropy with i32 labels too (CROSS_ENTROPY).
+//   biased variance as PyTorch; eps >= 0. Each is one fused primitive: one pass
+//   over a row instead of the five nodes and four [.., D] temporaries of the
+//   composite (sqr, mean, scale, sqrt, div).
 #include <cmath>
 #include <utility>
 
@@ -51,10 +53,8 @@ Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, float eps) {
 Tensor rms_norm(Tensor x, Tensor weight, float eps) {
   check_norm_input("rms_norm", x, eps);
   check_affine("rms_norm", "weight", x, weight);
-  Tensor ms = mean(sqr(x), -1, true);
-  Tensor y = div(x, sqrt(scale(ms, 1.0f, eps)));
-  if (weight.defined()) y = mul(y, weight);
-  return y;
+  const RmsNormParams prm{eps, weight.defined()};
+  return Tensor(detail::new_op(Op::RMS_NORM, f32, x.shape(), {x.node(), weight.node()}, prm));
 }
 
 namespace detail {
@@ -75,6 +75,21 @@ void backward_LAYER_NORM(GradCtx& g) {
   Tensor aff(new_op(Op::LAYER_NORM_BACK_AFFINE, f32, Shape{2, d}, {dy.node(), x.node()}, prm));
   if (nw) g.add(iw, aff.narrow(0, 0, 1).view({d}));
   if (nb) g.add(ib, aff.narrow(0, 1, 1).view({d}));
+}
+
+// RMS_NORM: dx by RMS_NORM_BACK, d weight by one reduction over rows
+// (RMS_NORM_BACK_WEIGHT).
+void backward_RMS_NORM(GradCtx& g) {
+  const RmsNormParams prm = g.params<Op::RMS_NORM>();
+  Tensor x = g.src(0), dy = g.grad();
+  if (g.needs(0)) {
+    TensorNode* w = prm.has_weight ? g.src(1).node() : nullptr;
+    g.add(0, Tensor(new_op(Op::RMS_NORM_BACK, f32, x.shape(), {dy.node(), x.node(), w}, prm)));
+  }
+  if (prm.has_weight && g.needs(1)) {
+    const Shape d{x.shape()[x.ndim() - 1]};
+    g.add(1, Tensor(new_op(Op::RMS_NORM_BACK_WEIGHT, f32, d, {dy.node(), x.node()}, prm)));
+  }
 }
 
 }  // namespace detail

@@ -1,8 +1,11 @@
 // Cases: the fused ATTENTION (causal or not, Tq != Tk as with a KV cache,
-// permuted q/k/v, 3-D) and ATTENTION_BACK on its own. Multi-threaded sizes run
+// permuted q/k/v, 3-D) and ATTENTION_BACK on its own; ROPE (tables of any
+// values, strided x and tables, tables narrowed at a KV cache's offset, gradients
+// of x and of the tables) and ROPE_BACK on its own. Multi-threaded sizes run
 // without finite differences (their grads are compared with the reference's).
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "ops/cases/case_specs.h"
 #include "ops/harness/case.h"
@@ -60,6 +63,14 @@ void add_attention(std::vector<Case>& cs, Sz z) {
         return attention(x[0], x[1], x[2], {0.0f, true});
       },
       true)));
+  // 128 keys: the packed k^T / v^T rows get padded apart (packed_ld in the kernel).
+  cs.push_back(no_fd(make_case(
+      "attention_causal_t128", {Op::ATTENTION},
+      {in("q", {1, 2, 128, 16}, g), in("k", {1, 2, 128, 16}, g), in("v", {1, 2, 128, 16})},
+      [](Context&, X x) {
+        return attention(x[0], x[1], x[2], {0.0f, true});
+      },
+      true)));
   // ATTENTION_BACK alone: q, k, v, out = attention(q, k, v), d out.
   for (const bool causal : {false, true}) {
     Case c = make_case(
@@ -79,8 +90,75 @@ void add_attention(std::vector<Case>& cs, Sz z) {
   }
 }
 
+// x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
+std::string rope_spec(const std::vector<RefValue>& in, const RefValue& out) {
+  const RefValue &x = in[0], &c = in[1], &s = in[2];
+  const int64_t T = x.shape[1], H = x.shape[2], D = x.shape[3], h = D / 2;
+  RefValue want = x;
+  for (size_t k = 0; k < x.v.size(); ++k) {
+    const int64_t i = int64_t(k) % D, t = int64_t(k) / (H * D) % T;
+    const double rot = i < h ? -x.v[k + size_t(h)] : x.v[k - size_t(h)];
+    want.v[k] = x.v[k] * c.v[size_t(t * D + i)] + rot * s.v[size_t(t * D + i)];
+  }
+  return spec_compare(want, out);
+}
+
+void add_rope(std::vector<Case>& cs, Sz z) {
+  const int64_t B = 2, T = z(5, 512), H = z(3, 9);
+  auto rope3 = [](Context&, X x) { return rope(x[0], x[1], x[2]); };
+  // Tables of arbitrary values (not just rotations), so each term of the
+  // definition is checked, and D/2 below the vector width.
+  Case plain =
+      make_case("rope", {Op::ROPE},
+                {in("x", {B, T, H, 10}), in("cos", {T, 10}), in("sin", {T, 10})}, rope3, true);
+  plain.spec = rope_spec;
+  cs.push_back(plain);
+  // x a permuted view (HF's [B, H, T, D] read as [B, T, H, D] needs no copy),
+  // strided tables, D/2 = 20 (a vector and a tail).
+  cs.push_back(make_case(
+      "rope_strided", {Op::ROPE},
+      {with(in("x", {B, T, H, 40}), Layout::permuted), with(in("cos", {T, 40}), Layout::transposed),
+       with(in("sin", {T, 40}), Layout::narrowed)},
+      rope3, true));
+  // Decoding with a KV cache: the tables [S, D] narrowed at the position offset,
+  // one new token and three; the gradient reaches the narrowed rows only.
+  const int64_t S = 9;
+  for (const int64_t t : {int64_t(1), int64_t(3)}) {
+    const int64_t start = S - t - 1;
+    cs.push_back(make_case(
+        "rope_tables_at_offset_t" + std::to_string(t), {Op::ROPE},
+        {in("x", {B, t, H, 8}), in("cos", {S, 8}), in("sin", {S, 8})},
+        [t, start](Context&, X x) {
+          return rope(x[0], x[1].narrow(0, start, t), x[2].narrow(0, start, t));
+        },
+        true));
+  }
+  // Constant tables (as in the models): only x gets a gradient.
+  cs.push_back(make_case(
+      "rope_constant_tables", {Op::ROPE},
+      {in("x", {B, T, H, 64}), constant(in("cos", {T, 64})), constant(in("sin", {T, 64}))}, rope3,
+      true));
+  const int64_t TM = z(64, 2048);
+  cs.push_back(no_fd(make_case(
+      "rope_mt", {Op::ROPE},
+      {in("x", {B, TM, 8, 64}), constant(in("cos", {TM, 64})), constant(in("sin", {TM, 64}))},
+      rope3, true)));
+  // ROPE_BACK alone (no gradient rule of its own).
+  cs.push_back(make_case(
+      "rope_back", {Op::ROPE_BACK},
+      {with(in("dy", {B, T, H, 36}), Layout::permuted), in("cos", {T, 36}), in("sin", {T, 36})},
+      [](Context&, X x) {
+        return detail::make_op(Op::ROPE_BACK, DType::f32, x[0].shape(), {x[0], x[1], x[2]},
+                               NoParams{});
+      },
+      false));
+}
+
 }  // namespace
 
-void add_attention_cases(std::vector<Case>& cs, Sz z) { add_attention(cs, z); }
+void add_attention_cases(std::vector<Case>& cs, Sz z) {
+  add_attention(cs, z);
+  add_rope(cs, z);
+}
 
 }  // namespace kiln::test

@@ -1,7 +1,8 @@
-// Cases: the fused LAYER_NORM (affine or not, strided, D with vector tails) and
-// its backward kernels on their own, and layer_norm / rms_norm checked against
-// independent specs.
+// Cases: the fused LAYER_NORM and RMS_NORM (affine or not, strided, D with
+// vector tails) and their backward kernels on their own, and layer_norm /
+// rms_norm checked against independent specs.
 #include <cmath>
+#include <string>
 
 #include "ops/cases/case_specs.h"
 #include "ops/harness/case.h"
@@ -58,6 +59,54 @@ void add_layer_norm(std::vector<Case>& cs, Sz z) {
         [D](Context&, X x) {
           return detail::make_op(Op::LAYER_NORM_BACK_AFFINE, DType::f32, Shape{2, D}, {x[0], x[1]},
                                  LayerNormParams{1e-5f, true, true});
+        },
+        false);
+    c.tol = {2e-5, 2e-5};  // sums over up to 3072 rows
+    cs.push_back(c);
+  }
+}
+
+void add_rms_norm(std::vector<Case>& cs, Sz z) {
+  const int64_t R = z(5, 768), D = z(37, 576);
+  const Gen wg = gen::uniform(0.5, 1.5);
+  auto rms = [](bool w, float eps) {
+    return [=](Context&, X x) { return rms_norm(x[0], w ? x[1] : Tensor(), eps); };
+  };
+  cs.push_back(make_case("rms_norm_fused", {Op::RMS_NORM}, {in("x", {R, D}, gen::uniform(-2, 2))},
+                         rms(false, 1e-6f), true));
+  cs.push_back(make_case("rms_norm_fused_weight", {Op::RMS_NORM},
+                         {in("x", {R, D}), in("w", {D}, wg)}, rms(true, 1e-5f), true));
+  cs.push_back(make_case("rms_norm_fused_3d_transposed", {Op::RMS_NORM},
+                         {with(in("x", {2, R, D}), Layout::transposed), in("w", {D}, wg)},
+                         rms(true, 1e-2f), true));
+  // D a multiple of the vector width (no tail) and below it.
+  for (const int64_t d : {int64_t(32), int64_t(5)})
+    cs.push_back(make_case("rms_norm_fused_d" + std::to_string(d), {Op::RMS_NORM},
+                           {in("x", {3, R, d}), in("w", {d}, wg)}, rms(true, 1e-6f), true));
+  const int64_t RM = z(300, 3072), DM = z(67, 576);
+  cs.push_back(no_fd(make_case("rms_norm_fused_mt", {Op::RMS_NORM},
+                               {in("x", {RM, DM}), in("w", {DM}, wg)}, rms(true, 1e-6f), true)));
+
+  // The backward kernels on their own (no gradient rules of their own).
+  for (const bool w : {false, true}) {
+    const RmsNormParams p{1e-5f, w};
+    std::vector<Input> ins = {in("dy", {R, D}), in("x", {R, D}, gen::uniform(-2, 2))};
+    if (w) ins.push_back(in("w", {D}, wg));
+    cs.push_back(make_case(
+        w ? "rms_norm_back_weight_src" : "rms_norm_back", {Op::RMS_NORM_BACK}, ins,
+        [p, w](Context&, X x) {
+          return detail::make_op(Op::RMS_NORM_BACK, DType::f32, x[1].shape(),
+                                 {x[0], x[1], w ? x[2] : Tensor()}, p);
+        },
+        false));
+  }
+  for (const int64_t rows : {R, RM}) {
+    Case c = make_case(
+        rows == R ? "rms_norm_back_weight" : "rms_norm_back_weight_mt", {Op::RMS_NORM_BACK_WEIGHT},
+        {with(in("dy", {rows, D}), Layout::transposed), in("x", {rows, D}, gen::uniform(-2, 2))},
+        [D](Context&, X x) {
+          return detail::make_op(Op::RMS_NORM_BACK_WEIGHT, DType::f32, Shape{D}, {x[0], x[1]},
+                                 RmsNormParams{1e-6f, true});
         },
         false);
     c.tol = {2e-5, 2e-5};  // sums over up to 3072 rows
@@ -140,6 +189,7 @@ void add_norms(std::vector<Case>& cs, Sz z) {
 
 void add_norm_cases(std::vector<Case>& cs, Sz z) {
   add_layer_norm(cs, z);
+  add_rms_norm(cs, z);
   add_norms(cs, z);
 }
 

@@ -1,5 +1,6 @@
 // Reference: the fused ATTENTION and ATTENTION_BACK, in double, written from
-// their definitions in ops.def: the whole score matrix of a head.
+// their definitions in ops.def: the whole score matrix of a head; ROPE and
+// ROPE_BACK element by element.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -108,5 +109,37 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
   }
   return r;
 }
+
+namespace {
+
+// x [B, T, H, D], tables [T, D]. Forward, i < h = D/2:
+//   y[i] = x[i] c[i] - x[i+h] s[i],  y[i+h] = x[i+h] c[i+h] + x[i] s[i+h];
+// the adjoint (back): dx[i] = dy[i] c[i] + dy[i+h] s[i+h], dx[i+h] = dy[i+h] c[i+h] - dy[i] s[i].
+RefValue rope(const RefArgs& a, bool back) {
+  const RefValue &x = a.in(0), &c = a.in(1), &s = a.in(2);
+  RefValue r = ref_out(a.node, x.shape);
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3], h = D / 2;
+  if (c.shape != Shape{T, D} || s.shape != Shape{T, D}) ref_fail(a.node, "tables are not [T, D]");
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const size_t base = size_t(((b * T + t) * H + hh) * D);
+        const double* xr = x.v.data() + base;
+        const double* cr = c.v.data() + t * D;
+        const double* sr = s.v.data() + t * D;
+        for (int64_t i = 0; i < h; ++i) {
+          const double lo = xr[i], hi = xr[i + h];
+          r.v[base + size_t(i)] = back ? lo * cr[i] + hi * sr[i + h] : lo * cr[i] - hi * sr[i];
+          r.v[base + size_t(i + h)] =
+              back ? hi * cr[i + h] - lo * sr[i] : hi * cr[i + h] + lo * sr[i + h];
+        }
+      }
+  return r;
+}
+
+}  // namespace
+
+RefValue ref_ROPE(const RefArgs& a) { return rope(a, false); }
+RefValue ref_ROPE_BACK(const RefArgs& a) { return rope(a, true); }
 
 }  // namespace kiln::test

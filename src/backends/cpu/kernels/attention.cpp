@@ -1,5 +1,6 @@
-// ATTENTION and ATTENTION_BACK: fused scaled dot-product attention, one head
-// (one index of the leading dims) per task, heads split over threads, so the
+// ATTENTION and ATTENTION_BACK: fused scaled dot-product attention. The forward
+// splits the query tiles of all heads (a head: one index of the leading dims)
+// over threads in runs of equal work, the backward whole heads; either way the
 // result does not depend on the thread count. Memory is O(T) per head: the head's
 // keys and values are packed into thread scratch (k transposed, so the scores of
 // a key block are vector FMA chains over E), and the [Tq, Tk] score matrix never
@@ -33,6 +34,15 @@ constexpr int64_t kKeyBlock = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Floats between the rows of a packed k^T or v^T for tk keys. The tile kernels
+// read E rows of it at a time (one vector chunk of each); rows a multiple of
+// 512 bytes apart would fall into a few L1 sets and evict each other (T = 512:
+// 2 KiB apart, every load an L2 hit), so such strides get one vector more.
+int64_t packed_ld(int64_t tk) {
+  const int64_t ld = round_up(std::max<int64_t>(tk, 1), kW);
+  return ld % 128 == 0 ? ld + kW : ld;
+}
 
 // One head of a [..., T, E] tensor: its base and row/column byte strides.
 struct HeadMat {
@@ -248,6 +258,42 @@ Dims dims_of(const TensorNode* q, const TensorNode* k) {
           k->shape[nd - 2], q->shape[nd - 1]};
 }
 
+// The query tiles of all heads, (head, tile) in order, split into contiguous
+// runs of about equal work (a tile costs its visible keys), so causal heads and
+// head counts that do not divide by the thread count still balance (9 heads on
+// 2 threads: 5 and 4 heads by heads alone). A thread packs the keys and values
+// of each head it touches; the tiles themselves do not depend on the split.
+struct TileRange {
+  int64_t begin = 0, end = 0;  // unit u = head * tiles + tile
+};
+TileRange tile_range(const ThreadCtx& t, int64_t heads, int64_t tq, int64_t tk, int64_t e,
+                     bool causal) {
+  const int64_t tiles = (tq + kR - 1) / kR;
+  auto cost = [&](int64_t i) {  // keys the tile's last row sees, plus its own rows
+    return visible(std::min(tq, (i + 1) * kR) - 1, tq, tk, causal) + kR;
+  };
+  int64_t per_head = 0;
+  for (int64_t i = 0; i < tiles; ++i) per_head += cost(i);
+  const int64_t total = heads * per_head;
+  const int k = useful_threads(total, t.nth, kR * e);
+  if (t.ith >= k) return {};
+  const int64_t lo = total * t.ith / k, hi = total * (t.ith + 1) / k;
+  // Units whose cumulative start cost lies in [lo, hi).
+  TileRange r{heads * tiles, heads * tiles};
+  int64_t start = 0;
+  bool found = false;
+  for (int64_t u = 0; u < heads * tiles; ++u) {
+    if (!found && start >= lo) r.begin = u, found = true;
+    if (start >= hi) {
+      r.end = u;
+      break;
+    }
+    start += cost(u % tiles);
+  }
+  if (!found) r.begin = r.end;
+  return r;
+}
+
 }  // namespace
 
 void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
@@ -255,9 +301,9 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   const AttentionParams p = op_params<Op::ATTENTION>(*dst);
   const Dims D = dims_of(q, k);
   if (dst->numel() == 0) return;
-  const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, D.tq * D.tk * D.e), 1);
-  if (hr.empty()) return;
-  const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
+  const TileRange ur = tile_range(t, D.heads, D.tq, D.tk, D.e, p.causal);
+  if (ur.end <= ur.begin) return;
+  const int64_t ld = packed_ld(D.tk), e = D.e, tiles = (D.tq + kR - 1) / kR;
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(
       t.scratch(size_t(e * ld + D.tk * e + kR * kKeyBlock + 2 * kR * eb + eb) * sizeof(float)));
@@ -267,49 +313,51 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   float* acc = qt + kR * eb;
   float* rbuf = acc + kR * eb;
   float* out = static_cast<float*>(dst->data);
-  for (int64_t h = hr.begin; h < hr.end; ++h) {
-    const HeadMat qh = head_of(q, h), kh = head_of(k, h), vh = head_of(v, h);
-    pack_transposed(kh, D.tk, e, kt, ld, rbuf);
-    pack_rows(vh, D.tk, e, vp);
-    for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
-      const int nr = int(std::min<int64_t>(kR, D.tq - i0));
-      pack_tile(qh, i0, nr, e, qt);
-      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);  // the tile's last row
-      float m[kR], l[kR];
-      int64_t n_row[kR];
+  HeadMat qh{};
+  for (int64_t u = ur.begin, packed = -1; u < ur.end; ++u) {
+    const int64_t h = u / tiles, i0 = u % tiles * kR;
+    if (h != packed) {
+      qh = head_of(q, h);
+      pack_transposed(head_of(k, h), D.tk, e, kt, ld, rbuf);
+      pack_rows(head_of(v, h), D.tk, e, vp);
+      packed = h;
+    }
+    const int nr = int(std::min<int64_t>(kR, D.tq - i0));
+    pack_tile(qh, i0, nr, e, qt);
+    const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);  // the tile's last row
+    float m[kR], l[kR];
+    int64_t n_row[kR];
+    for (int r = 0; r < nr; ++r) {
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+      n_row[r] = visible(i0 + r, D.tq, D.tk, p.causal);
+    }
+    std::fill(acc, acc + nr * e, 0.0f);
+    for (int64_t j0 = 0; j0 < n_max; j0 += kKeyBlock) {
+      const int64_t j1 = std::min(n_max, j0 + kKeyBlock);
+      with_rows(nr, [&]<int R>() { tile_scores<R>(qt, kt, ld, e, j0, j1, p.scale, S, kKeyBlock); });
       for (int r = 0; r < nr; ++r) {
-        m[r] = kNegInf;
-        l[r] = 0.0f;
-        n_row[r] = visible(i0 + r, D.tq, D.tk, p.causal);
-      }
-      std::fill(acc, acc + nr * e, 0.0f);
-      for (int64_t j0 = 0; j0 < n_max; j0 += kKeyBlock) {
-        const int64_t j1 = std::min(n_max, j0 + kKeyBlock);
-        with_rows(nr,
-                  [&]<int R>() { tile_scores<R>(qt, kt, ld, e, j0, j1, p.scale, S, kKeyBlock); });
-        for (int r = 0; r < nr; ++r) {
-          float* sr = S + r * kKeyBlock;
-          const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), j1 - j0);  // visible in block
-          const float bm = std::max(m[r], row_max(sr, n));
-          if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
-            std::fill(sr, sr + (j1 - j0), 0.0f);
-            continue;
-          }
-          const float corr = vm::exp(m[r] - bm);  // 0 on the first block
-          l[r] *= corr;
-          if (m[r] != kNegInf && corr != 1.0f)
-            for (int64_t c = 0; c < e; ++c) acc[r * e + c] *= corr;
-          m[r] = bm;
-          l[r] += exp_store_sum(sr, n, bm);
-          std::fill(sr + n, sr + (j1 - j0), 0.0f);  // keys past the row's causal limit
+        float* sr = S + r * kKeyBlock;
+        const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), j1 - j0);  // visible in block
+        const float bm = std::max(m[r], row_max(sr, n));
+        if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
+          std::fill(sr, sr + (j1 - j0), 0.0f);
+          continue;
         }
-        with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
+        const float corr = vm::exp(m[r] - bm);  // 0 on the first block
+        l[r] *= corr;
+        if (m[r] != kNegInf && corr != 1.0f)
+          for (int64_t c = 0; c < e; ++c) acc[r * e + c] *= corr;
+        m[r] = bm;
+        l[r] += exp_store_sum(sr, n, bm);
+        std::fill(sr + n, sr + (j1 - j0), 0.0f);  // keys past the row's causal limit
       }
-      for (int r = 0; r < nr; ++r) {
-        float* o = out + (h * D.tq + i0 + r) * e;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
-        for (int64_t c = 0; c < e; ++c) o[c] = acc[r * e + c] * inv;
-      }
+      with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
+    }
+    for (int r = 0; r < nr; ++r) {
+      float* o = out + (h * D.tq + i0 + r) * e;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
+      for (int64_t c = 0; c < e; ++c) o[c] = acc[r * e + c] * inv;
     }
   }
 }
@@ -323,7 +371,7 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   float* out = static_cast<float*>(dst->data);
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 3 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return;
-  const int64_t ld = round_up(std::max<int64_t>(D.tk, 1), kW), e = D.e;
+  const int64_t ld = packed_ld(D.tk), e = D.e;
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(t.scratch(
       size_t(2 * e * ld + D.tk * e + 2 * kR * ld + 2 * kR * eb + 2 * eb) * sizeof(float)));

@@ -1,8 +1,10 @@
-// LAYER_NORM, LAYER_NORM_BACK and LAYER_NORM_BACK_AFFINE over the last axis.
-// Each row's mean and 1/std are computed from x in the same fixed order by all
-// three kernels (the backward ones recompute them: a row is in cache anyway, and
-// the op table has one output per node). Rows go to threads whole, and the
-// affine gradient sums fixed blocks of rows, so nothing depends on the thread count.
+// LAYER_NORM, LAYER_NORM_BACK and LAYER_NORM_BACK_AFFINE, and RMS_NORM,
+// RMS_NORM_BACK and RMS_NORM_BACK_WEIGHT, over the last axis.
+// Each row's statistics (mean and 1/std, or 1/rms) are computed from x in the
+// same fixed order by a forward kernel and its backward ones (the backward ones
+// recompute them: a row is in cache anyway, and the op table has one output per
+// node). Rows go to threads whole, and the parameter gradients sum fixed blocks
+// of rows, so nothing depends on the thread count.
 #include <cmath>
 
 #include "backends/cpu/kernels/common.h"
@@ -15,7 +17,7 @@ namespace {
 
 using vm::VF;
 constexpr int64_t kW = vm::kW;
-constexpr int64_t kAffineRows = 64;  // rows per partial sum of the affine gradient
+constexpr int64_t kAffineRows = 64;  // rows per partial sum of a parameter gradient
 
 // Byte offset of row r (all dims but the last) of a tensor.
 int64_t row_offset(const TensorNode* t, int64_t r) {
@@ -68,6 +70,45 @@ Affine affine_of(const TensorNode* n, const LayerNormParams& p, int first) {
 // A [D] parameter as contiguous floats.
 const float* vec_of(const TensorNode* t, int64_t d, float* buf) {
   return f32_row(static_cast<const char*>(t->data), t->dtype, t->stride[0], d, buf);
+}
+
+// 1 / sqrt(mean(x^2) + eps) of a row: two vector accumulators, then their sum.
+float row_rstd(const float* x, int64_t d, float eps) {
+  VF a0 = vm::c<VF>(0.0f), a1 = a0;
+  int64_t j = 0;
+  for (; j + 2 * kW <= d; j += 2 * kW) {
+    const VF v0 = vm::loadv<VF>(x + j), v1 = vm::loadv<VF>(x + j + kW);
+    a0 = vm::madd(v0, v0, a0);
+    a1 = vm::madd(v1, v1, a1);
+  }
+  for (; j < d; j += kW) {
+    const VF v = vm::loadv<VF>(x + j, int(std::min(kW, d - j)));  // masked lanes load 0
+    a0 = vm::madd(v, v, a0);
+  }
+  return 1.0f / std::sqrt(vm::hsum(a0 + a1) / float(d) + eps);
+}
+
+// Partial sums of a parameter gradient: rows in blocks of kAffineRows, block b's
+// `width` sums at part + b * width; blocks are spread over the threads and later
+// added in block order (nothing depends on the thread count).
+struct RowBlocks {
+  int64_t rows, blocks;
+  Range mine;
+};
+RowBlocks row_blocks(const ThreadCtx& t, int64_t rows, int64_t row_cost) {
+  RowBlocks b{rows, (rows + kAffineRows - 1) / kAffineRows, {}};
+  const int k = useful_threads(b.blocks, t.nth, kAffineRows * row_cost);
+  if (t.ith < k) b.mine = split_range(b.blocks, t.ith, k);
+  return b;
+}
+// out[c] = sum over blocks of part[b * width + c], c in [0, width), split over threads.
+void sum_blocks(const float* part, int64_t blocks, int64_t width, float* out, ThreadCtx& t) {
+  const Range cr = split_range(width, t.ith, t.nth, 16);
+  for (int64_t c = cr.begin; c < cr.end; ++c) {
+    float acc = 0.0f;
+    for (int64_t blk = 0; blk < blocks; ++blk) acc += part[blk * width + c];
+    out[c] = acc;
+  }
 }
 
 }  // namespace
@@ -147,23 +188,20 @@ void kernel_LAYER_NORM_BACK_AFFINE(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* x = dst->src[1];
   const LayerNormParams p = op_params<Op::LAYER_NORM_BACK_AFFINE>(*dst);
   const int64_t d = x->shape[x->shape.ndim() - 1];
-  const int64_t rows = d == 0 ? 0 : x->numel() / d;
-  const int64_t blocks = (rows + kAffineRows - 1) / kAffineRows;
   float* out = static_cast<float*>(dst->data);
-  if (blocks == 0) {
+  const RowBlocks rb = row_blocks(t, d == 0 ? 0 : x->numel() / d, 6 * d);
+  if (rb.blocks == 0) {
     if (t.ith == 0) std::fill(out, out + 2 * d, 0.0f);
     return;
   }
   // Collective: every thread calls it (it holds barriers).
-  float* part = static_cast<float*>(t.shared_scratch(size_t(blocks * 2 * d) * sizeof(float)));
-  const int k = useful_threads(blocks, t.nth, kAffineRows * 6 * d);
-  const Range br = t.ith < k ? split_range(blocks, t.ith, k) : Range{};
+  float* part = static_cast<float*>(t.shared_scratch(size_t(rb.blocks * 2 * d) * sizeof(float)));
   float* buf = static_cast<float*>(t.scratch(size_t(2 * d) * sizeof(float)));
-  for (int64_t blk = br.begin; blk < br.end; ++blk) {
+  for (int64_t blk = rb.mine.begin; blk < rb.mine.end; ++blk) {
     float* pw = part + blk * 2 * d;
     float* pb = pw + d;
     std::fill(pw, pw + 2 * d, 0.0f);
-    const int64_t i1 = std::min(rows, (blk + 1) * kAffineRows);
+    const int64_t i1 = std::min(rb.rows, (blk + 1) * kAffineRows);
     for (int64_t i = blk * kAffineRows; i < i1; ++i) {
       const float* xr = row_of(x, i, d, buf);
       const float* dyr = row_of(dy, i, d, buf + d);
@@ -179,13 +217,109 @@ void kernel_LAYER_NORM_BACK_AFFINE(TensorNode* dst, ThreadCtx& t) {
     }
   }
   t.barrier();
-  const Range cr = split_range(2 * d, t.ith, t.nth, 16);
-  for (int64_t c = cr.begin; c < cr.end; ++c) {
-    const int64_t row = c / d, col = c % d;
-    float acc = 0.0f;
-    for (int64_t blk = 0; blk < blocks; ++blk) acc += part[blk * 2 * d + row * d + col];
-    out[c] = acc;
+  sum_blocks(part, rb.blocks, 2 * d, out, t);
+}
+
+// y = x * rstd * w. In place is safe: a row is read whole (rstd) before any of
+// it is written, and each element is read before it is overwritten.
+void kernel_RMS_NORM(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode* x = dst->src[0];
+  const RmsNormParams p = op_params<Op::RMS_NORM>(*dst);
+  const int64_t d = x->shape[x->shape.ndim() - 1];
+  if (d == 0 || x->numel() == 0) return;
+  const int64_t rows = x->numel() / d;
+  const Range r = thread_range(t, rows, 3 * d, 1);
+  if (r.empty()) return;
+  float* buf = static_cast<float*>(t.scratch(size_t(2 * d) * sizeof(float)));
+  const float* w = p.has_weight ? vec_of(dst->src[1], d, buf + d) : nullptr;
+  float* out = static_cast<float*>(dst->data);
+  for (int64_t i = r.begin; i < r.end; ++i) {
+    const float* xr = row_of(x, i, d, buf);
+    const VF vr = vm::c<VF>(row_rstd(xr, d, p.eps));
+    float* y = out + i * d;
+    int64_t j = 0;
+    if (w) {
+      for (; j + kW <= d; j += kW)
+        vm::store(y + j, vm::loadv<VF>(xr + j) * vr * vm::loadv<VF>(w + j));
+    } else {
+      for (; j + kW <= d; j += kW) vm::store(y + j, vm::loadv<VF>(xr + j) * vr);
+    }
+    if (j < d) {
+      const int n = int(d - j);
+      VF v = vm::loadv<VF>(xr + j, n) * vr;
+      if (w) v = v * vm::loadv<VF>(w + j, n);
+      vm::store(y + j, v, n);
+    }
   }
+}
+
+// g = dy * w; dx = rstd * (g - xhat * mean(g * xhat)) = rstd * g - x * (rstd^3 mean(g x)).
+void kernel_RMS_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode* dy = dst->src[0];
+  const TensorNode* x = dst->src[1];
+  const RmsNormParams p = op_params<Op::RMS_NORM_BACK>(*dst);
+  const int64_t d = x->shape[x->shape.ndim() - 1];
+  if (d == 0 || x->numel() == 0) return;
+  const int64_t rows = x->numel() / d;
+  const Range r = thread_range(t, rows, 6 * d, 1);
+  if (r.empty()) return;
+  float* buf = static_cast<float*>(t.scratch(size_t(3 * d) * sizeof(float)));
+  const float* w = p.has_weight ? vec_of(dst->src[2], d, buf + 2 * d) : nullptr;
+  float* out = static_cast<float*>(dst->data);
+  for (int64_t i = r.begin; i < r.end; ++i) {
+    const float* xr = row_of(x, i, d, buf);
+    const float* dyr = row_of(dy, i, d, buf + d);
+    const float rs = row_rstd(xr, d, p.eps);
+    VF sgx = vm::c<VF>(0.0f);
+    for (int64_t j = 0; j < d; j += kW) {
+      const int n = int(std::min(kW, d - j));
+      VF g = vm::loadv<VF>(dyr + j, n);
+      if (w) g = g * vm::loadv<VF>(w + j, n);
+      sgx = vm::madd(g, vm::loadv<VF>(xr + j, n), sgx);  // masked lanes load 0
+    }
+    const VF vr = vm::c<VF>(rs), k = vm::c<VF>(rs * rs * rs * vm::hsum(sgx) / float(d));
+    float* o = out + i * d;
+    for (int64_t j = 0; j < d; j += kW) {
+      const int n = int(std::min(kW, d - j));
+      VF g = vm::loadv<VF>(dyr + j, n);
+      if (w) g = g * vm::loadv<VF>(w + j, n);
+      vm::store(o + j, g * vr - vm::loadv<VF>(xr + j, n) * k, n);
+    }
+  }
+}
+
+// dst [D] = sum over rows of dy * x * rstd, by blocks of rows (row_blocks).
+void kernel_RMS_NORM_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode* dy = dst->src[0];
+  const TensorNode* x = dst->src[1];
+  const RmsNormParams p = op_params<Op::RMS_NORM_BACK_WEIGHT>(*dst);
+  const int64_t d = x->shape[x->shape.ndim() - 1];
+  float* out = static_cast<float*>(dst->data);
+  const RowBlocks rb = row_blocks(t, d == 0 ? 0 : x->numel() / d, 4 * d);
+  if (rb.blocks == 0) {
+    if (t.ith == 0) std::fill(out, out + d, 0.0f);
+    return;
+  }
+  // Collective: every thread calls it (it holds barriers).
+  float* part = static_cast<float*>(t.shared_scratch(size_t(rb.blocks * d) * sizeof(float)));
+  float* buf = static_cast<float*>(t.scratch(size_t(2 * d) * sizeof(float)));
+  for (int64_t blk = rb.mine.begin; blk < rb.mine.end; ++blk) {
+    float* pw = part + blk * d;
+    std::fill(pw, pw + d, 0.0f);
+    const int64_t i1 = std::min(rb.rows, (blk + 1) * kAffineRows);
+    for (int64_t i = blk * kAffineRows; i < i1; ++i) {
+      const float* xr = row_of(x, i, d, buf);
+      const float* dyr = row_of(dy, i, d, buf + d);
+      const VF vr = vm::c<VF>(row_rstd(xr, d, p.eps));
+      for (int64_t j = 0; j < d; j += kW) {
+        const int n = int(std::min(kW, d - j));
+        const VF gx = vm::loadv<VF>(dyr + j, n) * vm::loadv<VF>(xr + j, n);
+        vm::store(pw + j, vm::madd(gx, vr, vm::loadv<VF>(pw + j, n)), n);
+      }
+    }
+  }
+  t.barrier();
+  sum_blocks(part, rb.blocks, d, out, t);
 }
 
 }  // namespace kiln::cpu
