@@ -38,7 +38,8 @@ MappedFile::MappedFile(const std::string& path, uint64_t min_size) : path_(path)
     if (p == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
-      fail("models", path, ": cannot map ", size_, " bytes (", std::strerror(e), ")");
+      fail("models", path, ": cannot map ", size_, " bytes (", std::strerror(e),
+           "); ModelOptions::mmap = false copies the weights instead");
     }
     data_ = static_cast<uint8_t*>(p);
   }
