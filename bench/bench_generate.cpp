@@ -91,7 +91,9 @@ int main(int argc, char** argv) {
   o.max_new_tokens = tokens;
   o.sampling.temperature = 0;
   o.ignore_eos = true;
+  const size_t nodes_before = ctx.size();
   gen.generate(ids, o);  // warm-up: builds the graphs, touches the memory
+  const size_t nodes_per_graph = (ctx.size() - nodes_before) / std::max<size_t>(gen.graphs(), 1);
   const kiln::models::GenerationResult r = gen.generate(ids, o);
   const double tps = r.stats.decode_tokens_per_s();
   const double used = tps * double(weight_bytes) / 1e9;
@@ -99,8 +101,9 @@ int main(int argc, char** argv) {
   std::printf(
       "layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
       "decode_tokens_per_s=%.2f weight_mb=%.1f weights_gb_per_s=%.2f read_bandwidth_gb_per_s=%.2f "
-      "fraction=%.3f\n",
+      "fraction=%.3f graphs=%zu context_nodes_per_graph=%zu\n",
       (long long)c.num_hidden_layers, threads, (long long)prompt, r.stats.prompt_tokens_per_s(),
-      (long long)r.stats.decode_steps, tps, double(weight_bytes) / 1e6, used, bw, used / bw);
+      (long long)r.stats.decode_steps, tps, double(weight_bytes) / 1e6, used, bw, used / bw,
+      gen.graphs(), nodes_per_graph);
   return 0;
 }
