@@ -1,7 +1,8 @@
 // kiln-lm pretrain: trains a small Llama-architecture model from scratch with a
-// real tokenizer (default: Llama-2's 32k SentencePiece BPE) on a text corpus
+// real tokenizer (default: data/tokenizers/llama2, a 32k SentencePiece-style BPE
+// whose ids are Mistral-7B's, e.g. "▁the" = 272) on a text corpus
 // (default: the State of the Union addresses) and saves it as a Hugging Face
-// directory that load_pretrained, kiln-lm generate and transformers read:
+// directory (LlamaForCausalLM's layout) that load_pretrained and kiln-lm generate read:
 // config.json, generation_config.json, model.safetensors and the tokenizer's
 // tokenizer.json / tokenizer_config.json. --gguf also writes a GGUF file with
 // the vocabulary that llama.cpp runs.
@@ -10,6 +11,7 @@
 // linear warm-up then cosine decay, validation loss and a checkpoint (weights,
 // AdamW state, step) every --eval-interval iterations, exact --resume. Ends with
 //   val_loss=… train_tokens_per_s=… train_time_s=… peak_rss_mb=…
+// (the peak RSS when training ended, before the saved files are checked).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@ struct PretrainOptions {
   std::string tokenizer = "data/tokenizers/llama2", data = "data/sotu", out = "out/lm";
   std::string checkpoint, cache, gguf;  // empty: derived from out / none
   int64_t hidden = 128, layers = 4, heads = 4, kv_heads = 4, intermediate = 384, block = 128;
-  int64_t batch = 8, iters = 600, warmup = 60, eval_interval = 100, eval_windows = 96;
+  int64_t batch = 8, iters = 1000, warmup = 100, eval_interval = 100, eval_windows = 96;
   int64_t stop_after = 0;
   float lr = 2e-3f, min_lr = 2e-4f, beta1 = 0.9f, beta2 = 0.95f, weight_decay = 0.1f, clip = 1.0f;
   uint64_t seed = 1337;
@@ -247,6 +249,7 @@ int run(PretrainOptions o) {
                        std::to_string(o.hidden) + " wide, vocab " + std::to_string(V));
   };
   const kiln::TokenTrainResult r = kiln::train_on_tokens(opt, eval, train_split, val_split, to);
+  const double train_rss_mb = peak_rss_mb();  // before the export checks add their graphs
 
   kiln::models::save_pretrained(*model, o.out);
   for (const fs::path& f : tokenizer_files(o.tokenizer))
@@ -272,7 +275,7 @@ int run(PretrainOptions o) {
                  o.gguf.c_str(), d);
   }
   std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n",
-              r.val_loss, r.tokens_per_s, r.train_time_s, peak_rss_mb());
+              r.val_loss, r.tokens_per_s, r.train_time_s, train_rss_mb);
   return 0;
 }
 
