@@ -29,6 +29,7 @@
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/token_dataset.h"
+#include "kiln/token_train.h"
 #include "kv_cache.h"
 #include "report.h"
 
@@ -79,52 +80,9 @@ gpt::GptConfig config_from(const kiln::GgufFile& f) {
   return c;
 }
 
-// A forward-only graph over `model`'s weights: batch kEvalBatch windows of the
-// validation split, mean cross-entropy. Dropout is off (eval mode).
-struct Evaluator {
-  Tensor idx, targets, loss;
-  std::unique_ptr<kiln::OptContext> opt;
-  Evaluator(kiln::Context& ctx, gpt::Gpt& model, kiln::Backend& be) {
-    const gpt::GptConfig& c = model.config();
-    const bool was_training = model.training();
-    model.eval();
-    idx = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_idx");
-    targets = ctx.input(kiln::i32, {kEvalBatch, c.block}, "val_targets");
-    Tensor logits = model(idx);
-    loss = kiln::cross_entropy(logits.reshape({kEvalBatch * c.block, c.vocab}),
-                               targets.reshape({kEvalBatch * c.block}));
-    kiln::OptConfig oc;
-    oc.inputs = idx;
-    oc.outputs = logits;
-    oc.labels = targets;
-    oc.loss = kiln::LossKind::user;
-    oc.user_loss = loss;
-    oc.model = &model;
-    oc.forward_only = true;
-    oc.backends = {&be};
-    opt = std::make_unique<kiln::OptContext>(oc);
-    model.train(was_training);
-  }
-  // Mean loss over the first `windows` consecutive windows of `val`.
-  double val_loss(const kiln::TokenDataset& val, int64_t windows) {
-    const int64_t n = windows / kEvalBatch;
-    if (n < 1 || n > val.n_batches(kEvalBatch, idx.shape()[1]))
-      kiln::fail("gpt", "--eval-windows ", windows, ": need 1..",
-                 val.n_batches(kEvalBatch, idx.shape()[1]), " batches of ", kEvalBatch, " windows");
-    double sum = 0;
-    for (int64_t b = 0; b < n; ++b) {
-      val.get_batch(opt->inputs(), opt->labels(), b);
-      sum += opt->eval_batch();
-    }
-    return sum / double(n);
-  }
-};
-
 int train(const Options& o) {
   kiln::TokenDataset corpus = kiln::load_text_corpus(o.data, kFetchHint);
   auto [train_split, val_split] = corpus.split(0.9);
-  if (o.eval_windows % kEvalBatch != 0)
-    kiln::fail("gpt", "--eval-windows ", o.eval_windows, " must be a multiple of ", kEvalBatch);
 
   kiln::Context ctx;
   gpt::Gpt model(ctx, o.model);
@@ -152,66 +110,34 @@ int train(const Options& o) {
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.iters);
   oc.backends = {&cpu};
   kiln::OptContext opt(oc);
-  Evaluator eval(ctx, model, cpu);
+  kiln::TokenLossEvaluator eval(model, kEvalBatch, T, cpu);
 
   std::filesystem::create_directories(std::filesystem::path(o.out).parent_path().empty()
                                           ? std::filesystem::path(".")
                                           : std::filesystem::path(o.out).parent_path());
   const std::string csv = gpt::sibling(o.out, ".csv"), svg = gpt::sibling(o.out, ".svg");
   std::vector<gpt::Row> rows;
-  if (o.resume) {
-    opt.load(o.out);  // params, AdamW state and the step counter
-    rows = gpt::read_csv(csv);
-    std::fprintf(stderr, "resumed %s at iteration %lld\n", o.out.c_str(), (long long)opt.step());
-  }
+  if (o.resume) rows = gpt::read_csv(csv);
 
-  const bool tty = kiln::ProgressBar::stderr_is_tty();
-  const auto t0 = Clock::now();
-  auto t_rate = t0;  // tokens/s are counted from the 10th iteration on
-  int64_t rate_start = -1;
-  double interval_loss = 0;
-  int64_t interval_n = 0;
-  double last_val = NAN;
-  const int64_t first = opt.step();
-  const int64_t end = o.stop_after > 0 ? std::min(o.iters, first + o.stop_after) : o.iters;
-  for (int64_t it = first; it < end; ++it) {
-    if (it - first == 10) t_rate = Clock::now(), rate_start = it;
-    // The windows of iteration `it` depend only on (seed, it): a resumed run
-    // trains on exactly the batches the uninterrupted one would have.
-    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
-    train_split.sample_batch(opt.inputs(), opt.labels(), rng);
-    interval_loss += opt.train_batch();
-    ++interval_n;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double rate = rate_start < 0
-                            ? 0.0
-                            : double((it + 1 - rate_start) * B * T) /
-                                  std::chrono::duration<double>(Clock::now() - t_rate).count();
-    if (tty)
-      std::fprintf(stderr, "\rtrain iter %lld/%lld loss %.4f %.1fk tok/s %s   ",
-                   (long long)(it + 1), (long long)o.iters, interval_loss / double(interval_n),
-                   rate / 1000, kiln::format_duration(elapsed).c_str());
-    const bool last = it + 1 == end;
-    if ((it + 1) % o.eval_interval == 0 || last) {
-      last_val = eval.val_loss(val_split, o.eval_windows);
-      rows.push_back(
-          {it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(), elapsed});
-      std::fprintf(stderr, "%siter %lld: train_loss %.4f val_loss %.4f lr %.2e\n", tty ? "\n" : "",
-                   (long long)(it + 1), rows.back().train_loss, last_val, rows.back().lr);
-      interval_loss = 0, interval_n = 0;
-      opt.save(o.out, true, config_metadata(o.model));  // atomic: a crash keeps the last one
-      gpt::write_csv(csv, rows);
-      gpt::write_svg(svg, rows,
-                     "kiln-gpt: " + std::to_string(o.model.n_layer) + " layers, " +
-                         std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
-    }
-  }
-  const double train_time = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double rate_time = std::chrono::duration<double>(Clock::now() - t_rate).count();
-  const double tokens_per_s = rate_start < 0 ? NAN : double((end - rate_start) * B * T) / rate_time;
-  if (std::isnan(last_val)) last_val = eval.val_loss(val_split, o.eval_windows);
+  kiln::TokenTrainOptions to;
+  to.iters = o.iters;
+  to.stop_after = o.stop_after;
+  to.eval_interval = o.eval_interval;
+  to.eval_windows = o.eval_windows;
+  to.seed = o.seed;
+  to.checkpoint = o.out;
+  to.checkpoint_metadata = config_metadata(o.model);
+  to.resume = o.resume;
+  to.on_eval = [&](const kiln::TokenTrainEval& e) {
+    rows.push_back({e.iter, e.train_loss, e.val_loss, e.lr, e.seconds});
+    gpt::write_csv(csv, rows);
+    gpt::write_svg(svg, rows,
+                   "kiln-gpt: " + std::to_string(o.model.n_layer) + " layers, " +
+                       std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
+  };
+  const kiln::TokenTrainResult r = kiln::train_on_tokens(opt, eval, train_split, val_split, to);
   std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n",
-              last_val, tokens_per_s, train_time, peak_rss_mb());
+              r.val_loss, r.tokens_per_s, r.train_time_s, peak_rss_mb());
   return 0;
 }
 
@@ -233,8 +159,8 @@ int evaluate(const Options& o) {
   kiln::TokenDataset corpus = kiln::load_text_corpus(o.data, kFetchHint);
   auto [train_split, val_split] = corpus.split(0.9);
   Loaded m(o.out, o.threads);
-  Evaluator eval(m.ctx, *m.model, m.cpu);
-  std::printf("val_loss=%.4f\n", eval.val_loss(val_split, o.eval_windows));
+  kiln::TokenLossEvaluator eval(*m.model, kEvalBatch, m.model->config().block, m.cpu);
+  std::printf("val_loss=%.4f\n", eval.loss(val_split, o.eval_windows));
   return 0;
 }
 

@@ -14,5 +14,6 @@ struct Command {
 Command add_tokenize(CLI::App& app);    // tokenize.cpp
 Command add_generate(CLI::App& app);    // generate.cpp
 Command add_perplexity(CLI::App& app);  // perplexity.cpp
+Command add_pretrain(CLI::App& app);    // pretrain.cpp
 
 }  // namespace lm

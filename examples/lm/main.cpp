@@ -3,6 +3,7 @@
 //   kiln-lm generate --model DIR|FILE.gguf --prompt TEXT|--prompt-ids 1,2,3 [--max-tokens N]
 //                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--print-ids]
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
+//   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md, docs/models.md)"};
   app.require_subcommand(1);
   std::vector<lm::Command> commands = {lm::add_tokenize(app), lm::add_generate(app),
-                                       lm::add_perplexity(app)};
+                                       lm::add_perplexity(app), lm::add_pretrain(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -24,6 +24,7 @@
 #include "kiln/state_dict.h"
 #include "kiln/tensor.h"
 #include "kiln/token_dataset.h"
+#include "kiln/token_train.h"
 #if defined(KILN_HAVE_BLAS)
 #include "kiln/blas.h"
 #endif

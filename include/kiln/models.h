@@ -30,6 +30,10 @@
 #include "kiln/backend.h"
 #include "kiln/nn.h"
 
+namespace kiln {
+class Tokenizer;  // kiln/tokenizer.h (the optional tokenizer layer)
+}
+
 namespace kiln::models {
 
 // Llama 3's rescaling of RoPE frequencies ("rope_type": "llama3").
@@ -239,8 +243,15 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
 // The ModelConfig a GGUF file's metadata (and rope_freqs tensor) describes.
 ModelConfig read_gguf_config(const std::string& path);
 // Writes `model` (f32 tensors) with llama.cpp's names and metadata, atomically.
-// No tokenizer metadata is written (kiln has no tokenizer yet).
-void save_gguf(const CausalLM& model, const std::string& path);
+// With a tokenizer, its vocabulary goes in too (the tokenizer.ggml.* keys of
+// Tokenizer::write_gguf_vocab: model "llama" or "gpt2", tokens, scores,
+// token_type, merges, bos/eos ids, add_bos_token), so llama.cpp can run the file
+// and Tokenizer::from_gguf rebuild the tokenizer. Its vocabulary must have
+// exactly the model's vocab_size tokens; the model's generation config, when it
+// names bos/eos ids, overrides the tokenizer's. Without one, only the bos/eos ids
+// of the generation config are written.
+void save_gguf(const CausalLM& model, const std::string& path,
+               const Tokenizer* tokenizer = nullptr);
 
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
 // model.safetensors in the params' dtypes: f32, or f16/bf16 kept), each file

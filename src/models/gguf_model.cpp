@@ -9,6 +9,9 @@
 
 #include "kiln/io.h"
 #include "kiln/models.h"
+#if defined(KILN_HAVE_TOKENIZER)
+#include "kiln/tokenizer.h"
+#endif
 #include "models/convert.h"
 #include "models/mapped_file.h"
 #include "models/rope.h"
@@ -316,12 +319,24 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   return model;
 }
 
-void save_gguf(const CausalLM& model, const std::string& path) {
+void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* tokenizer) {
   const ModelConfig& cfg = model.config();
   const std::string arch = arch_of(cfg);
   const bool gpt2 = bool(cfg.gpt2);
   GgufWriter w;
   auto u32 = [](int64_t x) { return GgufValue(uint32_t(x)); };
+  if (tokenizer) {
+#if defined(KILN_HAVE_TOKENIZER)
+    // llama.cpp takes the vocabulary's size from the token list and indexes the
+    // embedding rows with it, so the two must agree.
+    if (tokenizer->vocab_size() != model.vocab_size())
+      fail("models", path, ": the tokenizer has ", tokenizer->vocab_size(),
+           " tokens but the model's vocab_size is ", model.vocab_size());
+    tokenizer->write_gguf_vocab(w);
+#else
+    fail("models", path, ": kiln was built without its tokenizer (KILN_TOKENIZER)");
+#endif
+  }
   w.set("general.architecture", arch);
   w.set("general.name", "kiln model");
   w.set("general.file_type", uint32_t(0));  // all f32

@@ -1,0 +1,129 @@
+// train_on_tokens and TokenLossEvaluator: the iteration loop of language-model
+// training on token windows (kiln/token_train.h).
+#include "kiln/token_train.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "kiln/ops.h"
+
+namespace kiln {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
+                                       Backend& backend)
+    : batch_(batch), block_(block) {
+  if (batch < 1 || block < 1)
+    fail("TokenLossEvaluator", "batch ", batch, " and block ", block, " must be >= 1");
+  Context& ctx = model.ctx();
+  const bool was_training = model.training();
+  model.eval();
+  Tensor ids = ctx.input(i32, {batch, block}, "val_ids");
+  Tensor targets = ctx.input(i32, {batch, block}, "val_targets");
+  Tensor logits = model(ids);
+  if (logits.ndim() != 3 || logits.size(0) != batch || logits.size(1) != block)
+    fail("TokenLossEvaluator", "the model's output is ", logits.shape().str(), ", not [", batch,
+         ", ", block, ", vocab]");
+  const int64_t V = logits.size(2);
+  OptConfig oc;
+  oc.inputs = ids;
+  oc.outputs = logits;
+  oc.labels = targets;
+  oc.loss = LossKind::user;
+  oc.user_loss =
+      cross_entropy(logits.reshape({batch * block, V}), targets.reshape({batch * block}));
+  oc.model = &model;
+  oc.forward_only = true;
+  oc.backends = {&backend};
+  opt_ = std::make_unique<OptContext>(oc);
+  model.train(was_training);
+}
+
+TokenLossEvaluator::~TokenLossEvaluator() = default;
+
+void TokenLossEvaluator::check_windows(const TokenDataset& data, int64_t windows) const {
+  const int64_t available = data.n_batches(batch_, block_);
+  if (windows < batch_ || windows % batch_ != 0 || windows / batch_ > available)
+    fail("TokenLossEvaluator", "eval windows ", windows, ": need a multiple of ", batch_, " up to ",
+         available * batch_, " (the validation data's full batches of ", batch_, " windows of ",
+         block_ + 1, " tokens)");
+}
+
+double TokenLossEvaluator::loss(const TokenDataset& data, int64_t windows) {
+  check_windows(data, windows);
+  double sum = 0;
+  const int64_t n = windows / batch_;
+  for (int64_t b = 0; b < n; ++b) {
+    data.get_batch(opt_->inputs(), opt_->labels(), b);
+    sum += opt_->eval_batch();
+  }
+  return sum / double(n);
+}
+
+TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
+                                 const TokenDataset& train, const TokenDataset& val,
+                                 const TokenTrainOptions& o) {
+  if (o.eval_interval < 1) fail("train_on_tokens", "eval interval ", o.eval_interval, " < 1");
+  eval.check_windows(val, o.eval_windows);  // before any training
+  if (o.resume) {
+    if (o.checkpoint.empty()) fail("train_on_tokens", "resume needs a checkpoint path");
+    opt.load(o.checkpoint);  // params, optimizer state and the step counter
+    if (o.progress)
+      std::fprintf(stderr, "resumed %s at iteration %lld\n", o.checkpoint.c_str(),
+                   (long long)opt.step());
+  }
+  const int64_t B = opt.inputs().size(0), T = opt.inputs().size(1);
+  const bool tty = o.progress && ProgressBar::stderr_is_tty();
+  TokenTrainResult r;
+  r.first_iter = opt.step();
+  r.end_iter = o.stop_after > 0 ? std::min(o.iters, r.first_iter + o.stop_after) : o.iters;
+  const auto t0 = Clock::now();
+  auto t_rate = t0;  // tokens/s are counted from the 10th iteration on
+  int64_t rate_start = -1;
+  double interval_loss = 0;
+  int64_t interval_n = 0;
+  double last_val = NAN;
+  for (int64_t it = r.first_iter; it < r.end_iter; ++it) {
+    if (it - r.first_iter == 10) t_rate = Clock::now(), rate_start = it;
+    // The windows of iteration `it` depend only on (seed, it): a resumed run
+    // trains on exactly the batches the uninterrupted one would have.
+    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
+    train.sample_batch(opt.inputs(), opt.labels(), rng);
+    interval_loss += opt.train_batch();
+    ++interval_n;
+    if (tty) {
+      const double rate =
+          rate_start < 0 ? 0.0 : double((it + 1 - rate_start) * B * T) / since(t_rate);
+      std::fprintf(stderr, "\r%s iter %lld/%lld loss %.4f %.1fk tok/s %s   ", o.label.c_str(),
+                   (long long)(it + 1), (long long)o.iters, interval_loss / double(interval_n),
+                   rate / 1000, format_duration(since(t0)).c_str());
+    }
+    if ((it + 1) % o.eval_interval == 0 || it + 1 == r.end_iter) {
+      last_val = eval.loss(val, o.eval_windows);
+      TokenTrainEval e{it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(),
+                       since(t0)};
+      if (o.progress)
+        std::fprintf(stderr, "%siter %lld: train_loss %.4f val_loss %.4f lr %.2e\n",
+                     tty ? "\n" : "", (long long)e.iter, e.train_loss, e.val_loss, e.lr);
+      interval_loss = 0, interval_n = 0;
+      // Atomic: a crash keeps the previous checkpoint.
+      if (!o.checkpoint.empty()) opt.save(o.checkpoint, true, o.checkpoint_metadata);
+      r.evals.push_back(e);
+      if (o.on_eval) o.on_eval(e);
+    }
+  }
+  r.train_time_s = since(t0);
+  r.tokens_per_s = rate_start < 0 ? NAN : double((r.end_iter - rate_start) * B * T) / since(t_rate);
+  r.val_loss = std::isnan(last_val) ? eval.loss(val, o.eval_windows) : last_val;
+  return r;
+}
+
+}  // namespace kiln
