@@ -31,6 +31,11 @@ Tensor matmul(Tensor a, Tensor b) {
   }
   s.push_back(M);
   s.push_back(N);
+  // The context's precision policy: f32 operands cast to bf16 (f32 accumulation).
+  if (a.node()->ctx->matmul_precision() == bf16) {
+    if (a.dtype() == f32) a = a.to(bf16);
+    if (b.dtype() == f32) b = b.to(bf16);
+  }
   return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
 }
 
