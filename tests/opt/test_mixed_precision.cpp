@@ -132,6 +132,14 @@ TEST(MixedPrecision, ValuesAndGradientsAreThoseOfRoundedOperands) {
   EXPECT_LT(rel_err(graph.grad(w).get<float>(), product(transposed(gv, M, N), av, N, M, K, true)),
             1e-6);
   EXPECT_EQ(graph.grad(w).dtype(), f32);
+  // Both backward products read one bf16 cast of dy (= g).
+  int casts_of_g = 0;
+  for (size_t i = graph.n_forward(); i < graph.size(); ++i) {
+    const TensorNode* n = graph.nodes()[i];
+    casts_of_g += n->op == Op::COPY && n->dtype == bf16 && n->src[0]->op != Op::PERMUTE &&
+                  n->src[0]->shape == Shape{M, N};
+  }
+  EXPECT_EQ(casts_of_g, 1);
 }
 
 TEST(MixedPrecision, LinearLayersUseThePolicy) {

@@ -44,7 +44,11 @@ namespace detail {
 void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
   // broadcast batch dims.
-  const Tensor a = g.src(0), b = g.src(1), gc = g.grad();
+  const Tensor a = g.src(0), b = g.src(1);
+  // Under a bf16 policy both products would cast dC: cast it once here.
+  Tensor gc = g.grad();
+  if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1))
+    gc = gc.to(bf16);
   if (g.needs(0)) {
     Tensor ga = matmul(gc, b.T());
     g.add(0, sum_to(ga, a.shape()));
