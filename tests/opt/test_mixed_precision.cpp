@@ -15,9 +15,11 @@
 namespace kiln::test {
 namespace {
 
-// The node's source i is a COPY to bf16 of `of` (a view of it counts).
+// The node's source i is a COPY to bf16 of `of` (a view of it counts), or a
+// permuted view of one.
 bool is_bf16_cast_of(Tensor t, int i, Tensor of) {
   const TensorNode* s = t.node()->src[i];
+  if (s->op == Op::PERMUTE) s = s->src[0];
   if (s->op != Op::COPY || s->dtype != bf16) return false;
   const TensorNode* from = s->src[0];
   while (from->op != Op::NONE && from != of.node() && from->n_src > 0) from = from->src[0];
@@ -76,7 +78,13 @@ TEST(MixedPrecision, MatmulCastsF32OperandsOnly) {
   EXPECT_EQ(ctx.matmul_precision(), bf16);
   Tensor y = matmul(a, w.T());
   EXPECT_TRUE(is_bf16_cast_of(y, 0, a));
-  EXPECT_TRUE(is_bf16_cast_of(y, 1, w));  // the cast of the transposed view of w
+  EXPECT_TRUE(is_bf16_cast_of(y, 1, w));
+  // w.T() is cast as w (a contiguous conversion), then viewed transposed.
+  EXPECT_EQ(y.node()->src[1]->op, Op::PERMUTE);
+  EXPECT_EQ(y.node()->src[1]->src[0]->src[0], w.node());
+  EXPECT_EQ(y.node()->src[1]->shape, (Shape{37, 19}));
+  Tensor p = ctx.input(f32, {5, 2, 37}, "p");  // viewed as [2, 37, 5]
+  EXPECT_EQ(matmul(a, p.permute({1, 2, 0})).node()->src[1]->src[0]->src[0], p.node());
   EXPECT_EQ(y.dtype(), f32);
   Tensor z = matmul(h, w.T());
   EXPECT_EQ(z.node()->src[0], h.node());  // bf16 already: used as it is

@@ -118,6 +118,18 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   blocked(
       "matmul_bf16_expanded_batch", bf(in("a", {2, z(18, 128), z(31, 300)})),
       expanded(as(in("b", {2, z(31, 300), z(40, 100)}), DType::bf16), {1, z(31, 300), z(40, 100)}));
+  // The context's bf16 matmul precision: f32 operands cast in the graph (w.T()
+  // through its source, then viewed transposed), bf16 x bf16 products (eval only).
+  Case policy = make_case(
+      "matmul_bf16_precision_policy", {Op::MATMUL, Op::COPY},
+      {in("a", {2, z(21, 256), z(45, 512)}), in("w", {z(34, 256), z(45, 512)})},
+      [](Context& ctx, X x) {
+        ctx.set_matmul_precision(bf16);
+        return matmul(x[0], x[1].T());
+      },
+      false);
+  policy.tol = {1e-5, 1e-4};
+  cs.push_back(policy);
   // f32 params converted to f16 inside the graph, then matmul (eval only).
   Case conv = make_case(
       "matmul_of_f16_copies", {Op::MATMUL, Op::COPY}, {in("a", {M, K}), in("b", {K, N})},
