@@ -409,6 +409,10 @@ TEST(Gemm, BF16PairsAccumulateAndThreads) {
       }
     }
   check_case({300, 500, 200, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col}, 0);
+  // K long enough for 65 K blocks and B packed in two column panels.
+  const Case lk{20, 130, 33000, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col};
+  const auto l1 = check_case(lk, 1, 9), l2 = check_case(lk, 2, 9);
+  EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float)), 0);
 }
 
 TEST(Gemm, BF16PairsAllValues) {
