@@ -47,6 +47,7 @@ struct Options {
   uint64_t seed = 1337;
   int threads = 2;
   bool resume = false;
+  std::string precision = "f32";  // train, eval: matmul precision (kiln/context.h)
   // sample
   std::string prompt = "\n";
   int64_t tokens = 300, top_k = 40;
@@ -85,6 +86,7 @@ int train(const Options& o) {
   auto [train_split, val_split] = corpus.split(0.9);
 
   kiln::Context ctx;
+  if (o.precision == "bf16") ctx.set_matmul_precision(kiln::bf16);
   gpt::Gpt model(ctx, o.model);
   kiln::CpuBackend cpu(o.threads);
   model.allocate(cpu);
@@ -283,6 +285,11 @@ int main(int argc, char** argv) {
   };
   CLI::App* tr = app.add_subcommand("train", "train a model from scratch (or --resume)");
   common(tr);
+  tr->add_option("--precision", o.precision,
+                 "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; weights, "
+                 "gradients and AdamW state stay f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   tr->add_option("--n-layer", o.model.n_layer)->capture_default_str();
   tr->add_option("--n-head", o.model.n_head)->capture_default_str();
   tr->add_option("--n-embd", o.model.n_embd)->capture_default_str();

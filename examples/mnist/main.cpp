@@ -50,6 +50,8 @@ struct Args {
   std::string out, resume, data;
   uint64_t seed = 1;
   bool progress = true;
+  std::string precision = "f32";
+  kiln::DType matmul_precision() const { return precision == "bf16" ? kiln::bf16 : kiln::f32; }
 };
 
 // The command line (CLI11): `train` and `eval` subcommands. Returns false with
@@ -68,6 +70,10 @@ bool parse(int argc, char** argv, Args& a, int* rc) {
         "directory of the MNIST IDX files (default data/mnist; see scripts/get-mnist.sh)");
     c->add_flag(
         "--quiet", [&](int64_t) { a.progress = false; }, "no progress bar");
+    c->add_option("--precision", a.precision,
+                  "matmul precision: f32 (default) or bf16 (bf16 operands, f32 accumulation; "
+                  "weights, gradients and optimizer state stay f32)")
+        ->check(CLI::IsMember({"f32", "bf16"}));
   };
   CLI::App* train = app.add_subcommand("train", "train a model; writes FILE, FILE's .csv and .svg");
   train->add_option("--model", a.model, "fc or cnn")->check(CLI::IsMember({"fc", "cnn"}));
@@ -203,7 +209,7 @@ int train(const Args& a, kiln::dist::Communicator& comm) {
 
   Backends be = make_backends(a);
   const Batches bs = batches_for(comm.size());
-  mnist::Model m = mnist::Model::build(kind, bs.physical);
+  mnist::Model m = mnist::Model::build(kind, bs.physical, a.matmul_precision());
   kiln::dist::DataParallel dp(comm);
   kiln::OptConfig cfg;
   cfg.inputs = m.images;
@@ -267,7 +273,8 @@ int eval(const Args& a, kiln::dist::Communicator& comm) {
   const std::string kind = model_kind_of(a.model);
   kiln::Dataset test_set = mnist::load_test(data_dir(a));
   Backends be = make_backends(a);
-  mnist::Model m = mnist::Model::build(kind, batches_for(comm.size()).physical);
+  mnist::Model m =
+      mnist::Model::build(kind, batches_for(comm.size()).physical, a.matmul_precision());
   kiln::dist::DataParallel dp(comm);  // each rank evaluates its share
   kiln::OptConfig cfg;
   cfg.parallel = &dp;

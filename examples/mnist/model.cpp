@@ -39,10 +39,11 @@ struct Cnn : nn::Module {
 
 }  // namespace
 
-Model Model::build(const std::string& kind, int64_t B) {
+Model Model::build(const std::string& kind, int64_t B, kiln::DType precision) {
   Model m;
   m.kind = kind;
   kiln::Context& ctx = *m.ctx;
+  ctx.set_matmul_precision(precision);
   if (kind == "fc") {
     m.net = std::make_unique<Fc>(ctx);
     m.images = ctx.input(kiln::f32, {B, 784}, "images");

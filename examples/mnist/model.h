@@ -21,8 +21,9 @@ struct Model {
   kiln::Tensor images;  // input: f32 [B, 784] (fc) or [B, 1, 28, 28] (cnn)
   kiln::Tensor logits;  // [B, 10]
 
-  // Throws kiln::Error for an unknown kind.
-  static Model build(const std::string& kind, int64_t batch);
+  // Throws kiln::Error for an unknown kind. precision: the context's matmul
+  // precision (f32, or bf16 for mixed precision; kiln/context.h).
+  static Model build(const std::string& kind, int64_t batch, kiln::DType precision = kiln::f32);
 };
 
 }  // namespace mnist

@@ -21,6 +21,16 @@ class Context {
   Tensor param(DType t, const Shape& s, std::string name = {});
   Tensor tensor(DType t, const Shape& s, std::string name = {});
 
+  // Mixed precision: the dtype that `matmul` (and what is built on it:
+  // nn::Linear, the backward pass's products) computes in, for the matmuls built
+  // from now on. f32 (the default): operands as given. bf16: each f32 operand
+  // is first cast to bf16 (`x.to(bf16)`, a COPY node the planner and the
+  // backward pass see), the product accumulates in f32 and its result is f32;
+  // params stay f32 (the master copy the optimizer updates) and their bf16
+  // copies are recomputed from them every forward pass. Other dtypes throw.
+  void set_matmul_precision(DType t);
+  DType matmul_precision() const { return matmul_precision_; }
+
   size_t size() const;
   TensorNode* node(size_t i);
 
@@ -36,6 +46,7 @@ class Context {
   struct Nodes;  // a deque of TensorNode (kiln/ext/tensor_node.h): stable addresses
   std::unique_ptr<Nodes> nodes_;
   detail::LifeToken life_ = std::make_shared<int>(0);
+  DType matmul_precision_ = DType::f32;
 };
 
 }  // namespace kiln

@@ -28,6 +28,12 @@ struct Context::Nodes : std::deque<TensorNode> {};
 
 Context::Context() : nodes_(std::make_unique<Nodes>()) {}
 Context::~Context() = default;
+void Context::set_matmul_precision(DType t) {
+  if (t != DType::f32 && t != DType::bf16)
+    fail("matmul precision", "must be f32 or bf16, got ", dtype_name(t));
+  matmul_precision_ = t;
+}
+
 size_t Context::size() const { return nodes_->size(); }
 TensorNode* Context::node(size_t i) { return &(*nodes_)[i]; }
 

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -11,6 +13,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_convert.h"
+#include "backends/cpu/gemm_internal.h"
 #include "backends/cpu/thread_pool.h"
 
 using kiln::cpu::gemm;
@@ -375,3 +378,103 @@ TEST(Gemm, ScalarF16Conversion) {
     }
   }
 }
+
+// bf16 x bf16 products: on AVX512_BF16 builds the blocked path packs k in pairs
+// and runs vdpbf16ps (other builds convert to f32); the products are exact in
+// f32 either way, so the double reference holds to f32 accumulation error.
+TEST(Gemm, BF16PairsShapesAndLayouts) {
+  // Odd and even K around the pair and block boundaries (KC_BF16 = 512), edge
+  // tiles in M and N; none of these take the unpacked small-M / small-N paths.
+  const int64_t shapes[][3] = {{17, 33, 1},   {17, 33, 2},   {29, 31, 3},    {14, 32, 16},
+                               {15, 33, 17},  {13, 65, 63},  {28, 64, 5},    {37, 53, 71},
+                               {20, 40, 511}, {20, 40, 513}, {43, 70, 1100}, {170, 70, 300}};
+  const Layout layouts[] = {Layout::row, Layout::col, Layout::strided};
+  for (const auto& s : shapes)
+    for (Layout la : layouts)
+      for (Layout lb : layouts) {
+        Case c{s[0], s[1], s[2], GemmType::bf16, GemmType::bf16, la, lb};
+        check_case(c, 2);
+      }
+}
+
+TEST(Gemm, BF16PairsAccumulateAndThreads) {
+  for (Layout l : {Layout::row, Layout::col})
+    for (bool acc : {false, true}) {
+      const Case c{129, 300, 777, GemmType::bf16, GemmType::bf16, l, l, acc};
+      const auto c1 = check_case(c, 1, 11);
+      for (int threads : {2, 3}) {
+        const auto cn = check_case(c, threads, 11);
+        EXPECT_EQ(std::memcmp(c1.data(), cn.data(), c1.size() * sizeof(float)), 0)
+            << describe(c) << " threads=" << threads;
+      }
+    }
+  check_case({300, 500, 200, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col}, 0);
+  // K long enough for 65 K blocks and B packed in two column panels.
+  const Case lk{20, 130, 33000, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col};
+  const auto l1 = check_case(lk, 1, 9), l2 = check_case(lk, 2, 9);
+  EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float)), 0);
+}
+
+TEST(Gemm, BF16PairsAllValues) {
+  // Every bf16 pattern times 1 through the blocked path (M = 17 rows of ones,
+  // K = 1: the pair's second k is padding). Normal values, infinities and NaNs
+  // come out as they went in; subnormals too, except that vdpbf16ps reads
+  // subnormal inputs as zero.
+  std::vector<uint16_t> b(65536), ones(17, to_bf16(1.0f));
+  for (int64_t j = 0; j < 65536; ++j) b[j] = uint16_t(j);
+  const int64_t M = 17, N = 65536;
+  std::vector<float> C(M * N);
+  GemmArgs args{
+      M, N, 1, {ones.data(), GemmType::bf16, 1, 1}, {b.data(), GemmType::bf16, N, 1}, C.data(), N};
+  run_gemm(args, 2);
+  int bad = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float w = kiln::cpu::gemm_detail::bf16_bits_to_f32(uint16_t(j)), got = C[i * N + j];
+      const bool sub = w != 0 && std::fabs(w) < 1.17549435e-38f;
+      const bool ok = std::isnan(w) ? std::isnan(got) : got == w || (sub && got == 0);
+      if (!ok && bad++ < 5) ADD_FAILURE() << i << "," << j << ": " << got << " vs " << w;
+    }
+}
+
+#if defined(KILN_GEMM_BF16)
+// The pair-interleaved packed layouts of gemm_internal.h, element by element,
+// for every packing branch (rows contiguous, columns contiguous, any strides),
+// partial panels and strips, odd kc (zero partner) and offsets into the matrix.
+TEST(Gemm, BF16PackLayouts) {
+  using namespace kiln::cpu::gemm_detail;
+  std::mt19937 rng(5);
+  const uint16_t kJunk = 0xaaaa;
+  for (Layout layout : {Layout::row, Layout::col, Layout::strided})
+    for (int64_t kc : {1, 2, 31, 32, 33, 64, 65}) {
+      const int64_t kc2 = round_up(kc, 2);
+      for (int64_t mc : {1, 13, 14, 15, 29}) {  // A: mc x kc at (2, 3)
+        const Mat A = make_mat(mc + 2, kc + 3, GemmType::bf16, layout, rng);
+        std::vector<uint16_t> d(size_t(round_up(mc, MR) * kc2), kJunk);
+        pack_a_bf16(A.op(), 2, 3, mc, kc, d.data());
+        for (int64_t i = 0; i < round_up(mc, MR); ++i)
+          for (int64_t k = 0; k < kc2; ++k) {
+            const int64_t p = i / MR, r = i % MR;
+            const uint16_t got = d[size_t(p * kc2 * MR + (k / 2) * 2 * MR + 2 * r + k % 2)];
+            const uint16_t want = i < mc && k < kc ? to_bf16(A.at(2 + i, 3 + k)) : 0;
+            ASSERT_EQ(got, want) << "A mc=" << mc << " kc=" << kc << " i=" << i << " k=" << k;
+          }
+      }
+      for (int64_t nc : {1, 15, 16, 17, 32, 33, 70}) {  // B: kc x nc at (3, 2)
+        const Mat B = make_mat(kc + 3, nc + 2, GemmType::bf16, layout, rng);
+        const int64_t n_pad = round_up(nc, NR), bytes = round_up(n_pad * kc2 * 2, 64);
+        std::unique_ptr<uint16_t, decltype(&std::free)> buf(
+            static_cast<uint16_t*>(std::aligned_alloc(64, size_t(bytes))), &std::free);
+        std::fill(buf.get(), buf.get() + n_pad * kc2, kJunk);
+        pack_b_bf16(B.op(), 3, 2, kc, nc, buf.get());
+        for (int64_t j = 0; j < n_pad; ++j)
+          for (int64_t k = 0; k < kc2; ++k) {
+            const int64_t s = j / NR, c = j % NR;
+            const uint16_t got = buf.get()[s * kc2 * NR + (k / 2) * 2 * NR + 2 * c + k % 2];
+            const uint16_t want = j < nc && k < kc ? to_bf16(B.at(3 + k, 2 + j)) : 0;
+            ASSERT_EQ(got, want) << "B nc=" << nc << " kc=" << kc << " j=" << j << " k=" << k;
+          }
+      }
+    }
+}
+#endif

@@ -3,6 +3,9 @@
 // ignores -inf logits of other classes, d pow(x, 0) / dx = 0 at x = 0, and
 // sign(NaN) = 0. Expected values are worked out by hand from PyTorch's rules
 // (the comments give them) and the graphs run on the CPU backend.
+// bf16 matmul: torch.matmul of bf16 tensors on the CPU (oneDNN) multiplies the
+// bf16 values exactly and accumulates in f32; kiln returns that f32 accumulator
+// (PyTorch rounds it to bf16 for its bf16 output).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +25,11 @@ struct EdgeRun {
   Graph g;
   CpuBackend cpu{1};
   std::unique_ptr<Buffer> buf;
+  // Forward graph of `out` with memory, for leaves set by the caller (then compute).
+  void prepare(Tensor out) {
+    g = Graph::forward(out);
+    buf = allocate_tensors(ctx, cpu);
+  }
   void go(Tensor loss, std::initializer_list<std::pair<Tensor, std::vector<float>>> values,
           bool backward = true) {
     g = Graph::forward(loss);
@@ -135,6 +143,62 @@ TEST(OpsPytorchEdges, SignOfNaNIsZero) {
   std::vector<double> want;
   for (float f : v) want.push_back(std::isnan(f) ? 0 : f > 0 ? 1 : f < 0 ? -1 : 0);
   expect_floats(y.get<float>(), want, 0);
+}
+
+// Leaves of bf16 values (exact: every value given is a bf16).
+std::vector<uint16_t> bf16s(const std::vector<float>& v) {
+  std::vector<uint16_t> h;
+  for (float x : v) h.push_back(f32_to_bf16(x));
+  return h;
+}
+
+// 17 x K @ K x 5: too many rows and columns for the unpacked GEMM paths, so the
+// blocked one runs (on AVX512_BF16 machines its vdpbf16ps kernel).
+TEST(OpsPytorchEdges, BF16MatmulAccumulatesInF32) {
+  EdgeRun r;
+  Tensor a = r.ctx.input(bf16, {17, 5}, "a");
+  Tensor b = r.ctx.input(bf16, {5, 5}, "b");
+  Tensor c = matmul(a, b);
+  // Column j sums 1 + 2^-10 + 2^-10 + 2^-12 + j 2^-16: exact in f32 (16 bits),
+  // 1 when rounded to bf16 after every add.
+  std::vector<float> bv;
+  for (float row : {1.0f, 0x1p-10f, 0x1p-10f, 0x1p-12f})
+    for (int j = 0; j < 5; ++j) bv.push_back(row);
+  for (int j = 0; j < 5; ++j) bv.push_back(float(j) * 0x1p-16f);
+  r.prepare(c);
+  a.set(bf16s(std::vector<float>(17 * 5, 1.0f)));
+  b.set(bf16s(bv));
+  r.cpu.compute(r.g);
+  std::vector<double> want;
+  for (int i = 0; i < 17; ++i)
+    for (int j = 0; j < 5; ++j) want.push_back(1 + 0x1p-9 + 0x1p-12 + j * 0x1p-16);
+  expect_floats(c.get<float>(), want, 0);
+}
+
+// IEEE rules on f32 accumulators: inf * 0 = NaN, NaN spreads, 2^100 * 2^100
+// overflows to inf (bf16 has f32's exponent range, so only the sum can overflow).
+TEST(OpsPytorchEdges, BF16MatmulInfNaNAndOverflow) {
+  EdgeRun r;
+  Tensor a = r.ctx.input(bf16, {17, 2}, "a");
+  Tensor b = r.ctx.input(bf16, {2, 5}, "b");
+  Tensor c = matmul(a, b);
+  r.prepare(c);
+  std::vector<float> av = {kInf, 1, 0x1p100f, 0, kNaN, 0};
+  while (av.size() < 34) av.push_back(1);
+  a.set(bf16s(av));
+  b.set(bf16s({1, 0, 0x1p100f, 1, -1, 1, 1, 1, 1, 1}));
+  r.cpu.compute(r.g);
+  std::vector<double> want = {kInf,    kNaN, kInf, kInf,    -kInf,     // inf, 1
+                              0x1p100, 0,    kInf, 0x1p100, -0x1p100,  // 2^100, 0
+                              kNaN,    kNaN, kNaN, kNaN,    kNaN};     // NaN, 0
+  for (int i = 3; i < 17; ++i)
+    for (float b0 : {1.0f, 0.0f, 0x1p100f, 1.0f, -1.0f}) want.push_back(b0 + 1.0f);
+  const std::vector<float> got = c.get<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (std::isnan(want[k])) EXPECT_TRUE(std::isnan(got[k])) << "element " << k;
+    else EXPECT_EQ(double(got[k]), want[k]) << "element " << k;
+  }
 }
 
 }  // namespace

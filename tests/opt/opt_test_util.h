@@ -38,9 +38,11 @@ inline Dataset make_blobs(int64_t n, uint64_t seed) {
 }
 
 // A 2 -> hidden (tanh) -> 3 MLP with physical batch B, initialised with `seed`
-// once the OptContext made it (call init() after constructing the context).
+// once the OptContext made it (call init() after constructing the context);
+// its matmuls are built under the given matmul precision.
 struct Mlp {
-  explicit Mlp(int64_t B, int64_t hidden = 16) {
+  explicit Mlp(int64_t B, int64_t hidden = 16, DType precision = f32) {
+    ctx->set_matmul_precision(precision);
     x = ctx->input(f32, {B, kFeatures}, "x");
     w1 = ctx->param(f32, {kFeatures, hidden}, "w1");
     b1 = ctx->param(f32, {hidden}, "b1");

@@ -11,6 +11,8 @@
 // K is never split across threads, and the K blocking depends only on K, so
 // every C element gets the same operations whatever the thread count and
 // whichever thread computes it.
+// With A and B both bf16 (and AVX512_BF16) the same driver runs on bf16 pairs
+// (BF16Path: pair-interleaved packing, vdpbf16ps kernel, KC_BF16).
 // Special cases: products under kSoloWork multiply-adds run on thread 0 alone;
 // M <= 4 with row-contiguous B and N <= 4 with row-contiguous A skip packing
 // (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
@@ -66,20 +68,57 @@ constexpr double kSoloWork = 1 << 18;
 // (plus rounding) unless K alone is larger than that.
 constexpr int64_t kBPanelFloats = int64_t(4) << 20;  // 16 MiB
 
+// The packed paths: element type of the packed blocks, K block length, k
+// granule (packed blocks hold kc rounded up to it) and the routines.
+struct F32Path {
+  using E = float;
+  static constexpr int64_t kKC = KC, kKStep = 1;
+  static void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, E* d) {
+    gemm_detail::pack_a(A, i0, k0, mc, kc, d);
+  }
+  static void pack_b(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, E* d) {
+    gemm_detail::pack_b(B, k0, j0, kc, nc, d);
+  }
+  static void kernel(int64_t kc, const E* a, const E* b, float* c, int64_t ldc, int m, int n,
+                     bool add_c) {
+    gemm_detail::kernel(kc, a, b, c, ldc, m, n, add_c);
+  }
+};
+
+#if defined(KILN_GEMM_BF16)
+struct BF16Path {
+  using E = uint16_t;
+  static constexpr int64_t kKC = KC_BF16, kKStep = 2;
+  static void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, E* d) {
+    pack_a_bf16(A, i0, k0, mc, kc, d);
+  }
+  static void pack_b(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, E* d) {
+    pack_b_bf16(B, k0, j0, kc, nc, d);
+  }
+  static void kernel(int64_t kc, const E* a, const E* b, float* c, int64_t ldc, int m, int n,
+                     bool add_c) {
+    kernel_bf16(kc, a, b, c, ldc, m, n, add_c);
+  }
+};
+#endif
+
 // Everything the threads must agree on, computed identically on each.
+template <class P>
 struct Plan {
   int64_t M, N, K;
   int64_t nkb, kcb;  // K blocks: the arithmetic depends on these (and on K only)
+  int64_t kstride;   // kcb rounded up to P::kKStep: K block p of packed B at p*kstride*ncb
   int64_t ncb;       // columns of B packed at once (a multiple of NR)
   int64_t pm, pn;    // MR panels of M, NR strips of N
   Grid grid;
   int nth;
 
   Plan(const GemmArgs& g, int nth_) : M(g.M), N(g.N), K(g.K), nth(nth_) {
-    nkb = ceil_div(K, KC);
+    nkb = ceil_div(K, P::kKC);
     kcb = nkb == 1 ? K : round_up(ceil_div(K, nkb), 16);
     nkb = ceil_div(K, kcb);  // (no empty last block)
-    const int64_t cap = std::max<int64_t>(NR, kBPanelFloats / (nkb * kcb) / NR * NR);
+    kstride = round_up(kcb, P::kKStep);
+    const int64_t cap = std::max<int64_t>(NR, kBPanelFloats / (nkb * kstride) / NR * NR);
     const int64_t nnb = ceil_div(N, cap);
     ncb = round_up(ceil_div(N, nnb), NR);
     pm = ceil_div(M, MR);
@@ -87,6 +126,8 @@ struct Plan {
     grid = choose_grid(M, N, nth);
   }
   int64_t kc(int64_t p) const { return std::min(kcb, K - p * kcb); }
+  // Packed length of K block p (panel and strip stride in k).
+  int64_t kc_packed(int64_t p) const { return round_up(kc(p), P::kKStep); }
 
   // Thread i's rectangle of C: M panels [p0, p1), N strips [q0, q1), split
   // into `chunks` row chunks (the work units, in this order).
@@ -118,8 +159,9 @@ struct alignas(64) UnitCounter {
 
 // Chunk c of rectangle r: C rows [i0, i1) x this panel's strips [s_lo, s_hi),
 // over all of K. Packs its own A blocks.
-void run_chunk(const GemmArgs& g, const Plan& pl, const Plan::Rect& r, int64_t c, int64_t jc,
-               int64_t ns, const float* bbuf, float* abuf) {
+template <class P, class E = typename P::E>
+void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rect& r, int64_t c,
+               int64_t jc, int64_t ns, const E* bbuf, E* abuf) {
   const int64_t panels = r.p1 - r.p0;
   const int64_t i0 = (r.p0 + panels * c / r.chunks) * MR;
   const int64_t i1 = std::min(pl.M, (r.p0 + panels * (c + 1) / r.chunks) * MR);
@@ -128,18 +170,18 @@ void run_chunk(const GemmArgs& g, const Plan& pl, const Plan::Rect& r, int64_t c
   if (i1 <= i0 || s_hi <= s_lo) return;
   const int64_t mc = i1 - i0, ldc = g.ldc;
   for (int64_t p = 0; p < pl.nkb; ++p) {
-    const int64_t kc = pl.kc(p);
+    const int64_t kc = pl.kc(p), kcp = pl.kc_packed(p);
     const bool add_c = g.accumulate || p > 0;
-    pack_a(g.A, i0, p * pl.kcb, mc, kc, abuf);
-    const float* bp0 = bbuf + p * pl.kcb * pl.ncb;
+    P::pack_a(g.A, i0, p * pl.kcb, mc, kc, abuf);
+    const E* bp0 = bbuf + p * pl.kstride * pl.ncb;
     for (int64_t s = s_lo; s < s_hi; ++s) {
       const int64_t j = jc + s * NR;
       const int n = int(std::min<int64_t>(NR, pl.N - j));
-      const float* bp = bp0 + s * kc * NR;
+      const E* bp = bp0 + s * kcp * NR;
       float* cp = g.C + i0 * ldc + j;
       for (int64_t ir = 0; ir < mc; ir += MR) {
         const int m = int(std::min<int64_t>(MR, mc - ir));
-        kernel(kc, abuf + ir * kc, bp, cp + ir * ldc, ldc, m, n, add_c);
+        P::kernel(kc, abuf + ir * kcp, bp, cp + ir * ldc, ldc, m, n, add_c);
       }
     }
   }
@@ -148,31 +190,34 @@ void run_chunk(const GemmArgs& g, const Plan& pl, const Plan::Rect& r, int64_t c
 // The blocked algorithm for thread ith of nth. With nth > 1 the threads share
 // the packed B (t.shared_scratch) and meet at barriers; with nth == 1 it
 // touches only t.scratch() and never synchronizes.
+template <class P>
 void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
-  const Plan pl(g, nth);
-  const Plan::Rect mine = pl.rect(ith);
+  using E = typename P::E;
+  using Rect = typename Plan<P>::Rect;
+  const Plan<P> pl(g, nth);
+  const Rect mine = pl.rect(ith);
 
   // Buffers: [unit counters | packed B: block p at p*kcb*ncb] shared; A private.
   const size_t hdr = nth > 1 ? size_t(nth) * sizeof(UnitCounter) : 0;
-  const size_t b_bytes = size_t(pl.nkb * pl.kcb * pl.ncb) * sizeof(float);
+  const size_t b_bytes = size_t(pl.nkb * pl.kstride * pl.ncb) * sizeof(E);
   int64_t max_chunk_rows = MR;
   for (int i = 0; i < nth; ++i) {  // any thread may run any thread's chunks
-    const Plan::Rect r = pl.rect(i);
+    const Rect r = pl.rect(i);
     if (r.chunks > 0)
       max_chunk_rows = std::max(max_chunk_rows, ceil_div(r.p1 - r.p0, r.chunks) * MR);
   }
-  const size_t a_bytes = size_t(max_chunk_rows * std::min(pl.K, pl.kcb)) * sizeof(float);
+  const size_t a_bytes = size_t(max_chunk_rows * pl.kstride) * sizeof(E);
   char* shared;
-  float* abuf;
+  E* abuf;
   if (nth > 1) {
     shared = static_cast<char*>(t.shared_scratch(hdr + b_bytes));
-    abuf = static_cast<float*>(t.scratch(a_bytes));
+    abuf = static_cast<E*>(t.scratch(a_bytes));
   } else {
     shared = static_cast<char*>(t.scratch(b_bytes + a_bytes));
-    abuf = reinterpret_cast<float*>(shared + b_bytes);  // b_bytes is a multiple of 64
+    abuf = reinterpret_cast<E*>(shared + b_bytes);  // b_bytes is a multiple of 64
   }
   auto* counters = reinterpret_cast<UnitCounter*>(shared);
-  float* bbuf = reinterpret_cast<float*>(shared + hdr);
+  E* bbuf = reinterpret_cast<E*>(shared + hdr);
 
   for (int64_t jc = 0; jc < pl.N; jc += pl.ncb) {
     const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
@@ -181,9 +226,9 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
     // Pack this thread's share of B: items (K block p, strip s).
     const int64_t items = pl.nkb * ns;
     for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; ++it) {
-      const int64_t p = it / ns, s = it % ns, kc = pl.kc(p);
-      pack_b(g.B, p * pl.kcb, jc + s * NR, kc, std::min<int64_t>(NR, nc - s * NR),
-             bbuf + p * pl.kcb * pl.ncb + s * kc * NR);
+      const int64_t p = it / ns, s = it % ns;
+      P::pack_b(g.B, p * pl.kcb, jc + s * NR, pl.kc(p), std::min<int64_t>(NR, nc - s * NR),
+                bbuf + p * pl.kstride * pl.ncb + s * pl.kc_packed(p) * NR);
     }
 
     if (nth == 1) {
@@ -195,7 +240,7 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
     t.barrier();  // B packed, counters set
     for (int v = 0; v < nth; ++v) {
       const int i = (ith + v) % nth;
-      const Plan::Rect r = v == 0 ? mine : pl.rect(i);
+      const Rect r = v == 0 ? mine : pl.rect(i);
       if (r.chunks == 0) continue;
       for (int64_t c; (c = counters[i].next.fetch_add(1, std::memory_order_relaxed)) < r.chunks;)
         run_chunk(g, pl, r, c, jc, ns, bbuf, abuf);
@@ -229,7 +274,12 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
     if (ith < tn)
       gemm_small_n(g, ith, tn, static_cast<float*>(t.scratch(size_t(N * K) * sizeof(float))));
   } else if (ith < tn) {
-    blocked(g, ith, tn, t);
+#if defined(KILN_GEMM_BF16)
+    if (g.A.type == GemmType::bf16 && g.B.type == GemmType::bf16) blocked<BF16Path>(g, ith, tn, t);
+    else blocked<F32Path>(g, ith, tn, t);
+#else
+    blocked<F32Path>(g, ith, tn, t);
+#endif
   }
   t.barrier();  // all of C is written; the shared B panel is free again
 }

@@ -20,6 +20,12 @@
 #define KILN_GEMM_GENERIC 1
 #endif
 
+// bf16 x bf16 products on vdpbf16ps (AVX512_BF16: -march=native on Zen 4/5,
+// Sapphire Rapids and later); other builds convert bf16 to f32 while packing.
+#if defined(KILN_GEMM_AVX512) && defined(__AVX512BF16__)
+#define KILN_GEMM_BF16 1
+#endif
+
 namespace kiln::cpu::gemm_detail {
 
 #if defined(KILN_GEMM_AVX512)
@@ -72,6 +78,24 @@ bool small_m_applicable(const GemmArgs& g);
 void gemm_small_m(const GemmArgs& g, int ith, int nth, float* a32);
 bool small_n_applicable(const GemmArgs& g);
 void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32);
+
+#if defined(KILN_GEMM_BF16)
+// The bf16 path (gemm_pack_bf16.cpp, gemm_kernel_avx512.cpp), taken when A and B
+// are both bf16. Packed layouts hold k in pairs (kc rounded up to even, the
+// extra k zero in both), uint16 bf16 bits:
+//   A block  panel p at p*kc2*MR, element (i, k) at [(k/2)*2*MR + 2*i + k%2];
+//   B block  strip s at s*kc2*NR, element (k, j) at [(k/2)*2*NR + 2*j + k%2];
+// so one 32-bit word of A (two k of row i), broadcast, meets 16 words of B (the
+// same two k of 16 columns) in one vdpbf16ps: C(i, j) += a0*b0 + a1*b1 in f32.
+// Same MR x NR tile as f32; KC twice as long (same bytes per panel).
+inline constexpr int64_t KC_BF16 = 2 * KC;
+void kernel_bf16(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, int m,
+                 int n, bool add_c);
+void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc,
+                 uint16_t* dst);
+void pack_b_bf16(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
+                 uint16_t* dst);
+#endif
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }

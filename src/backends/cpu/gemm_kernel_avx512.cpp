@@ -1,4 +1,5 @@
-// AVX-512 GEMM micro-kernel: MR x NR = 14 x 32 (two zmm per row of C).
+// AVX-512 GEMM micro-kernels: MR x NR = 14 x 32 (two zmm per row of C), f32
+// (vfmadd) and, with AVX512_BF16, bf16 pairs (vdpbf16ps).
 #include "backends/cpu/gemm_internal.h"
 
 #if defined(KILN_GEMM_AVX512)
@@ -85,6 +86,55 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
     else store_tile<false, false>(acc, c, ldc, m, n);
   }
 }
+
+#if defined(KILN_GEMM_BF16)
+// Like kernel, over k in pairs: per pair one 32-bit broadcast of A per row and
+// one vdpbf16ps per zmm of B. Each lane adds a0*b0 + a1*b1 to its f32
+// accumulator; the products are exact in f32 (8-bit significands), so this is
+// f32 accumulation of exact products, as oneDNN's and PyTorch's bf16 matmul.
+// The instruction treats bf16 subnormal inputs as zero and rounds to nearest
+// even whatever MXCSR says.
+void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __restrict b, float* c,
+                 int64_t ldc, int m, int n, bool add_c) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+
+  for (int i = 0; i < m; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
+
+  const int64_t pairs = (kc + 1) / 2;
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + 32 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      int32_t w;
+      __builtin_memcpy(&w, a + 2 * i, 4);
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(w);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+    a += 2 * MR;
+    b += 2 * NR;
+  }
+
+  const bool full = m == MR && n == NR;
+  if (full) {
+    if (add_c) store_tile<true, true>(acc, c, ldc, m, n);
+    else store_tile<false, true>(acc, c, ldc, m, n);
+  } else {
+    if (add_c) store_tile<true, false>(acc, c, ldc, m, n);
+    else store_tile<false, false>(acc, c, ldc, m, n);
+  }
+}
+#endif  // KILN_GEMM_BF16
 
 }  // namespace kiln::cpu::gemm_detail
 #endif  // KILN_GEMM_AVX512

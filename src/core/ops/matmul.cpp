@@ -1,9 +1,31 @@
 // matmul: a @ b with broadcast batch dims; f32/f16/bf16 inputs, f32 output.
 #include "core/autodiff.h"
 #include "kiln/ext/op_builder.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/ops.h"
 
 namespace kiln {
+
+namespace {
+
+// x.to(bf16); but a permuted view of a contiguous tensor (w.T()) is cast through
+// its source and viewed again: a contiguous conversion instead of a strided
+// one, and the GEMM reads the permuted bf16 view in place.
+Tensor to_bf16(Tensor x) {
+  detail::TensorNode* n = x.node();
+  if (n->op != Op::PERMUTE || !n->src[0]->is_contiguous()) return x.to(bf16);
+  const auto& ax = op_params<Op::PERMUTE>(*n).axes;
+  const Tensor s = Tensor(n->src[0]).to(bf16);
+  switch (x.ndim()) {
+    case 2: return s.permute({int(ax[0]), int(ax[1])});
+    case 3: return s.permute({int(ax[0]), int(ax[1]), int(ax[2])});
+    case 4: return s.permute({int(ax[0]), int(ax[1]), int(ax[2]), int(ax[3])});
+    default: return x.to(bf16);
+  }
+}
+
+}  // namespace
 
 Tensor matmul(Tensor a, Tensor b) {
   detail::check_defined("matmul", {a, b});
@@ -31,6 +53,11 @@ Tensor matmul(Tensor a, Tensor b) {
   }
   s.push_back(M);
   s.push_back(N);
+  // The context's precision policy: f32 operands cast to bf16 (f32 accumulation).
+  if (a.node()->ctx->matmul_precision() == bf16) {
+    if (a.dtype() == f32) a = to_bf16(a);
+    if (b.dtype() == f32) b = to_bf16(b);
+  }
   return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
 }
 
@@ -39,7 +66,11 @@ namespace detail {
 void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
   // broadcast batch dims.
-  const Tensor a = g.src(0), b = g.src(1), gc = g.grad();
+  const Tensor a = g.src(0), b = g.src(1);
+  // Under a bf16 policy both products would cast dC: cast it once here.
+  Tensor gc = g.grad();
+  if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1))
+    gc = gc.to(bf16);
   if (g.needs(0)) {
     Tensor ga = matmul(gc, b.T());
     g.add(0, sum_to(ga, a.shape()));

@@ -100,6 +100,39 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
     c.tol = {1e-5, 1e-4};
     cs.push_back(c);
   }
+  // bf16 x bf16 products big enough for the blocked GEMM, which on AVX512_BF16
+  // builds packs k in pairs and runs vdpbf16ps (gemm_internal.h): odd K (a zero
+  // partner), several K blocks (KC_BF16 = 512), edge tiles, every packing branch
+  // (row-major, transposed, narrowed, permuted, expanded), batch broadcast. The
+  // reference multiplies the stored bf16 values in double; bf16 x bf16 products
+  // are exact in f32, so the error is f32 accumulation only and f32's tolerances
+  // apply (rounding the inputs to bf16 is the caller's cast, not the kernel's).
+  auto bf = [&](Input x, Layout l = Layout::contig) { return with(as(x, DType::bf16), l); };
+  blocked("matmul_bf16_odd_k", bf(in("a", {2, z(19, 257), z(33, 263)})),
+          bf(in("b", {z(33, 263), z(21, 129)})));
+  blocked("matmul_bf16_long_k_b_transposed", bf(in("a", {z(40, 256), z(1100, 2048)})),
+          bf(in("b", {z(1100, 2048), z(45, 256)}), Layout::transposed));
+  blocked("matmul_bf16_both_transposed_bcast",
+          bf(in("a", {2, 1, z(17, 255), z(35, 127)}), Layout::transposed),
+          bf(in("b", {3, z(35, 127), z(30, 65)}), Layout::transposed));
+  blocked("matmul_bf16_narrowed_permuted",
+          bf(in("a", {2, z(23, 128), z(64, 200)}), Layout::narrowed),
+          bf(in("b", {2, z(64, 200), z(33, 96)}), Layout::permuted));
+  blocked(
+      "matmul_bf16_expanded_batch", bf(in("a", {2, z(18, 128), z(31, 300)})),
+      expanded(as(in("b", {2, z(31, 300), z(40, 100)}), DType::bf16), {1, z(31, 300), z(40, 100)}));
+  // The context's bf16 matmul precision: f32 operands cast in the graph (w.T()
+  // through its source, then viewed transposed), bf16 x bf16 products (eval only).
+  Case policy = make_case(
+      "matmul_bf16_precision_policy", {Op::MATMUL, Op::COPY},
+      {in("a", {2, z(21, 256), z(45, 512)}), in("w", {z(34, 256), z(45, 512)})},
+      [](Context& ctx, X x) {
+        ctx.set_matmul_precision(bf16);
+        return matmul(x[0], x[1].T());
+      },
+      false);
+  policy.tol = {1e-5, 1e-4};
+  cs.push_back(policy);
   // f32 params converted to f16 inside the graph, then matmul (eval only).
   Case conv = make_case(
       "matmul_of_f16_copies", {Op::MATMUL, Op::COPY}, {in("a", {M, K}), in("b", {K, N})},
