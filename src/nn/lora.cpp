@@ -140,25 +140,56 @@ void LinearBase::unmerge_lora() {
 }
 
 // ---- the model-level functions ----
-std::vector<std::string> add_lora(Module& model, Backend& backend, const LoraConfig& cfg,
-                                  const std::string& name, uint64_t seed) {
+namespace {
+
+void check_new_adapter(const Module& model, const LoraConfig& cfg, const std::string& name) {
   if (name.empty() || name.find('.') != std::string::npos)
     fail("lora", "adapter name '", name, "' must be non-empty and contain no '.'");
   if (cfg.r < 1) fail("lora", "r must be >= 1, got ", cfg.r);
-  if (cfg.target_modules.empty() && cfg.target_regex.empty())
-    fail("lora", "no target modules: set target_modules (e.g. {\"q_proj\", \"v_proj\"})");
   for (const std::string& n : lora_adapters(model))
     if (n == name) fail("lora", "the model already has an adapter '", name, "'");
-  std::vector<std::pair<std::string, LinearBase*>> targets;
+}
+
+LinearBase& adaptable(const std::string& p, Module* m) {
+  auto* l = dynamic_cast<LinearBase*>(m);
+  if (!l)
+    fail("lora", "target '", p, "' is a ", m->type_name(),
+         "; LoRA adapts Linear layers (and Hugging Face's Conv1D)");
+  if (l->lora_merged())
+    fail("lora", "layer '", p, "' has a merged adapter: unmerge_lora before adding another");
+  return *l;
+}
+
+void attach(Module& model, Backend& backend, const LoraConfig& cfg,
+            const std::vector<LinearBase*>& targets, const std::string& name, uint64_t seed) {
+  for (LinearBase* l : targets) {
+    LinearBase::Lora& a = l->add_lora(name, cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora);
+    a.target_modules = cfg.target_modules;  // as given: lora_config reports them
+    a.target_regex = cfg.target_regex;
+  }
+  model.allocate(backend);  // the new params only: the others keep their memory
+  for (LinearBase* l : targets) {
+    const LinearBase::Lora& a = *l->find_lora(name);
+    a.A->init(seed);  // Linear's default: kaiming_uniform(a=sqrt(5)), as PEFT's lora_A
+    a.B->weight().fill_zero();
+  }
+  model.freeze();
+  set_lora_adapter(model, name);
+}
+
+}  // namespace
+
+std::vector<std::string> add_lora(Module& model, Backend& backend, const LoraConfig& cfg,
+                                  const std::string& name, uint64_t seed) {
+  check_new_adapter(model, cfg, name);
+  if (cfg.target_modules.empty() && cfg.target_regex.empty())
+    fail("lora", "no target modules: set target_modules (e.g. {\"q_proj\", \"v_proj\"})");
+  std::vector<std::string> paths;
+  std::vector<LinearBase*> targets;
   for (auto& [p, m] : modules_of(model)) {
     if (!lora_matches(cfg, p)) continue;
-    auto* l = dynamic_cast<LinearBase*>(m);
-    if (!l)
-      fail("lora", "target '", p, "' is a ", m->type_name(),
-           "; LoRA adapts Linear layers (and Hugging Face's Conv1D)");
-    if (l->lora_merged())
-      fail("lora", "layer '", p, "' has a merged adapter: unmerge_lora before adding another");
-    targets.emplace_back(p, l);
+    targets.push_back(&adaptable(p, m));
+    paths.push_back(p);
   }
   if (targets.empty()) {
     std::string want = cfg.target_regex;
@@ -168,22 +199,17 @@ std::vector<std::string> add_lora(Module& model, Backend& backend, const LoraCon
     }
     fail("lora", "no module of the model matches the targets (", want, ")");
   }
-  for (auto& [p, l] : targets) {
-    LinearBase::Lora& a = l->add_lora(name, cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora);
-    a.target_modules = cfg.target_modules;  // as given: lora_config reports them
-    a.target_regex = cfg.target_regex;
-  }
-  model.allocate(backend);  // the new params only: the others keep their memory
-  for (auto& [p, l] : targets) {
-    const LinearBase::Lora& a = *l->find_lora(name);
-    a.A->init(seed);  // Linear's default: kaiming_uniform(a=sqrt(5)), as PEFT's lora_A
-    a.B->weight().fill_zero();
-  }
-  model.freeze();
-  set_lora_adapter(model, name);
-  std::vector<std::string> paths;
-  for (auto& [p, l] : targets) paths.push_back(p);
+  attach(model, backend, cfg, targets, name, seed);
   return paths;
+}
+
+void add_lora_at(Module& model, Backend& backend, const LoraConfig& cfg,
+                 const std::vector<std::string>& paths, const std::string& name, uint64_t seed) {
+  check_new_adapter(model, cfg, name);
+  if (paths.empty()) fail("lora", "adapter '", name, "': no layers to adapt");
+  std::vector<LinearBase*> targets;
+  for (const std::string& p : paths) targets.push_back(&adaptable(p, &model.child(p)));
+  attach(model, backend, cfg, targets, name, seed);
 }
 
 LoraConfig lora_config(const Module& model, const std::string& name) {

@@ -51,6 +51,12 @@ bool lora_matches(const LoraConfig& cfg, const std::string& path);
 // module is not Linear-like, for r < 1 or when the name is taken.
 std::vector<std::string> add_lora(Module& model, Backend& backend, const LoraConfig& cfg,
                                   const std::string& name = "default", uint64_t seed = 0);
+// The same on the layers at `paths` (module paths relative to model), found by
+// the caller (kiln/lora.h matches a file's targets against Hugging Face's
+// module names); cfg's targets are recorded as given.
+void add_lora_at(Module& model, Backend& backend, const LoraConfig& cfg,
+                 const std::vector<std::string>& paths, const std::string& name = "default",
+                 uint64_t seed = 0);
 
 // The adapters' names, in the order they were added.
 std::vector<std::string> lora_adapters(const Module& model);
