@@ -272,8 +272,11 @@ std::string active_lora_adapter(const Module& model) {
 void merge_lora(Module& model) {
   const std::string name = active_lora_adapter(model);
   if (name.empty()) fail("lora", "no active adapter to merge");
-  for (LinearBase* l : adapted(model))
-    if (!l->active_lora().empty() && !l->lora_merged()) l->merge_lora();
+  const std::vector<LinearBase*> layers = adapted(model);
+  for (LinearBase* l : layers)
+    if (l->lora_merged()) fail("lora", "adapter '", name, "' is already merged");
+  for (LinearBase* l : layers)
+    if (!l->active_lora().empty()) l->merge_lora();
 }
 
 void unmerge_lora(Module& model) {

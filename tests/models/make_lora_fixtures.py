@@ -30,6 +30,7 @@ import sys
 import numpy as np
 import torch
 
+sys.dont_write_bytecode = True  # nothing written next to the sources
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402
 
