@@ -99,6 +99,7 @@ LoraFileConfig parse_lora_config(std::string_view json, const std::string& file)
     f.fail_field("peft_type", "is '" + type + "'; kiln loads LoRA adapters (\"LORA\")");
   c.lora.r = f.positive("r", 8);
   c.lora.alpha = float(f.number("lora_alpha", 8.0));
+  if (!std::isfinite(c.lora.alpha)) f.fail_field("lora_alpha", "does not fit a float");
   c.lora.dropout = float(f.number("lora_dropout", 0.0));
   if (!(c.lora.dropout >= 0.0f && c.lora.dropout < 1.0f))
     f.fail_field("lora_dropout", "must be in [0, 1)");

@@ -44,7 +44,13 @@ float LoraConfig::scaling() const {
 }
 
 bool lora_matches(const LoraConfig& cfg, const std::string& path) {
-  if (!cfg.target_regex.empty()) return std::regex_match(path, std::regex(cfg.target_regex));
+  if (!cfg.target_regex.empty()) {
+    try {
+      return std::regex_match(path, std::regex(cfg.target_regex));
+    } catch (const std::regex_error& e) {
+      fail("lora", "target regex '", cfg.target_regex, "' is not a valid regex (", e.what(), ")");
+    }
+  }
   for (const std::string& t : cfg.target_modules) {
     if (path == t) return true;
     if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
