@@ -12,5 +12,6 @@ struct Command {
 };
 
 Command add_tokenize(CLI::App& app);  // tokenize.cpp
+Command add_finetune(CLI::App& app);  // finetune.cpp
 
 }  // namespace lm

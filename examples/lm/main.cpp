@@ -1,5 +1,6 @@
 // kiln-lm: language-model tools on kiln. Subcommands (one file each):
 //   kiln-lm tokenize --tokenizer FILE|DIR --text FILE|DIR [--ids] [--threads N]
+//   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -11,7 +12,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md)"};
   app.require_subcommand(1);
-  std::vector<lm::Command> commands = {lm::add_tokenize(app)};
+  std::vector<lm::Command> commands = {lm::add_tokenize(app), lm::add_finetune(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,7 +16,8 @@ float64; the training step is torch.optim.AdamW on the adapter tensors.
 
     /usr/bin/python3 tests/models/make_lora_fixtures.py   # Debian python3-torch
 
-Each directory holds adapter_config.json, adapter_model.safetensors and
+It also writes byte_llama, a random Llama over byte ids for kiln-lm
+finetune's test. Each adapter directory holds adapter_config.json, adapter_model.safetensors and
 expected.safetensors: input_ids, logits; with a training step also labels,
 loss, grad.<tensor name> for every adapter tensor and step.<tensor name>, the
 tensor after one AdamW step (lr 1e-2, betas 0.9/0.999, eps 1e-8, weight decay
@@ -192,7 +193,19 @@ def gpt2_layers(cfg):
     return {f"h.{i}.{n}": s for i in range(cfg["n_layer"]) for n, s in shapes.items()}
 
 
+def byte_llama():
+    """A random Llama over byte ids (vocab 256): the base kiln-lm finetune's test
+    trains on a text's bytes (no tokenizer needed)."""
+    cfg = mf.variant(vocab_size=256, max_position_embeddings=64, bos_token_id=None,
+                     eos_token_id=None)
+    params = mf.llama_params(cfg, torch.Generator().manual_seed(11))
+    params = {n: mf.stored(t, "F32") for n, t in params.items()}
+    mf.write_dir("byte_llama", cfg, params, "F32")
+    print("byte_llama: written")
+
+
 def main():
+    byte_llama()
     cfg, base = base_params("llama3_gqa")
     same = lambda n: n  # noqa: E731  Llama's reference names are the HF module paths
 
