@@ -15,5 +15,6 @@ Command add_tokenize(CLI::App& app);    // tokenize.cpp
 Command add_generate(CLI::App& app);    // generate.cpp
 Command add_perplexity(CLI::App& app);  // perplexity.cpp
 Command add_pretrain(CLI::App& app);    // pretrain.cpp
+Command add_finetune(CLI::App& app);    // finetune.cpp
 
 }  // namespace lm

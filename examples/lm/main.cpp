@@ -4,6 +4,7 @@
 //                    [--temperature T] [--top-k K] [--top-p P] [--seed S] [--print-ids]
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
+//   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -16,7 +17,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md, docs/models.md)"};
   app.require_subcommand(1);
   std::vector<lm::Command> commands = {lm::add_tokenize(app), lm::add_generate(app),
-                                       lm::add_perplexity(app), lm::add_pretrain(app)};
+                                       lm::add_perplexity(app), lm::add_pretrain(app),
+                                       lm::add_finetune(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

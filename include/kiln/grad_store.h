@@ -86,6 +86,7 @@ struct OptimizerOptions {
 // training loops that run their own graphs instead of an OptContext. It keeps
 // the optimizer state (and a staging tensor per param for its gradient) in one
 // buffer of `backend`; params must have memory that backend computes on.
+// Frozen params (Tensor::requires_grad false) among `params` are left out.
 class Optimizer {
  public:
   Optimizer(std::vector<Tensor> params, Backend& backend, OptimizerOptions opt = {});

@@ -14,6 +14,7 @@
 #include "kiln/grad_store.h"
 #include "kiln/graph.h"
 #include "kiln/io.h"
+#include "kiln/lora.h"
 #include "kiln/memory_plan.h"
 #include "kiln/models.h"
 #include "kiln/nn.h"

@@ -80,11 +80,30 @@ class Module {
   // listed once, under its first name.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // The params that get gradients (Tensor::requires_grad): what an optimizer
+  // trains. OptConfig::model and weight_decay_groups use these.
+  std::vector<Tensor> trainable_parameters() const;
+  // named_parameters() without the params of adapters (LoRA, kiln/nn/lora.h):
+  // the model's own weights, as its checkpoint files hold them.
+  std::vector<std::pair<std::string, Tensor>> named_base_parameters() const;
+
+  // ---- frozen parameters (PyTorch's requires_grad_) ----
+  // Every param of the tree stops (freeze) or starts (unfreeze) getting
+  // gradients: a frozen param gets no gradient node, accumulator, gradient
+  // memory or optimizer state in backward passes and OptContexts built
+  // afterwards, and gradients still flow through it to trainable params below.
+  // One param: parameter("fc1.weight").set_requires_grad(false).
+  void freeze() { set_requires_grad(false); }
+  void unfreeze() { set_requires_grad(true); }
+  void set_requires_grad(bool on);
   // This module's own params (local names), and its direct sub-modules.
   const std::vector<std::pair<std::string, Tensor>>& own_parameters() const { return params_; }
   std::vector<std::pair<std::string, Module*>> named_children() const;
   // This module's path in the tree ("" for the root, "blocks.0.attn" below).
   std::string path() const;
+  // Marks this sub-tree as an adapter's (LoRA): named_base_parameters() skips it.
+  void mark_adapter() { adapter_ = true; }
+  bool is_adapter() const { return adapter_; }
   // The parameter or sub-module called `name` ("fc1.weight" walks down); throws
   // kiln::Error "[nn] ..." naming the missing part.
   Tensor parameter(std::string_view name) const;
@@ -183,7 +202,7 @@ class Module {
   void check_new_name(const std::string& name) const;
   void set_prefix(const std::string& prefix);
   void collect(std::vector<std::pair<std::string, Tensor>>& out,
-               std::vector<const TensorNode*>& seen) const;
+               std::vector<const TensorNode*>& seen, bool adapters) const;
   void init_tree(uint64_t seed);
   void replace_param(const TensorNode* old, Tensor now);
 
@@ -194,6 +213,7 @@ class Module {
   Tensor seed_;  // dropout's step seed (undefined until needed)
   bool training_ = true;
   bool checkpoint_ = false;
+  bool adapter_ = false;
   std::vector<std::unique_ptr<Buffer>> storage_;  // from allocate()
 };
 
@@ -216,22 +236,69 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOpti
 // ---------------------------------------------------------------------------
 // Layers. Shapes follow PyTorch: weights [out, in], inputs [..., features].
 
-// y = x W^T + b. W [out, in] and b [out] ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's
-// kaiming_uniform(a=sqrt(5)) and bias rule).
-class Linear : public Module {
+class Linear;
+class Dropout;
+
+// The layers LoRA adapters attach to (kiln/nn/lora.h): y = x W^T + b with
+// weight [out, in] (Linear), or y = x W + b with weight [in, out] when
+// fan_in_fan_out (Hugging Face's Conv1D, GPT-2's layers). With an active,
+// unmerged adapter, graphs built add scaling * B(A(dropout(x))).
+class LinearBase : public Module {
  public:
-  Linear(Context& ctx, int64_t in_features, int64_t out_features, bool bias = true);
-  const char* type_name() const override { return "Linear"; }
   Tensor forward(Tensor x) override;  // [..., in] -> [..., out]
-  void reset_parameters(uint64_t seed) override;
   Tensor weight() const { return own(0); }
   Tensor bias() const { return has_bias_ ? own(1) : Tensor(); }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  bool fan_in_fan_out() const { return fan_in_fan_out_; }
+
+  // One LoRA adapter of this layer: lora_A.<name> (Linear in -> r, weight
+  // [r, in]), lora_B.<name> (Linear r -> out, weight [out, r]) and
+  // lora_dropout.<name>, PEFT's module names. kiln/nn/lora.h manages them.
+  struct Lora {
+    std::string name;
+    int64_t r = 0;
+    float alpha = 0, dropout = 0, scaling = 0;
+    bool use_rslora = false;
+    std::vector<std::string> target_modules;  // the adapter's config, as given
+    std::string target_regex;
+    Linear* A = nullptr;
+    Linear* B = nullptr;
+    Dropout* drop = nullptr;
+  };
+  const std::vector<Lora>& loras() const { return loras_; }
+  const Lora* find_lora(std::string_view name) const;
+  Lora& add_lora(const std::string& name, int64_t r, float alpha, float dropout, bool use_rslora);
+  // The adapter graphs add ("" none); throws while one is merged.
+  void set_active_lora(const std::string& name);
+  const std::string& active_lora() const { return active_; }
+  // W += scaling * B A (transposed for fan_in_fan_out) for the active adapter,
+  // which graphs built afterwards then leave out; unmerge subtracts it again.
+  // Computed on the host in double precision (params must have memory).
+  void merge_lora();
+  void unmerge_lora();
+  bool lora_merged() const { return merged_; }
+
+ protected:
+  LinearBase(Context& ctx, int64_t in_features, int64_t out_features, bool bias,
+             bool fan_in_fan_out);
 
  private:
+  void add_delta(const Lora& a, double sign);
   int64_t in_, out_;
-  bool has_bias_;
+  bool has_bias_, fan_in_fan_out_;
+  std::vector<Lora> loras_;
+  std::string active_;
+  bool merged_ = false;
+};
+
+// y = x W^T + b. W [out, in] and b [out] ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's
+// kaiming_uniform(a=sqrt(5)) and bias rule).
+class Linear : public LinearBase {
+ public:
+  Linear(Context& ctx, int64_t in_features, int64_t out_features, bool bias = true);
+  const char* type_name() const override { return "Linear"; }
+  void reset_parameters(uint64_t seed) override;
 };
 
 // conv2d with weight [out, in, k, k] and bias [out] ~ U(-1/sqrt(fan_in),
@@ -337,6 +404,15 @@ class MaxPool2d : public Module {
 
  private:
   Pool2dOptions opt_;
+};
+
+// Sub-modules by name, added at any time (PyTorch's nn.ModuleDict; LoRA's
+// lora_A / lora_B / lora_dropout hold one module per adapter name).
+class ModuleDict : public Module {
+ public:
+  explicit ModuleDict(Context& ctx) : Module(ctx) {}
+  const char* type_name() const override { return "ModuleDict"; }
+  using Module::add;
 };
 
 // Modules applied in order, named "0", "1", ... (PyTorch's nn.Sequential; also

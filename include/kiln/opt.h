@@ -182,7 +182,7 @@ struct ParamGroup {
 // The split every GPT recipe uses (nanoGPT's configure_optimizers): params with
 // 2 or more dims (matmul and conv weights, embeddings) decay by `weight_decay`,
 // the others (biases, norm weights) do not. Groups in that order; an empty
-// group is left out.
+// group is left out, and so are frozen params (Tensor::requires_grad false).
 std::vector<ParamGroup> weight_decay_groups(const nn::Module& model, float weight_decay);
 
 struct OptConfig {
@@ -197,7 +197,8 @@ struct OptConfig {
   // Params in groups with their own weight decay (instead of `params`).
   std::vector<ParamGroup> groups;
   // The model the outputs come from (nn::Module). With neither params nor
-  // groups, its parameters() are trained. Its Dropout layers' step seeds are
+  // groups, its trainable_parameters() are trained (frozen ones get no
+  // gradient and no optimizer state). Its Dropout layers' step seeds are
   // written before every training pass, so each batch gets new masks. It must
   // outlive the context.
   const nn::Module* model = nullptr;

@@ -63,6 +63,7 @@ enum TensorFlag : uint32_t {
   kFlagGrad = 1u << 4,        // a gradient (never gets a gradient itself)
   kFlagGradAcc = 1u << 5,     // a persistent gradient accumulator of a param
   kFlagCheckpoint = 1u << 6,  // kept for the backward pass, which recomputes what feeds it
+  kFlagFrozen = 1u << 7,      // a param that gets no gradient (Tensor::set_requires_grad(false))
 };
 
 class Context;
@@ -111,6 +112,14 @@ class Tensor {
   Tensor& set_name(std::string name);
   bool has_flag(TensorFlag f) const;
   Context& ctx() const;
+  // PyTorch's requires_grad: true for a param (Context::param) that is not
+  // frozen. A frozen param is still a param (kept, saved, loaded) but
+  // Graph::backward builds no gradient, accumulator or optimizer state for it;
+  // gradients still flow through it to what lies below. Read when a backward
+  // pass is built: freezing changes backward passes built afterwards.
+  // set_requires_grad(true) on a tensor that is not a param throws kiln::Error.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool on);
 
   // Views and copies (PyTorch names).
   [[nodiscard]] Tensor reshape(const Shape& s) const;  // copies first when not contiguous

@@ -39,10 +39,15 @@ void Graph::backward(Tensor loss) {
   loss.node()->flags |= kFlagLoss;
   n_forward_ = nodes_.size();
 
-  // 1. requires-grad: params and nodes computed (differentiably) from them.
+  // 1. requires-grad: trainable params and nodes computed (differentiably) from
+  // them. Frozen params are constants here: no gradient node, no accumulator.
   std::unordered_set<const TensorNode*> requires_grad;
-  for (const TensorNode* l : leafs_)
-    if (l->flags & kFlagParam) requires_grad.insert(l);
+  bool any_frozen = false;
+  for (const TensorNode* l : leafs_) {
+    if (!(l->flags & kFlagParam)) continue;
+    if (l->flags & kFlagFrozen) any_frozen = true;
+    else requires_grad.insert(l);
+  }
   for (const TensorNode* n : nodes_) {
     bool any = false;
     for (int i = 0; i < n->n_src; ++i) any |= n->src[i] && requires_grad.count(n->src[i]);
@@ -52,7 +57,9 @@ void Graph::backward(Tensor loss) {
            ") is on a gradient path; use an out-of-place op");
     if (op_has_grad(n->op)) requires_grad.insert(n);
   }
-  if (!requires_grad.count(loss.node())) fail("backward", "the loss does not depend on any param");
+  if (!requires_grad.count(loss.node()))
+    fail("backward", "the loss does not depend on any ",
+         any_frozen ? "trainable param (the params it reads are frozen)" : "param");
 
   // 2. reverse pass from the loss.
   Context& ctx = loss.ctx();
@@ -93,7 +100,7 @@ void Graph::backward(Tensor loss) {
   const std::vector<TensorNode*> leafs(leafs_.rbegin(),
                                        leafs_.rend());  // visit() appends to leafs_
   for (TensorNode* p : leafs) {
-    if (!(p->flags & kFlagParam)) continue;
+    if (!(p->flags & kFlagParam) || (p->flags & kFlagFrozen)) continue;
     auto it = grads_.find(p);
     if (it == grads_.end()) continue;
     Tensor gp(it->second);

@@ -53,6 +53,23 @@ const std::string& Tensor::name() const { return node()->name; }
 std::string Tensor::label() const { return node()->label(); }
 bool Tensor::has_flag(TensorFlag f) const { return (node()->flags & f) != 0; }
 Context& Tensor::ctx() const { return *node()->ctx; }
+
+bool Tensor::requires_grad() const {
+  const uint32_t f = node()->flags;
+  return (f & kFlagParam) && !(f & kFlagFrozen);
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  TensorNode* n = node();
+  if (!(n->flags & kFlagParam)) {
+    if (!on) return *this;  // nothing gets a gradient that is not a param
+    fail("tensor", "set_requires_grad: ", n->label(),
+         " is not a param; only tensors made by Context::param get gradients");
+  }
+  if (on) n->flags &= ~uint32_t(kFlagFrozen);
+  else n->flags |= kFlagFrozen;
+  return *this;
+}
 bool Tensor::has_data() const { return node()->data != nullptr; }
 
 int64_t Tensor::size(int dim) const {

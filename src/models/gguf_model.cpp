@@ -252,7 +252,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   std::vector<Item> plan;
   std::set<std::string> used = {"rope_freqs.weight"};
   if (gpt2) used.insert("output.weight");  // llama.cpp's converter writes wte twice
-  for (const auto& [name, param] : model->named_parameters()) {
+  for (const auto& [name, param] : model->named_base_parameters()) {
     const std::string gname = gguf_name(name, gpt2);
     const GgufTensorInfo* ti = f.find_tensor(gname);
     if (!ti)
@@ -386,7 +386,7 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
     w.add_tensor_data(gname, f32, shape,
                       {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
   };
-  for (const auto& [name, t] : model.named_parameters()) {
+  for (const auto& [name, t] : model.named_base_parameters()) {
     if (!t.has_data()) fail("models", "save_gguf: param '", name, "' has no memory");
     std::vector<float> v = detail::values_f32(t);  // f32 files, kept f16/bf16 included
     Shape s = t.shape();

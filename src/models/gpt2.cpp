@@ -10,19 +10,16 @@
 namespace kiln::models {
 namespace {
 
-// HF's Conv1D: weight [in, out], bias [out]. Initialised as HF does, N(0, 0.02)
-// weights and zero bias.
-class Conv1D : public nn::Module {
+// HF's Conv1D: weight [in, out], bias [out], y = x W + b (nn::LinearBase with
+// fan_in_fan_out, so LoRA adapters attach to it). Initialised as HF does,
+// N(0, 0.02) weights and zero bias.
+class Conv1D : public nn::LinearBase {
  public:
-  Conv1D(Context& ctx, int64_t in, int64_t out) : Module(ctx) {
-    register_parameter("weight", {in, out});
-    register_parameter("bias", {out});
-  }
+  Conv1D(Context& ctx, int64_t in, int64_t out) : LinearBase(ctx, in, out, true, true) {}
   const char* type_name() const override { return "Conv1D"; }
-  Tensor forward(Tensor x) override { return matmul(x, own(0)) + own(1); }
   void reset_parameters(uint64_t seed) override {
-    init_normal(own(0), 0.0f, 0.02f, seed);
-    own(1).fill_zero();
+    init_normal(weight(), 0.0f, 0.02f, seed);
+    bias().fill_zero();
   }
 };
 

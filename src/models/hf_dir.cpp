@@ -109,7 +109,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
   };
   std::vector<Item> plan;
   std::map<std::string, bool> used;
-  for (const auto& [name, param] : model.named_parameters()) {
+  for (const auto& [name, param] : model.named_base_parameters()) {
     auto it = w.tensors.find(name);
     const std::string alt = model.alternate_name(name);
     if (it == w.tensors.end() && !alt.empty()) it = w.tensors.find(alt);
@@ -197,7 +197,7 @@ void save_pretrained(const CausalLM& model, const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec) fail("models", dir, ": cannot create the directory (", ec.message(), ")");
   std::vector<NamedTensor> tensors;
-  for (const auto& [name, t] : model.named_parameters()) tensors.push_back({name, t});
+  for (const auto& [name, t] : model.named_base_parameters()) tensors.push_back({name, t});
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   auto write_text = [&](const std::string& file, const std::string& text) {
     // Written next to the target and renamed over it, so a crash leaves the old file.

@@ -26,22 +26,29 @@ uint64_t sub_seed(uint64_t seed, uint64_t i) { return detail::splitmix64(seed + 
 }  // namespace
 
 // ---- Linear ----
-Linear::Linear(Context& ctx, int64_t in, int64_t out, bool bias)
-    : Module(ctx), in_(in), out_(out), has_bias_(bias) {
+LinearBase::LinearBase(Context& ctx, int64_t in, int64_t out, bool bias, bool fan_in_fan_out)
+    : Module(ctx), in_(in), out_(out), has_bias_(bias), fan_in_fan_out_(fan_in_fan_out) {
   check_positive("Linear", "in_features", in);
   check_positive("Linear", "out_features", out);
-  register_parameter("weight", {out, in});
+  if (fan_in_fan_out) register_parameter("weight", {in, out});
+  else register_parameter("weight", {out, in});
   if (bias) register_parameter("bias", {out});
 }
 
-Tensor Linear::forward(Tensor x) {
+Tensor LinearBase::forward(Tensor x) {
   if (x.ndim() < 1 || x.size(-1) != in_)
-    fail("nn", "Linear '", path(), "' expects inputs [..., ", in_, "] but got ", x.shape().str());
+    fail("nn", type_name(), " '", path(), "' expects inputs [..., ", in_, "] but got ",
+         x.shape().str());
   // One GEMM over all leading dims: [..., in] -> [N, in] (a view when contiguous).
   Shape lead = x.shape();
   Tensor x2 = x.ndim() == 2 ? x : x.reshape({x.numel() / in_, in_});
-  Tensor y = matmul(x2, weight().T());  // W^T is read in place
+  Tensor y = matmul(x2, fan_in_fan_out_ ? weight() : weight().T());  // W^T is read in place
   if (has_bias_) y = y + bias();
+  if (const Lora* a = merged_ ? nullptr : find_lora(active_)) {
+    // LoRA: x A^T B^T, scaled; the rank-r product is never formed as a matrix.
+    Tensor h = matmul((*a->drop)(x2), a->A->weight().T());
+    y = y + matmul(h, a->B->weight().T()) * a->scaling;
+  }
   if (x.ndim() != 2) {
     Shape s;
     for (int d = 0; d + 1 < lead.ndim(); ++d) s.push_back(lead[d]);
@@ -51,9 +58,12 @@ Tensor Linear::forward(Tensor x) {
   return y;
 }
 
+Linear::Linear(Context& ctx, int64_t in, int64_t out, bool bias)
+    : LinearBase(ctx, in, out, bias, false) {}
+
 void Linear::reset_parameters(uint64_t seed) {
-  init_fan_in(weight(), in_, sub_seed(seed, 0));
-  if (has_bias_) init_fan_in(bias(), in_, sub_seed(seed, 1));
+  init_fan_in(weight(), in_features(), sub_seed(seed, 0));
+  if (bias().defined()) init_fan_in(bias(), in_features(), sub_seed(seed, 1));
 }
 
 // ---- Conv2d ----

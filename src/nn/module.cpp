@@ -82,28 +82,54 @@ void Module::set_prefix(const std::string& prefix) {
 }
 
 void Module::collect(std::vector<std::pair<std::string, Tensor>>& out,
-                     std::vector<const TensorNode*>& seen) const {
+                     std::vector<const TensorNode*>& seen, bool adapters) const {
+  if (adapter_ && !adapters) return;
   for (const auto& [n, t] : params_) {
     if (std::find(seen.begin(), seen.end(), t.node()) != seen.end()) continue;
     seen.push_back(t.node());
     out.emplace_back(prefix_ + n, t);
   }
-  for (const auto& [n, m] : children_) m->collect(out, seen);
+  for (const auto& [n, m] : children_) m->collect(out, seen, adapters);
 }
+
+namespace {
+std::vector<std::pair<std::string, Tensor>> relative(std::vector<std::pair<std::string, Tensor>> v,
+                                                     size_t prefix) {
+  // Names relative to this module, also when it sits inside a bigger tree.
+  for (auto& [n, t] : v) n.erase(0, prefix);
+  return v;
+}
+}  // namespace
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
   std::vector<const TensorNode*> seen;
-  collect(out, seen);
-  // Names relative to this module, also when it sits inside a bigger tree.
-  for (auto& [n, t] : out) n.erase(0, prefix_.size());
-  return out;
+  collect(out, seen, true);
+  return relative(std::move(out), prefix_.size());
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_base_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  std::vector<const TensorNode*> seen;
+  collect(out, seen, false);
+  return relative(std::move(out), prefix_.size());
 }
 
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [n, t] : named_parameters()) out.push_back(t);
   return out;
+}
+
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters())
+    if (t.requires_grad()) out.push_back(t);
+  return out;
+}
+
+void Module::set_requires_grad(bool on) {
+  for (auto& [n, t] : named_parameters()) t.set_requires_grad(on);
 }
 
 std::vector<std::pair<std::string, Module*>> Module::named_children() const {

@@ -137,9 +137,13 @@ double GradStore::clip(float max_norm) {
 // Optimizer
 
 Optimizer::Optimizer(std::vector<Tensor> params, Backend& backend, OptimizerOptions opt)
-    : params_(std::move(params)), backend_(backend), opt_(std::move(opt)) {
+    : backend_(backend), opt_(std::move(opt)) {
   const char* op = "optimizer";
-  if (params_.empty()) fail(op, "no params to optimize");
+  // Frozen params get no state (PyTorch's optimizers skip params without grads).
+  for (const Tensor& p : params)
+    if (!p.defined() || !p.has_flag(kFlagParam) || p.requires_grad()) params_.push_back(p);
+  if (params_.empty())
+    fail(op, params.empty() ? "no params to optimize" : "every param given is frozen");
   if (!opt_.schedule) opt_.schedule = schedule::constant();
   const bool momentum =
       opt_.type == OptimizerType::sgd && opt_.schedule(StepInfo{}).sgd.momentum != 0.0f;

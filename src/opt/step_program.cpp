@@ -67,7 +67,8 @@ void StepProgram::collect_params(const OptConfig& cfg) {
       group_decay.push_back(cfg.groups[g].weight_decay);
     }
   } else if (given.empty() && cfg.model) {
-    given = cfg.model->parameters();
+    // The model's trainable params: frozen ones get no gradient and no state.
+    given = cfg.model->trainable_parameters();
   }
   if (given.empty()) {
     for (TensorNode* l : graph.leafs())
@@ -80,6 +81,9 @@ void StepProgram::collect_params(const OptConfig& cfg) {
       if (!p.has_flag(kFlagParam))
         fail(op, "tensor ", p.label(), " is not a param: create it with Context::param");
       if (!seen.insert(p.node()).second) fail(op, "param ", p.label(), " is listed twice");
+      if (!p.requires_grad())
+        fail(op, "param ", p.label(),
+             " is frozen (requires_grad false): unfreeze it or leave it out");
       if (!graph.grad(p).defined())
         fail(op, "param ", p.label(), " ", p.shape().str(), " does not affect the loss");
       params.push_back(p);

@@ -64,7 +64,7 @@ public_layer() {
     nn.h | nn/*) echo 7 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h | token_train.h) echo 8 ;;
     dist.h) echo 9 ;;
-    models.h | generate.h) echo 10 ;;
+    models.h | generate.h | lora.h) echo 10 ;;
     kiln.h) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac

@@ -110,7 +110,8 @@ def rms_norm(x, w, eps):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def llama_forward(cfg, p, ids):
+def llama_forward(cfg, p, ids, lora=None):
+    """lora(x, name) -> a term added to linear layer `name`'s output (make_lora_fixtures.py)."""
     hidden, H = cfg["hidden_size"], cfg["num_attention_heads"]
     Hkv = cfg.get("num_key_value_heads", H)
     D = cfg.get("head_dim") or hidden // H
@@ -132,7 +133,7 @@ def llama_forward(cfg, p, ids):
         y = x @ p[name + ".weight"].T
         if name + ".bias" in p:
             y = y + p[name + ".bias"]
-        return y
+        return y if lora is None else y + lora(x, name)
 
     x = p["model.embed_tokens.weight"][ids]
     for layer in range(cfg["num_hidden_layers"]):
@@ -211,14 +212,15 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
-def gpt2_forward(cfg, p, ids):
+def gpt2_forward(cfg, p, ids, lora=None):
     C, H, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
     D = C // H
     bsz, seq = ids.shape
     mask = torch.where(torch.arange(seq)[None, :] <= torch.arange(seq)[:, None], 0.0, float("-inf"))
 
     def conv1d(x, name):  # HF's Conv1D: weight [in, out], y = x W + b
-        return x @ p[name + ".weight"] + p[name + ".bias"]
+        y = x @ p[name + ".weight"] + p[name + ".bias"]
+        return y if lora is None else y + lora(x, name)
 
     x = p["wte.weight"][ids] + p["wpe.weight"][torch.arange(seq)]
     for i in range(cfg["n_layer"]):
