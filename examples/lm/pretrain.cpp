@@ -46,6 +46,8 @@ struct PretrainOptions {
   uint64_t seed = 1337;
   int threads = 2;
   bool resume = false;
+  std::string precision = "f32";  // matmul precision (Context::set_matmul_precision)
+  kiln::DType matmul_precision() const { return precision == "bf16" ? kiln::bf16 : kiln::f32; }
 };
 
 constexpr int64_t kEvalBatch = 8;  // validation windows per forward pass
@@ -187,6 +189,7 @@ int run(PretrainOptions o) {
   const kiln::models::ModelConfig cfg = model_config(o, tok);
   const std::string cfg_json = kiln::models::config_json(cfg);
   kiln::Context ctx;
+  ctx.set_matmul_precision(o.matmul_precision());
   kiln::CpuBackend cpu(o.threads);
   std::unique_ptr<kiln::models::CausalLM> model = kiln::models::make_model(ctx, cfg);
   model->allocate(cpu);
@@ -261,7 +264,8 @@ int run(PretrainOptions o) {
   for (size_t i = 0; i < check_ids.size(); ++i) check_ids[i] = int32_t(val_split.id(int64_t(i)));
   const std::vector<float> want = logits_of(*model, cpu, check_ids, kEvalBatch, T);
   {
-    kiln::Context ctx2;
+    kiln::Context ctx2;  // the same matmul precision: the same products, bit for bit
+    ctx2.set_matmul_precision(o.matmul_precision());
     auto loaded = kiln::models::load_pretrained(ctx2, cpu, o.out);
     const double d = reload_difference(want, *loaded, cpu, check_ids, kEvalBatch, T, o.out);
     std::fprintf(stderr, "saved %s (Hugging Face directory): reloaded logits differ by %.3g\n",
@@ -269,6 +273,7 @@ int run(PretrainOptions o) {
   }
   if (!o.gguf.empty()) {
     kiln::Context ctx3;
+    ctx3.set_matmul_precision(o.matmul_precision());
     auto loaded = kiln::models::load_gguf(ctx3, cpu, o.gguf);
     const double d = reload_difference(want, *loaded, cpu, check_ids, kEvalBatch, T, o.gguf);
     std::fprintf(stderr, "saved %s (GGUF with the vocabulary): reloaded logits differ by %.3g\n",
@@ -328,6 +333,11 @@ Command add_pretrain(CLI::App& app) {
       ->capture_default_str();
   s->add_flag("--resume", o->resume, "continue from the checkpoint (weights, AdamW state, step)");
   s->add_option("--seed", o->seed, "seed of the init and the batches")->capture_default_str();
+  s->add_option("--precision", o->precision,
+                "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; weights, "
+                "gradients and AdamW state stay f32; the saved model is f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   s->add_option("--threads", o->threads)->capture_default_str()->check(CLI::Range(1, 1024));
   return {s, [o] { return run(*o); }};
 }

@@ -55,4 +55,12 @@ execute_process(COMMAND ${LM} ${common} --hidden 24 --iters 20 --out ${WORK}/c -
 if(rc EQUAL 0 OR NOT e MATCHES "another model config")
   message(FATAL_ERROR "resuming with another config must fail naming it (${rc}): ${e}")
 endif()
-message(STATUS "kiln-lm pretrain: val_loss ${la} (uninterrupted) = ${lb} (resumed)")
+# --precision bf16 (matmuls on bf16 operands, f32 master weights): it learns as
+# f32 does, and its saved f32 files reload to its logits (pretrain checks them in
+# a context with the same policy and fails otherwise).
+run(d ed ${args} --iters 20 --eval-interval 10 --out ${WORK}/d --precision bf16)
+val_loss(ld "${d}")
+if(NOT ld LESS 10.0 OR NOT ed MATCHES "reloaded logits differ by")
+  message(FATAL_ERROR "--precision bf16: val_loss ${ld} after 20 iterations or no reload check:\n${ed}")
+endif()
+message(STATUS "kiln-lm pretrain: val_loss ${la} (uninterrupted) = ${lb} (resumed); bf16 ${ld}")
