@@ -38,6 +38,7 @@
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "llama_shape.h"
 
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
@@ -111,70 +112,7 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
-// ---- streaming read of `bytes`: each thread sums its contiguous half.
-double stream_read_gbs(int threads, int64_t bytes) {
-  const int64_t n = bytes / int64_t(sizeof(float)) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, size_t(n) * sizeof(float)));
-  if (!p) return 0;
-  auto part = [&](int t, int64_t& i0, int64_t& i1) {
-    i0 = n / 64 * t / threads * 64;
-    i1 = n / 64 * (t + 1) / threads * 64;
-  };
-  on_threads(threads, [&](int t) {  // first touch by the reading thread
-    int64_t i0, i1;
-    part(t, i0, i1);
-    for (int64_t i = i0; i < i1; ++i) p[i] = float(i & 7);
-  });
-  std::vector<float> sink(static_cast<size_t>(threads));
-  double best = 0;
-  for (int rep = 0; rep < 4; ++rep) {
-    const double s = on_threads(threads, [&](int t) {
-      int64_t i0, i1;
-      part(t, i0, i1);
-#if defined(__AVX512F__)
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t i = i0; i < i1; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-        a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-      }
-      sink[size_t(t)] =
-          _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
-      float a[8] = {};
-      for (int64_t i = i0; i < i1; i += 8)
-        for (int k = 0; k < 8; ++k) a[k] += p[i + k];
-      sink[size_t(t)] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-#endif
-    });
-    if (rep > 0) best = std::max(best, double(n) * sizeof(float) / s / 1e9);  // rep 0: warm-up
-  }
-  std::free(p);
-  if (sink[0] == 12345.0f) std::printf("(unlikely)\n");
-  return best;
-}
-
 // ---- the model
-kiln::models::ModelConfig smollm2_135m() {
-  kiln::models::LlamaConfig c;
-  c.vocab_size = 49152;
-  c.hidden_size = 576;
-  c.intermediate_size = 1536;
-  c.num_hidden_layers = 30;
-  c.num_attention_heads = 9;
-  c.num_key_value_heads = 3;
-  c.head_dim = 64;
-  c.max_position_embeddings = 8192;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 100000.0;
-  c.tie_word_embeddings = true;
-  kiln::models::ModelConfig m;
-  m.model_type = "llama";
-  m.llama = c;
-  return m;
-}
-
 // Multiply-adds x 2 of one forward of T tokens: every linear layer and the head
 // on each token, and causal attention's q k^T and p v over the visible keys.
 double forward_flops(const kiln::models::LlamaConfig& c, int64_t T) {
@@ -253,12 +191,12 @@ void profile(kiln::CpuBackend& cpu, const kiln::Graph& g, double total_s) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  const kiln::models::ModelConfig cfg = smollm2_135m();
+  const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape();
   const kiln::models::LlamaConfig& lc = *cfg.llama;
 
   std::printf("bench_lm: SmolLM2-135M shape, random weights, f32, %d threads\n", a.threads);
   const double peak = fma_peak_gflops(a.threads);
-  const double bw = stream_read_gbs(a.threads, int64_t(1250) << 20);
+  const double bw = bench::stream_read_gbs(a.threads, bench::kStreamBytes);
   std::printf("fma_peak_gflops=%.1f stream_read_gbs=%.2f\n", peak, bw);
 
   kiln::Context ctx;

@@ -24,6 +24,7 @@
 #include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "llama_shape.h"
 
 namespace {
 
@@ -44,28 +45,6 @@ double status_mb(const char* field) {
   return -1;
 }
 
-kiln::models::ModelConfig smollm2_135m() {
-  kiln::models::LlamaConfig c;
-  c.model_type = "llama";
-  c.vocab_size = 49152;
-  c.hidden_size = 576;
-  c.intermediate_size = 1536;
-  c.num_hidden_layers = 30;
-  c.num_attention_heads = 9;
-  c.num_key_value_heads = 3;
-  c.head_dim = 64;
-  c.max_position_embeddings = 8192;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 100000.0;
-  c.tie_word_embeddings = true;
-  kiln::models::ModelConfig cfg;
-  cfg.model_type = "llama";
-  cfg.llama = c;
-  cfg.generation.eos_token_ids = {0};
-  cfg.generation.bos_token_id = 0;
-  return cfg;
-}
-
 // Writes the random model (in a child process, so that this one's RSS stays
 // small for the children it starts).
 void write_model(const std::string& dir) {
@@ -76,7 +55,7 @@ void write_model(const std::string& dir) {
     try {
       kiln::Context ctx;
       kiln::CpuBackend cpu;
-      auto model = kiln::models::make_model(ctx, smollm2_135m());
+      auto model = kiln::models::make_model(ctx, bench::smollm2_135m_shape());
       model->allocate(cpu);
       model->init(1234);
       kiln::models::save_pretrained(*model, dir + "/hf");
