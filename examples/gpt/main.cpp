@@ -100,14 +100,7 @@ int train(const Options& o) {
   p.adamw.lr = o.lr;
   p.adamw.beta1 = o.beta1;
   p.adamw.beta2 = o.beta2;
-  kiln::OptConfig oc;
-  oc.inputs = idx;
-  oc.outputs = logits;
-  oc.labels = targets;
-  oc.loss = kiln::LossKind::user;
-  oc.user_loss = kiln::cross_entropy(logits.reshape({B * T, V}), targets.reshape({B * T}));
-  oc.groups = kiln::weight_decay_groups(model, o.weight_decay);
-  oc.model = &model;
+  kiln::OptConfig oc = kiln::next_token_opt_config(model, idx, logits, targets, o.weight_decay);
   oc.clip_grad_norm = o.clip;
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.iters);
   oc.backends = {&cpu};

@@ -150,14 +150,7 @@ int run(const FinetuneOptions& o) {
   Tensor logits = (*model)(ids);
   kiln::OptimizerParams p;
   p.adamw.lr = o.lr;
-  kiln::OptConfig oc;
-  oc.inputs = ids;
-  oc.outputs = logits;
-  oc.labels = labels;
-  oc.loss = kiln::LossKind::user;
-  oc.user_loss = kiln::cross_entropy(logits.reshape({B * T, V}), labels.reshape({B * T}));
-  oc.groups = kiln::weight_decay_groups(*model, o.weight_decay);
-  oc.model = model.get();
+  kiln::OptConfig oc = kiln::next_token_opt_config(*model, ids, logits, labels, o.weight_decay);
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.steps);
   oc.backends = {&cpu};
   kiln::OptContext opt(oc);

@@ -79,6 +79,15 @@ struct TokenTrainResult {
   std::vector<TokenTrainEval> evals;  // of this call
 };
 
+// The OptConfig of next-token training, what kiln-gpt, kiln-lm pretrain and
+// finetune share: inputs i32 `ids` [B, T], outputs `logits` [B, T, V] of `model`,
+// labels i32 `targets` [B, T], the loss the mean cross-entropy of every position
+// (LossKind::user), `weight_decay` on matrices only (weight_decay_groups) and the
+// model's trainable params (OptConfig::model). The caller sets the schedule,
+// clipping and backends.
+OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
+                                float weight_decay);
+
 // Trains `opt` (inputs and labels [B, T] i32, one optimizer step per physical
 // batch) on random windows of `train` from opt.step() (after resuming) to
 // options.iters, evaluating on `val` with `eval`. kiln::Error for options that

@@ -11,6 +11,20 @@
 
 namespace kiln {
 
+OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
+                                float weight_decay) {
+  const int64_t N = targets.numel(), V = logits.size(logits.ndim() - 1);
+  OptConfig oc;
+  oc.inputs = ids;
+  oc.outputs = logits;
+  oc.labels = targets;
+  oc.loss = LossKind::user;
+  oc.user_loss = cross_entropy(logits.reshape({N, V}), targets.reshape({N}));
+  oc.groups = weight_decay_groups(model, weight_decay);
+  oc.model = &model;
+  return oc;
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
