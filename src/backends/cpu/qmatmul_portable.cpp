@@ -1,13 +1,14 @@
 // Portable quantized kernels (plain C++; the compiler vectorizes the inner
-// loops): the row-dot path dequantizes one block of a row at a time into f32
-// and multiplies it with x in f32, so results are the exact dequantized product
-// up to f32 rounding. Each row's sum runs in 8 partial sums (lane k % 8), reduced
-// in a fixed tree.
+// loops), for builds without AVX-512: the row-dot path dequantizes one block of a row at a time
+// into f32 and multiplies it with x in f32, so results are the exact dequantized product up to f32
+// rounding. Each row's sum runs in 8 partial sums (lane k % 8), reduced in a fixed tree.
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/gemm_convert.h"
 #include "backends/cpu/qmatmul_internal.h"
+
+#if !defined(KILN_GEMM_AVX512)
 
 namespace kiln::cpu::qmatmul_detail {
 namespace {
@@ -83,3 +84,5 @@ void dequantize(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_
 }
 
 }  // namespace kiln::cpu::qmatmul_detail
+
+#endif  // !KILN_GEMM_AVX512
