@@ -4,6 +4,7 @@
 // threads (which must give the same bits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -109,15 +110,17 @@ std::vector<float> run_on(int nth, size_t out_size, Fn fn) {
 }
 
 // out[i, j] = sum_c a[i, c] * b(j, c) checked against the double reference:
-// |out - ref| <= (len + 8) u sum |a b| (f32 accumulation over len terms).
+// |out - ref| <= (len + 8) u sum |a b| (f32 accumulation over len terms), plus
+// extra[i, j] where given.
 void expect_close(const std::vector<float>& out, int64_t ld_out, int64_t rows, int64_t cols,
                   const std::vector<double>& ref, const std::vector<double>& mag, int64_t len,
-                  const char* what) {
+                  const char* what, const std::vector<double>* extra = nullptr) {
   int bad = 0;
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       const double got = out[size_t(i * ld_out + j)], want = ref[size_t(i * cols + j)];
-      const double tol = double(len + 8) * kUnit * mag[size_t(i * cols + j)];
+      const double tol = double(len + 8) * kUnit * mag[size_t(i * cols + j)] +
+                         (extra ? (*extra)[size_t(i * cols + j)] : 0.0);
       if (!(std::abs(got - want) <= tol) && ++bad <= 5)
         ADD_FAILURE() << what << " [" << i << ", " << j << "]: " << got << " vs " << want
                       << " (tolerance " << tol << ")";
@@ -145,15 +148,40 @@ void check_xwt(const Case& c, uint32_t seed) {
   const QuantW w = random_w(c.f, c.n, c.k, 7, rng);
   const int64_t ldx = c.k + 5, ldy = c.n + 3;
   const std::vector<float> x = random_rows(c.m, c.k, ldx, rng);
-  std::vector<double> ref(size_t(c.m * c.n)), mag(ref.size());
+  // Where x is rounded to int8 blocks (the decode path of VNNI builds): x_r =
+  // dx * round(x / dx) per block of 32, dx = max |x| / 127, rounded as the
+  // kernel does in f32. y must be W @ x_r up to f32 rounding (tight), and W @ x
+  // within the documented bound sum |w| dx / 2 (+ f32 rounding).
+  const bool rounds = kiln::cpu::qmatmul_xwt_rounds_x(c.m);
+  std::vector<double> xr(size_t(c.m * c.k)), half_step(xr.size(), 0.0);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t b = 0; b < c.k / 32; ++b) {
+      const float* xb = x.data() + i * ldx + b * 32;
+      float amax = 0;
+      for (int v = 0; v < 32; ++v) amax = std::max(amax, std::abs(xb[v]));
+      for (int v = 0; v < 32; ++v) {
+        const size_t at = size_t(i * c.k + b * 32 + v);
+        xr[at] = xb[v];
+        if (!rounds || amax == 0) continue;
+        const float dx = amax / 127, inv = 127 / amax;
+        xr[at] = double(dx) * std::nearbyint(xb[v] * inv);
+        half_step[at] = double(amax) / 127 / 2;
+      }
+    }
+  std::vector<double> ref(size_t(c.m * c.n)), mag(ref.size()), ref_r(ref.size()), mag_r(ref.size()),
+      extra(ref.size());
   for (int64_t i = 0; i < c.m; ++i)
     for (int64_t j = 0; j < c.n; ++j) {
-      double s = 0, a = 0;
+      double s = 0, a = 0, sr = 0, ar = 0, e = 0;
       for (int64_t q = 0; q < c.k; ++q) {
-        const double p = double(x[size_t(i * ldx + q)]) * w.deq[size_t(j * c.k + q)];
-        s += p, a += std::abs(p);
+        const size_t at = size_t(i * c.k + q);
+        const double xv = x[size_t(i * ldx + q)], wv = w.deq[size_t(j * c.k + q)];
+        s += xv * wv, sr += xr[at] * wv;
+        a += std::abs(wv) * (std::abs(xv) + half_step[at]), ar += std::abs(wv * xr[at]);
+        e += std::abs(wv) * half_step[at];
       }
-      ref[size_t(i * c.n + j)] = s, mag[size_t(i * c.n + j)] = a;
+      const size_t o = size_t(i * c.n + j);
+      ref[o] = s, mag[o] = a, ref_r[o] = sr, mag_r[o] = ar, extra[o] = e * (1 + 1e-6);
     }
   auto fn = [&](float* y, ThreadCtx& t) {
     kiln::cpu::qmatmul_xwt(w.view(), x.data(), ldx, y, ldy, c.m, t);
@@ -161,7 +189,8 @@ void check_xwt(const Case& c, uint32_t seed) {
   const auto y1 = run_on(1, size_t(c.m * ldy), fn);
   const auto y2 = run_on(2, size_t(c.m * ldy), fn);
   const std::string what = name("xwt", c);
-  expect_close(y1, ldy, c.m, c.n, ref, mag, c.k, what.c_str());
+  expect_close(y1, ldy, c.m, c.n, ref_r, mag_r, c.k, (what + " vs W @ x_r").c_str());
+  expect_close(y1, ldy, c.m, c.n, ref, mag, c.k, what.c_str(), &extra);
   EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0)
       << what << ": 1 and 2 threads differ";
 }

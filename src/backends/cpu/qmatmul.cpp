@@ -18,14 +18,18 @@ namespace {
 
 using qmatmul_detail::dequantize;
 using qmatmul_detail::dot_rows;
+using qmatmul_detail::kDotMaxRows;
 
-// x @ W^T with at most this many rows of x takes the row-dot path.
-constexpr int64_t kDotMaxRows = 4;
 // GEMM path tiles: rows of W per tile of x @ W^T; columns and rows of W per
 // tile of dy @ W.
 constexpr int64_t kXwtTileRows = 64;
 constexpr int64_t kXwTileCols = 64;
 constexpr int64_t kXwTileRows = 1024;
+// Rows of x (or dy) per tile of the GEMM path: with W's tiles, enough tiles to
+// keep many threads busy when W is small.
+constexpr int64_t kRowChunk = 128;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void check(const char* op, const QuantMatrix& W, int64_t m, int64_t ld_in, int64_t in_cols,
            int64_t ld_out, int64_t out_cols) {
@@ -51,6 +55,14 @@ void zero_rows(float* y, int64_t ldy, int64_t m, int64_t cols, ThreadCtx& t) {
 
 }  // namespace
 
+bool qmatmul_xwt_rounds_x(int64_t m) {
+#if defined(KILN_QMATMUL_VNNI)
+  return m >= 1 && m <= kDotMaxRows;
+#else
+  return false;
+#endif
+}
+
 void qmatmul_xwt(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t m, ThreadCtx& t) {
   check("qmatmul_xwt", W, m, ldx, W.cols, ldy, W.rows);
@@ -61,20 +73,26 @@ void qmatmul_xwt(const QuantMatrix& W, const float* x, int64_t ldx, float* y, in
       zero_rows(y, ldy, m, n, t);
     } else if (m <= kDotMaxRows) {
       // Every y element is computed the same way whatever the row range.
-      dot_rows(W, x, ldx, y, ldy, m, n * ith / nth, n * (ith + 1) / nth);
+      dot_rows(W, x, ldx, y, ldy, m, n * ith / nth, n * (ith + 1) / nth, t);
     } else {
-      const int64_t tiles = (n + kXwtTileRows - 1) / kXwtTileRows;
+      // Tiles (W row tile wt, x row chunk xc), numbered wt-major so that a
+      // thread's consecutive tiles share the dequantized W tile.
+      const int64_t wtiles = ceil_div(n, kXwtTileRows), xchunks = ceil_div(m, kRowChunk);
+      const int64_t tiles = wtiles * xchunks;
       float* buf = static_cast<float*>(t.scratch(size_t(kXwtTileRows * K) * sizeof(float)));
+      int64_t have = -1;  // the W tile in buf
       for (int64_t tile = tiles * ith / nth; tile < tiles * (ith + 1) / nth; ++tile) {
-        const int64_t j0 = tile * kXwtTileRows, j1 = std::min(n, j0 + kXwtTileRows);
-        dequantize(W, j0, j1, 0, K, buf, K);
-        // y[:, j0:j1] = x @ tile^T (the tile is [j1-j0, K] row-major).
-        gemm_alone({m,
+        const int64_t wt = tile / xchunks, xc = tile % xchunks;
+        const int64_t j0 = wt * kXwtTileRows, j1 = std::min(n, j0 + kXwtTileRows);
+        const int64_t i0 = xc * kRowChunk, i1 = std::min(m, i0 + kRowChunk);
+        if (wt != have) dequantize(W, j0, j1, 0, K, buf, K), have = wt;
+        // y[i0:i1, j0:j1] = x[i0:i1] @ tile^T (the tile is [j1-j0, K] row-major).
+        gemm_alone({i1 - i0,
                     j1 - j0,
                     K,
-                    {x, GemmType::f32, ldx, 1},
+                    {x + i0 * ldx, GemmType::f32, ldx, 1},
                     {buf, GemmType::f32, 1, K},
-                    y + j0,
+                    y + i0 * ldy + j0,
                     ldy,
                     false});
       }
@@ -92,21 +110,26 @@ void qmatmul_xw(const QuantMatrix& W, const float* dy, int64_t lddy, float* dx, 
     if (n == 0) {
       zero_rows(dx, lddx, m, K, t);
     } else {
-      const int64_t tiles = (K + kXwTileCols - 1) / kXwTileCols;
+      // Tiles (W column tile ct, dy row chunk dc); each runs over all of W's
+      // rows, kXwTileRows at a time, accumulating into dx.
+      const int64_t ctiles = ceil_div(K, kXwTileCols), dchunks = ceil_div(m, kRowChunk);
+      const int64_t tiles = ctiles * dchunks;
       const int64_t rows = std::min(n, kXwTileRows);
       float* buf = static_cast<float*>(t.scratch(size_t(rows * kXwTileCols) * sizeof(float)));
       for (int64_t tile = tiles * ith / nth; tile < tiles * (ith + 1) / nth; ++tile) {
-        const int64_t c0 = tile * kXwTileCols, c1 = std::min(K, c0 + kXwTileCols);
-        // dx[:, c0:c1] = sum over row blocks r of dy[:, r0:r1] @ W[r0:r1, c0:c1].
+        const int64_t ct = tile / dchunks, dc = tile % dchunks;
+        const int64_t c0 = ct * kXwTileCols, c1 = std::min(K, c0 + kXwTileCols);
+        const int64_t i0 = dc * kRowChunk, i1 = std::min(m, i0 + kRowChunk);
+        // dx[i0:i1, c0:c1] = sum over row blocks r of dy[i0:i1, r0:r1] @ W[r0:r1, c0:c1].
         for (int64_t r0 = 0; r0 < n; r0 += kXwTileRows) {
           const int64_t r1 = std::min(n, r0 + kXwTileRows);
           dequantize(W, r0, r1, c0, c1, buf, c1 - c0);
-          gemm_alone({m,
+          gemm_alone({i1 - i0,
                       c1 - c0,
                       r1 - r0,
-                      {dy + r0, GemmType::f32, lddy, 1},
+                      {dy + i0 * lddy + r0, GemmType::f32, lddy, 1},
                       {buf, GemmType::f32, c1 - c0, 1},
-                      dx + c0,
+                      dx + i0 * lddx + c0,
                       lddx,
                       r0 > 0});
         }

@@ -54,6 +54,15 @@ struct QuantMatrix {
 void qmatmul_xwt(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t m, ThreadCtx& t);
 
+// Whether qmatmul_xwt with m rows of x rounds x to int8 first: true for m <= 4
+// (decoding) in builds with AVX512_VNNI, which then multiply int8 blocks as
+// llama.cpp does. Each x value moves by at most half its block's step
+// (max |x| over its 32-block / 127, a 0.4% relative step), so
+//   |y - exact| <= sum_c |W[j, c]| * dx(c) / 2 + f32 rounding,
+// dx(c) = max |x[i, block of c]| / 127. Otherwise (and always for qmatmul_xw)
+// the product is the exact dequantized one up to f32 rounding.
+bool qmatmul_xwt_rounds_x(int64_t m);
+
 // dx[i, c] = sum_j dy[i, j] * W[j, c] for i < m, c < W.cols (dy @ W).
 // dy: m rows of W.rows f32, row stride lddy; dx: row stride lddx.
 void qmatmul_xw(const QuantMatrix& W, const float* dy, int64_t lddy, float* dx, int64_t lddx,

@@ -8,13 +8,23 @@
 #include "backends/cpu/gemm_internal.h"
 #include "backends/cpu/qmatmul.h"
 
+// x @ W^T's row-dot path rounds x to int8 blocks and multiplies on vpdpbusd
+// (qmatmul_avx512.cpp) where the build has AVX512_VNNI.
+#if defined(KILN_GEMM_AVX512) && defined(__AVX512VNNI__)
+#define KILN_QMATMUL_VNNI 1
+#endif
+
 namespace kiln::cpu::qmatmul_detail {
+
+// x @ W^T with at most this many rows of x takes the row-dot path.
+inline constexpr int64_t kDotMaxRows = 4;
 
 // The row-dot path of x @ W^T (few rows of x): y[i*ldy + j] for i < m and rows
 // j in [j0, j1) of W, each row of W read once for all m rows of x. Every y
-// element is computed by the same operations whatever [j0, j1) is.
+// element is computed by the same operations whatever [j0, j1) is. May use
+// t.scratch().
 void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
-              int64_t j0, int64_t j1);
+              int64_t j0, int64_t j1, ThreadCtx& t);
 
 // W[j0:j1, c0:c1] as f32 into dst (row j - j0 at dst + (j - j0) * ldd); c0 and
 // c1 multiples of 32. Exact: every quantized value is representable in f32.

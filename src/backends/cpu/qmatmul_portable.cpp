@@ -63,7 +63,7 @@ void dot_group(QuantFormat f, const uint8_t* row, int64_t nb, const float* x, in
 }  // namespace
 
 void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
-              int64_t j0, int64_t j1) {
+              int64_t j0, int64_t j1, ThreadCtx&) {
   const int64_t nb = W.cols / kQuantBlock;
   constexpr int R = 4;
   for (int64_t i = 0; i < m; i += R) {
