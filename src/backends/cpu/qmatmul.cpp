@@ -27,7 +27,7 @@ constexpr int64_t kXwTileCols = 64;
 constexpr int64_t kXwTileRows = 1024;
 // Rows of x (or dy) per tile of the GEMM path: with W's tiles, enough tiles to
 // keep many threads busy when W is small.
-constexpr int64_t kRowChunk = 128;
+constexpr int64_t kRowChunk = 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -284,7 +284,10 @@ void vnni_group(const QuantMatrix& W, int64_t j, const XPair* const* xq, float* 
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* a = rows[r] + b * bb;
+        // Every cache line ahead: a Q8_0 pair spans 68 bytes.
         _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchBytes), _MM_HINT_T0);
+        if constexpr (F == QuantFormat::q8_0)
+          _mm_prefetch(reinterpret_cast<const char*>(a + bb + kPrefetchBytes), _MM_HINT_T0);
         const __m512i z = load_pair<F>(a, a + partner);
         const __m512 dw = _mm512_permutexvar_ps(idx, dw16[r]);
         __m512i wsum;
