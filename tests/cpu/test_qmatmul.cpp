@@ -162,8 +162,8 @@ void check_xwt(const Case& c, uint32_t seed) {
       for (int v = 0; v < 32; ++v) {
         const size_t at = size_t(i * c.k + b * 32 + v);
         xr[at] = xb[v];
-        if (!rounds || amax == 0) continue;
         const float dx = amax / 127, inv = 127 / amax;
+        if (!rounds || !std::isfinite(inv)) continue;
         xr[at] = double(dx) * std::nearbyint(xb[v] * inv);
         half_step[at] = double(amax) / 127 / 2;
       }
@@ -249,6 +249,27 @@ TEST(QMatmul, ManyRowsOfW) {
     check_xwt({f, 33, 1031, 64}, 9);
     check_xwt({f, 2, 1031, 64}, 10);
   }
+}
+
+// A non-finite x value makes the outputs that read it non-finite, on every path
+// (the int8 path cannot round it: its block's outputs become NaN).
+TEST(QMatmul, NonFiniteXPropagates) {
+  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0})
+    for (int64_t m : {1, 6}) {
+      std::mt19937 rng(5);
+      const QuantW w = random_w(f, 9, 64, 0, rng);
+      std::vector<float> x = random_rows(m, 64, 64, rng);
+      x[size_t(40)] = std::numeric_limits<float>::infinity();
+      x[size_t((m - 1) * 64 + 3)] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> y(size_t(m * 9));
+      ThreadCtx t;
+      kiln::cpu::qmatmul_xwt(w.view(), x.data(), 64, y.data(), 9, m, t);
+      for (int64_t j = 0; j < 9; ++j) {
+        EXPECT_FALSE(std::isfinite(y[size_t(j)])) << "m=" << m << " j=" << j;
+        EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)])) << "m=" << m << " j=" << j;
+      }
+      if (m > 1) EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+    }
 }
 
 TEST(QMatmul, EmptyShapes) {

@@ -60,7 +60,9 @@ void qmatmul_xwt(const QuantMatrix& W, const float* x, int64_t ldx, float* y, in
 // (max |x| over its 32-block / 127, a 0.4% relative step), so
 //   |y - exact| <= sum_c |W[j, c]| * dx(c) / 2 + f32 rounding,
 // dx(c) = max |x[i, block of c]| / 127. Otherwise (and always for qmatmul_xw)
-// the product is the exact dequantized one up to f32 rounding.
+// the product is the exact dequantized one up to f32 rounding. A non-finite x
+// value makes the outputs that read it non-finite on every path (NaN on the
+// int8 one).
 bool qmatmul_xwt_rounds_x(int64_t m);
 
 // dx[i, c] = sum_j dy[i, j] * W[j, c] for i < m, c < W.cols (dy @ W).

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/intrinsics.h"
 
@@ -209,10 +210,17 @@ void quantize_x(const float* x, int64_t nb, XPair* out) {
     for (int h = 0; h < 2 && 2 * p + h < nb; ++h) {
       const float* xb = x + (2 * p + h) * 32;
       float amax = 0;
-      for (int v = 0; v < 32; ++v) amax = std::max(amax, std::abs(xb[v]));
-      if (amax > 0) {
+      bool finite = true;
+      for (int v = 0; v < 32; ++v) {
+        const float a = std::abs(xb[v]);
+        finite = finite && a <= std::numeric_limits<float>::max();  // false for inf, NaN
+        amax = std::max(amax, a);
+      }
+      const float inv = 127 / amax;
+      if (!finite) {
+        dx[h] = std::numeric_limits<float>::quiet_NaN();  // the block's outputs become NaN
+      } else if (std::isfinite(inv)) {  // else amax < 4e-37: the block rounds to 0
         dx[h] = amax / 127;
-        const float inv = 127 / amax;
         for (int v = 0; v < 32; ++v)
           q[h][v] = int8_t(std::clamp(std::nearbyint(xb[v] * inv), -127.f, 127.f));
       }
