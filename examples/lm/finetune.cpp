@@ -1,26 +1,32 @@
-// kiln-lm finetune: fine-tunes a Hugging Face model directory on a text, with
+// kiln-lm finetune: fine-tunes a Hugging Face model directory on texts, with
 // LoRA adapters (default; saved in PEFT's layout) or every weight (--full;
-// saved as a Hugging Face directory). AdamW with linear warm-up and cosine
-// decay, validation loss on the last --val-split of the text.
-//   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--lora-r 8]
+// saved as a Hugging Face directory with the tokenizer). The loop is
+// kiln::train_on_tokens (kiln/token_train.h), as pretrain's: AdamW with linear
+// warm-up and cosine decay, gradient accumulation (--grad-accum), gradient
+// checkpointing (--checkpointing), validation loss on the last --val-split of
+// the tokens before the first step and every --eval-every steps, a checkpoint
+// (trained weights, AdamW state, step) at every evaluation with --checkpoint,
+// exact --resume (the batches of step s depend only on --seed and s).
+//   kiln-lm finetune --model DIR --data FILE|DIR... --out DIR [--lora-r 8]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
-//       [--lr 2e-4] [--warmup 10] [--eval-every 20] [--eval-batches 4] [--threads N]
-// Ends with "val_loss_start=… val_loss=… trained_params=… train_time_s=…".
+//       [--grad-accum 1] [--checkpointing] [--lr 2e-4] [--warmup 10]
+//       [--eval-every 20] [--eval-batches 4] [--checkpoint PATH [--resume]]
+//       [--stop-after N] [--threads N]
+// Ends with "val_loss_start=… val_loss=… trained_params=… train_tokens_per_s=…
+// train_time_s=… peak_rss_mb=…" (val_loss_start: the base model's).
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "kiln/kiln.h"
+#include "kiln/token_train.h"
+#include "lm_model.h"
 
 namespace lm {
 
@@ -30,49 +36,49 @@ namespace fs = std::filesystem;
 using kiln::Tensor;
 
 struct FinetuneOptions {
-  std::string model, data, out, tokenizer;
-  bool bytes = false, full = false;
+  std::string model, out, tokenizer, checkpoint;
+  std::vector<std::string> data;
+  bool bytes = false, full = false, checkpointing = false, resume = false;
   int64_t lora_r = 8;
   float lora_alpha = 16, lora_dropout = 0;
   std::string targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
-  int64_t steps = 100, batch = 4, seq = 64, warmup = 10, eval_every = 20, eval_batches = 4;
-  float lr = 2e-4f, min_lr = 0, weight_decay = 0, val_split = 0.1f;
+  int64_t steps = 100, batch = 4, seq = 64, grad_accum = 1, warmup = 10, eval_every = 20;
+  int64_t eval_batches = 4, stop_after = 0;
+  float lr = 2e-4f, min_lr = 0, weight_decay = 0, clip = 0, val_split = 0.1f;
   uint64_t seed = 1;
   int threads = 0;
 };
 
 constexpr const char* kCmd = "kiln-lm finetune";
 
-std::string read_text(const std::string& path) {
-  if (!fs::exists(path)) kiln::fail(kCmd, "--data ", path, " does not exist");
-  std::vector<std::string> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.path().extension() == ".txt") files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-    if (files.empty()) kiln::fail(kCmd, "--data ", path, " has no *.txt files");
-  } else {
-    files.push_back(path);
+// The documents of --data: each file, or each *.txt of a directory (by name).
+std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
+  std::vector<std::string> docs;
+  for (const std::string& path : paths) {
+    if (!fs::exists(path)) kiln::fail(kCmd, "--data ", path, " does not exist");
+    std::vector<std::string> files;
+    if (fs::is_directory(path)) {
+      for (const auto& e : fs::directory_iterator(path))
+        if (e.path().extension() == ".txt") files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      if (files.empty()) kiln::fail(kCmd, "--data ", path, " has no *.txt files");
+    } else {
+      files.push_back(path);
+    }
+    for (const std::string& f : files) docs.push_back(read_text(f, kCmd));
   }
-  std::string text;
-  for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text += ss.str();
-    text += '\n';
-  }
-  return text;
+  return docs;
 }
 
 kiln::TokenDataset tokens(const FinetuneOptions& o) {
-  const std::string text = read_text(o.data);
-  if (o.bytes) return kiln::TokenDataset(std::vector<uint8_t>(text.begin(), text.end()));
-  const std::string tok_path = o.tokenizer.empty() ? o.model : o.tokenizer;
-  kiln::Tokenizer tok = kiln::Tokenizer::load(tok_path);
-  const std::vector<int32_t> ids = tok.encode(text);
-  std::vector<uint32_t> u(ids.begin(), ids.end());
-  return kiln::TokenDataset(std::move(u), tok.vocab_size());
+  const std::vector<std::string> docs = read_documents(o.data);
+  if (o.bytes) {
+    std::vector<uint8_t> b;
+    for (const std::string& d : docs) b.insert(b.end(), d.begin(), d.end()), b.push_back('\n');
+    return kiln::TokenDataset(std::move(b));
+  }
+  const kiln::Tokenizer tok = kiln::Tokenizer::load(o.tokenizer.empty() ? o.model : o.tokenizer);
+  return kiln::TokenDataset(document_ids(tok, docs, o.threads), tok.vocab_size());
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -83,11 +89,27 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// What a checkpoint must agree on to be resumed: the trained params and how
+// the steps are made (the base model's config stands for the base).
+std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM& model) {
+  std::ostringstream s;
+  if (o.full) s << "full";
+  else
+    s << "lora r=" << o.lora_r << " alpha=" << o.lora_alpha << " dropout=" << o.lora_dropout
+      << " targets=" << o.targets;
+  s << " batch=" << o.batch << " seq=" << o.seq << " grad_accum=" << o.grad_accum
+    << " base=" << kiln::models::config_json(model.config());
+  return s.str();
+}
+
 int run(const FinetuneOptions& o) {
-  using Clock = std::chrono::steady_clock;
-  if (o.steps < 1 || o.batch < 1 || o.seq < 1 || o.eval_every < 1 || o.eval_batches < 1)
-    kiln::fail(kCmd, "--steps, --batch, --seq, --eval-every and --eval-batches must be >= 1");
+  if (o.steps < 1 || o.batch < 1 || o.seq < 1 || o.grad_accum < 1 || o.eval_every < 1 ||
+      o.eval_batches < 1)
+    kiln::fail(kCmd,
+               "--steps, --batch, --seq, --grad-accum, --eval-every and --eval-batches must be "
+               ">= 1");
   if (!(o.val_split > 0 && o.val_split < 1)) kiln::fail(kCmd, "--val-split must be in (0, 1)");
+  if (o.resume && o.checkpoint.empty()) kiln::fail(kCmd, "--resume needs --checkpoint PATH");
   kiln::TokenDataset data = tokens(o);
   auto [train, val] = data.split(1.0 - o.val_split);
   const int64_t B = o.batch, T = o.seq;
@@ -117,33 +139,11 @@ int run(const FinetuneOptions& o) {
     total += p.numel();
     if (p.requires_grad()) trained += p.numel();
   }
-  std::fprintf(stderr, "%s: %lld of %lld params trained (%.2f%%)\n", kCmd, (long long)trained,
-               (long long)total, 100.0 * double(trained) / double(total));
+  std::fprintf(stderr, "%s: %lld of %lld params trained (%.2f%%), %lld train tokens\n", kCmd,
+               (long long)trained, (long long)total, 100.0 * double(trained) / double(total),
+               (long long)train.size());
 
-  // Validation graph (no dropout) first, then the training graph.
-  model->eval();
-  Tensor vids = ctx.input(kiln::i32, {B, T}, "val_ids");
-  Tensor vlabels = ctx.input(kiln::i32, {B, T}, "val_labels");
-  Tensor vlogits = (*model)(vids);
-  kiln::OptConfig vc;
-  vc.inputs = vids;
-  vc.outputs = vlogits;
-  vc.labels = vlabels;
-  vc.loss = kiln::LossKind::user;
-  vc.user_loss = kiln::cross_entropy(vlogits.reshape({B * T, V}), vlabels.reshape({B * T}));
-  vc.model = model.get();
-  vc.forward_only = true;
-  vc.backends = {&cpu};
-  kiln::OptContext vopt(vc);
-  auto val_loss = [&] {
-    double sum = 0;
-    for (int64_t b = 0; b < o.eval_batches; ++b) {
-      val.get_batch(vopt.inputs(), vopt.labels(), b);
-      sum += vopt.eval_batch();
-    }
-    return sum / double(o.eval_batches);
-  };
-
+  kiln::TokenLossEvaluator eval(*model, B, T, cpu);  // eval mode: no dropout
   model->train();
   Tensor ids = ctx.input(kiln::i32, {B, T}, "ids");
   Tensor labels = ctx.input(kiln::i32, {B, T}, "labels");
@@ -152,31 +152,52 @@ int run(const FinetuneOptions& o) {
   p.adamw.lr = o.lr;
   kiln::OptConfig oc = kiln::next_token_opt_config(*model, ids, logits, labels, o.weight_decay);
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.steps);
+  oc.logical_batch = B * o.grad_accum;
+  oc.checkpointing = o.checkpointing;
+  oc.clip_grad_norm = o.clip;
   oc.backends = {&cpu};
   kiln::OptContext opt(oc);
 
-  const double start = val_loss();
-  std::fprintf(stderr, "step 0: val_loss %.4f\n", start);
-  double last = start, interval = 0;
-  int64_t n = 0;
-  const auto t0 = Clock::now();
-  for (int64_t s = 0; s < o.steps; ++s) {
-    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(s));
-    train.sample_batch(opt.inputs(), opt.labels(), rng);
-    interval += opt.train_batch();
-    ++n;
-    if ((s + 1) % o.eval_every == 0 || s + 1 == o.steps) {
-      last = val_loss();
-      std::fprintf(stderr, "step %lld: train_loss %.4f val_loss %.4f lr %.2e\n", (long long)(s + 1),
-                   interval / double(n), last, opt.last_params().lr());
-      interval = 0, n = 0;
-    }
+  const std::string settings = run_settings(o, *model);
+  if (o.resume) {
+    kiln::GgufFile f(o.checkpoint);
+    const kiln::GgufValue* saved = f.find("kiln.lm.finetune");
+    if (!saved || saved->as_string() != settings)
+      kiln::fail(kCmd, o.checkpoint,
+                 ": was written by another run (model, LoRA settings, --full, --batch, --seq or "
+                 "--grad-accum differ); resume with the same options");
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (o.full) kiln::models::save_pretrained(*model, o.out);
-  else kiln::models::save_lora(*model, o.out, "default", o.model);
-  std::printf("val_loss_start=%.4f val_loss=%.4f trained_params=%lld train_time_s=%.2f\n", start,
-              last, (long long)trained, secs);
+  // The base model's validation loss (the checkpoint is loaded afterwards).
+  const int64_t windows = o.eval_batches * B;
+  const double start = eval.loss(val, windows);
+  std::fprintf(stderr, "finetune iter 0: val_loss %.4f\n", start);
+
+  kiln::TokenTrainOptions to;
+  to.iters = o.steps;
+  to.stop_after = o.stop_after;
+  to.eval_interval = o.eval_every;
+  to.eval_windows = windows;
+  to.seed = o.seed;
+  to.checkpoint = o.checkpoint;
+  to.checkpoint_metadata = {{"kiln.lm.finetune", settings}};
+  to.resume = o.resume;
+  to.label = "finetune";
+  const kiln::TokenTrainResult r = kiln::train_on_tokens(opt, eval, train, val, to);
+  const double rss_mb = peak_rss_mb();  // before saving
+
+  if (o.full) {
+    kiln::models::save_pretrained(*model, o.out);
+    if (!o.bytes)
+      for (const fs::path& f : tokenizer_files(o.tokenizer.empty() ? o.model : o.tokenizer))
+        if (fs::exists(f))
+          fs::copy_file(f, fs::path(o.out) / f.filename(), fs::copy_options::overwrite_existing);
+  } else {
+    kiln::models::save_lora(*model, o.out, "default", o.model);
+  }
+  std::printf(
+      "val_loss_start=%.4f val_loss=%.4f trained_params=%lld train_tokens_per_s=%.0f "
+      "train_time_s=%.2f peak_rss_mb=%.1f\n",
+      start, r.val_loss, (long long)trained, r.tokens_per_s, r.train_time_s, rss_mb);
   return 0;
 }
 
@@ -185,30 +206,53 @@ int run(const FinetuneOptions& o) {
 Command add_finetune(CLI::App& app) {
   auto o = std::make_shared<FinetuneOptions>();
   CLI::App* c = app.add_subcommand(
-      "finetune", "fine-tune a Hugging Face model on a text: LoRA (PEFT files) or --full");
+      "finetune", "fine-tune a Hugging Face model on texts: LoRA (PEFT files) or --full");
   c->add_option("--model", o->model, "Hugging Face model directory")->required();
-  c->add_option("--data", o->data, "text file, or directory of *.txt")->required();
+  c->add_option("--data", o->data, "text files and/or directories of *.txt (one document each)")
+      ->required();
   c->add_option("--out", o->out, "output: adapter directory (LoRA) or model directory (--full)")
       ->required();
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json (file or directory); default --model");
   c->add_flag("--bytes", o->bytes, "train on the text's bytes (ids 0..255), no tokenizer");
   c->add_flag("--full", o->full, "train every weight instead of LoRA adapters");
-  c->add_option("--lora-r", o->lora_r, "LoRA rank");
-  c->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha (scaling alpha / r)");
-  c->add_option("--lora-dropout", o->lora_dropout, "dropout on the adapters' input");
-  c->add_option("--targets", o->targets, "comma-separated module names to adapt");
-  c->add_option("--steps", o->steps, "optimizer steps");
-  c->add_option("--batch", o->batch, "sequences per step");
-  c->add_option("--seq", o->seq, "tokens per sequence");
-  c->add_option("--lr", o->lr, "peak learning rate (AdamW)");
-  c->add_option("--min-lr", o->min_lr, "learning rate at the end of the cosine");
-  c->add_option("--warmup", o->warmup, "linear warm-up steps");
-  c->add_option("--weight-decay", o->weight_decay, "AdamW weight decay of matrices");
-  c->add_option("--val-split", o->val_split, "fraction of the text held out for validation");
-  c->add_option("--eval-every", o->eval_every, "steps between validation losses");
-  c->add_option("--eval-batches", o->eval_batches, "validation batches per evaluation");
-  c->add_option("--seed", o->seed, "seed of the batches and the adapters' init");
-  c->add_option("--threads", o->threads, "CPU threads (0: all)");
+  c->add_option("--lora-r", o->lora_r, "LoRA rank")->capture_default_str();
+  c->add_option("--lora-alpha", o->lora_alpha, "LoRA alpha (scaling alpha / r)")
+      ->capture_default_str();
+  c->add_option("--lora-dropout", o->lora_dropout, "dropout on the adapters' input")
+      ->capture_default_str();
+  c->add_option("--targets", o->targets, "comma-separated module names to adapt")
+      ->capture_default_str();
+  c->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
+  c->add_option("--batch", o->batch, "sequences per physical batch")->capture_default_str();
+  c->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str();
+  c->add_option("--grad-accum", o->grad_accum,
+                "physical batches per optimizer step (gradient accumulation)")
+      ->capture_default_str();
+  c->add_flag("--checkpointing", o->checkpointing,
+              "gradient checkpointing: keep about sqrt(layers) activations, recompute the rest");
+  c->add_option("--lr", o->lr, "peak learning rate (AdamW)")->capture_default_str();
+  c->add_option("--min-lr", o->min_lr, "learning rate at the end of the cosine")
+      ->capture_default_str();
+  c->add_option("--warmup", o->warmup, "linear warm-up steps")->capture_default_str();
+  c->add_option("--weight-decay", o->weight_decay, "AdamW weight decay of matrices")
+      ->capture_default_str();
+  c->add_option("--clip", o->clip, "gradient clipping at this global norm (0: off)")
+      ->capture_default_str();
+  c->add_option("--val-split", o->val_split, "fraction of the tokens held out for validation")
+      ->capture_default_str();
+  c->add_option("--eval-every", o->eval_every, "steps between validation losses (and checkpoints)")
+      ->capture_default_str();
+  c->add_option("--eval-batches", o->eval_batches, "validation batches per evaluation")
+      ->capture_default_str();
+  c->add_option("--checkpoint", o->checkpoint,
+                "write trained weights, AdamW state and step here at every evaluation");
+  c->add_flag("--resume", o->resume, "continue exactly from --checkpoint");
+  c->add_option("--stop-after", o->stop_after,
+                "stop (with a checkpoint) after this many steps; 0: run to --steps")
+      ->capture_default_str();
+  c->add_option("--seed", o->seed, "seed of the batches and the adapters' init")
+      ->capture_default_str();
+  c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
   return {c, [o] { return run(*o); }};
 }
 

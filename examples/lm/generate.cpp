@@ -1,6 +1,7 @@
 // kiln-lm generate: text (or token ids) from a prompt with the KV-cache
 // Generator (kiln/generate.h), streamed as the tokens come; the prompt and
-// generation speeds go to stderr at the end.
+// generation speeds go to stderr at the end. --adapter DIR adds a PEFT LoRA
+// adapter (kiln-lm finetune's output), merged into the weights.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -17,7 +18,7 @@ namespace lm {
 namespace {
 
 struct GenerateOptions {
-  std::string model, prompt, prompt_ids;
+  std::string model, adapter, prompt, prompt_ids;
   int64_t max_tokens = 128, ctx = 0, top_k = 40;
   float temperature = 0.8f, top_p = 0.95f;
   uint64_t seed = 0;
@@ -28,7 +29,7 @@ struct GenerateOptions {
 int run(GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty())
     kiln::fail("kiln-lm generate", "give exactly one of --prompt and --prompt-ids");
-  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx);
+  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx, o.adapter);
   const bool ids_out = o.print_ids || !m->tokenizer;
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
@@ -93,6 +94,7 @@ Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* s = app.add_subcommand("generate", "generate text with a KV cache");
   s->add_option("--model", o->model, "a Hugging Face model directory or a .gguf file")->required();
+  s->add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory (kiln-lm finetune --out)");
   s->add_option("--prompt", o->prompt, "the prompt text (needs the model's tokenizer)");
   s->add_option("--prompt-ids", o->prompt_ids, "the prompt as token ids: 1,2,3");
   s->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")

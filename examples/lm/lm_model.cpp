@@ -1,5 +1,7 @@
 #include "lm_model.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -7,12 +9,14 @@
 
 #include "kiln/error.h"
 #include "kiln/io.h"
+#include "kiln/lora.h"
 
 namespace lm {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, int64_t max_seq_len) {
+std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, int64_t max_seq_len,
+                                        const std::string& adapter) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<LoadedModel>();
   m->cpu = std::make_unique<kiln::CpuBackend>(threads);
@@ -26,6 +30,12 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, in
     m->model = kiln::models::load_gguf(m->ctx, *m->cpu, path, opt);
     kiln::GgufFile f(path);
     if (f.has("tokenizer.ggml.model")) m->tokenizer = kiln::Tokenizer::from_gguf(f);
+  }
+  if (!adapter.empty()) {
+    if (!fs::is_directory(adapter))
+      kiln::fail("kiln-lm", "--adapter ", adapter, " is not a directory (a PEFT LoRA adapter)");
+    kiln::models::load_lora(*m->model, *m->cpu, adapter);
+    kiln::nn::merge_lora(*m->model);  // generation then runs the plain layers
   }
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
@@ -63,6 +73,31 @@ std::string read_text(const std::string& path, const std::string& cmd) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+std::vector<uint32_t> document_ids(const kiln::Tokenizer& tok, const std::vector<std::string>& docs,
+                                   int threads) {
+  const auto bos = tok.bos_id(), eos = tok.eos_id();
+  std::vector<uint32_t> ids;
+  for (const std::vector<int32_t>& d : tok.encode_batch(docs, false, threads)) {
+    if (bos) ids.push_back(uint32_t(*bos));
+    ids.insert(ids.end(), d.begin(), d.end());
+    if (eos) ids.push_back(uint32_t(*eos));
+  }
+  return ids;
+}
+
+std::vector<fs::path> tokenizer_files(const std::string& path) {
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  std::vector<fs::path> files = {fs::is_directory(path) ? dir / "tokenizer.json" : fs::path(path)};
+  if (fs::exists(dir / "tokenizer_config.json")) files.push_back(dir / "tokenizer_config.json");
+  return files;
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 }  // namespace lm

@@ -1,7 +1,9 @@
 // What kiln-lm's model subcommands share: loading a model (a Hugging Face
-// directory or a .gguf file) with its tokenizer when it has one, and reading
-// token ids from the command line.
+// directory or a .gguf file) with its tokenizer when it has one and an
+// optional LoRA adapter, reading token ids from the command line, and what
+// pretrain and finetune share (documents as ids, tokenizer files, peak RSS).
 #pragma once
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,14 +24,29 @@ struct LoadedModel {
   double load_seconds = 0;
 };
 
-// `max_seq_len` 0: the model's default (ModelOptions::max_seq_len).
+// `max_seq_len` 0: the model's default (ModelOptions::max_seq_len). `adapter`:
+// a PEFT LoRA adapter directory (kiln-lm finetune's --out) loaded onto the model
+// and merged into its weights; empty: none.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads,
-                                        int64_t max_seq_len = 0);
+                                        int64_t max_seq_len = 0, const std::string& adapter = "");
 
 // "1,2,3" (commas and/or spaces) -> ids; `what` names the option in errors.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);
 
 // The text of a file; `cmd` names the subcommand in errors.
 std::string read_text(const std::string& path, const std::string& cmd);
+
+// Documents as one stream of ids, each "BOS text EOS" (the ids the tokenizer
+// has of the two): the layout pretrain trains on and finetune continues with.
+std::vector<uint32_t> document_ids(const kiln::Tokenizer& tok, const std::vector<std::string>& docs,
+                                   int threads);
+
+// tokenizer.json of a tokenizer path (a directory or the file) and the
+// tokenizer_config.json beside it when there is one: what a saved model
+// directory needs to be loaded with its tokenizer.
+std::vector<std::filesystem::path> tokenizer_files(const std::string& path);
+
+// The peak resident set size of this process so far, in MB (getrusage).
+double peak_rss_mb();
 
 }  // namespace lm

@@ -14,7 +14,7 @@ namespace lm {
 namespace {
 
 struct PerplexityOptions {
-  std::string model, text, ids;
+  std::string model, adapter, text, ids;
   int64_t ctx = 0;
   int threads = 0;
 };
@@ -22,7 +22,7 @@ struct PerplexityOptions {
 int run(const PerplexityOptions& o) {
   if (o.text.empty() == o.ids.empty())
     kiln::fail("kiln-lm perplexity", "give exactly one of --text and --ids");
-  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx);
+  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx, o.adapter);
   std::vector<int32_t> ids;
   if (!o.ids.empty()) {
     ids = parse_ids(read_text(o.ids, "kiln-lm perplexity"), "--ids " + o.ids);
@@ -50,6 +50,7 @@ Command add_perplexity(CLI::App& app) {
   auto o = std::make_shared<PerplexityOptions>();
   CLI::App* s = app.add_subcommand("perplexity", "perplexity of a model over a text");
   s->add_option("--model", o->model, "a Hugging Face model directory or a .gguf file")->required();
+  s->add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory (kiln-lm finetune --out)");
   s->add_option("--text", o->text, "a text file (encoded with the model's tokenizer)");
   s->add_option("--ids", o->ids, "a file of token ids (separated by commas, spaces or lines)");
   s->add_option("--ctx", o->ctx, "window length in tokens (default: the model's context)")

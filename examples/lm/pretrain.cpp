@@ -12,8 +12,6 @@
 // AdamW state, step) every --eval-interval iterations, exact --resume. Ends with
 //   val_loss=… train_tokens_per_s=… train_time_s=… peak_rss_mb=…
 // (the peak RSS when training ended, before the saved files are checked).
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +26,7 @@
 #include "kiln/nn/init.h"
 #include "kiln/token_train.h"
 #include "kiln/tokenizer.h"
+#include "lm_model.h"
 
 namespace lm {
 
@@ -51,21 +50,6 @@ struct PretrainOptions {
 };
 
 constexpr int64_t kEvalBatch = 8;  // validation windows per forward pass
-
-double peak_rss_mb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // KiB on Linux
-}
-
-// The tokenizer's two files (a directory, or a tokenizer.json with an optional
-// tokenizer_config.json beside it).
-std::vector<fs::path> tokenizer_files(const std::string& path) {
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-  std::vector<fs::path> files = {fs::is_directory(path) ? dir / "tokenizer.json" : fs::path(path)};
-  if (fs::exists(dir / "tokenizer_config.json")) files.push_back(dir / "tokenizer_config.json");
-  return files;
-}
 
 kiln::models::ModelConfig model_config(const PretrainOptions& o, const kiln::Tokenizer& tok) {
   kiln::models::LlamaConfig c;

@@ -88,9 +88,11 @@ struct TokenTrainResult {
 OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
                                 float weight_decay);
 
-// Trains `opt` (inputs and labels [B, T] i32, one optimizer step per physical
-// batch) on random windows of `train` from opt.step() (after resuming) to
-// options.iters, evaluating on `val` with `eval`. kiln::Error for options that
+// Trains `opt` (inputs and labels [B, T] i32) on random windows of `train`
+// from opt.step() (after resuming) to options.iters, evaluating on `val` with
+// `eval`. An iteration is one optimizer step: opt.accumulation_steps() physical
+// batches (OptConfig::logical_batch, gradient accumulation) whose windows are
+// those one batch of logical_batch would draw. kiln::Error for options that
 // do not fit (eval windows, a missing checkpoint path for resume).
 TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
                                  const TokenDataset& train, const TokenDataset& val,

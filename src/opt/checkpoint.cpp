@@ -124,6 +124,8 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
         if (t.defined()) f.load(t, s.prog.params[i].name() + suffix);
     s.step = step;
     s.epoch = epoch;
+    // The dropout seed counts training passes: as many as the saved run had.
+    s.passes = step * s.k;
   }
   s.zero_grads();
   s.pending = 0;

@@ -94,7 +94,11 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
       std::fprintf(stderr, "resumed %s at iteration %lld\n", o.checkpoint.c_str(),
                    (long long)opt.step());
   }
-  const int64_t B = opt.inputs().size(0), T = opt.inputs().size(1);
+  if (opt.pending_batches() != 0)
+    fail("train_on_tokens", opt.pending_batches(),
+         " physical batches are accumulated but not stepped: an iteration must start a step");
+  // One iteration is one optimizer step: K physical batches of [B, T].
+  const int64_t B = opt.inputs().size(0), T = opt.inputs().size(1), K = opt.accumulation_steps();
   const bool tty = o.progress && ProgressBar::stderr_is_tty();
   TokenTrainResult r;
   r.first_iter = opt.step();
@@ -108,14 +112,19 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
   for (int64_t it = r.first_iter; it < r.end_iter; ++it) {
     if (it - r.first_iter == 10) t_rate = Clock::now(), rate_start = it;
     // The windows of iteration `it` depend only on (seed, it): a resumed run
-    // trains on exactly the batches the uninterrupted one would have.
+    // trains on exactly the batches the uninterrupted one would have. The K
+    // physical batches draw in turn, so they are the windows of one batch of K*B.
     std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
-    train.sample_batch(opt.inputs(), opt.labels(), rng);
-    interval_loss += opt.train_batch();
+    double loss = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      train.sample_batch(opt.inputs(), opt.labels(), rng);
+      loss += opt.train_batch();
+    }
+    interval_loss += loss / double(K);
     ++interval_n;
     if (tty) {
       const double rate =
-          rate_start < 0 ? 0.0 : double((it + 1 - rate_start) * B * T) / since(t_rate);
+          rate_start < 0 ? 0.0 : double((it + 1 - rate_start) * K * B * T) / since(t_rate);
       std::fprintf(stderr, "\r%s iter %lld/%lld loss %.4f %.1fk tok/s %s   ", o.label.c_str(),
                    (long long)(it + 1), (long long)o.iters, interval_loss / double(interval_n),
                    rate / 1000, format_duration(since(t0)).c_str());
@@ -135,7 +144,8 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
     }
   }
   r.train_time_s = since(t0);
-  r.tokens_per_s = rate_start < 0 ? NAN : double((r.end_iter - rate_start) * B * T) / since(t_rate);
+  r.tokens_per_s =
+      rate_start < 0 ? NAN : double((r.end_iter - rate_start) * K * B * T) / since(t_rate);
   r.val_loss = std::isnan(last_val) ? eval.loss(val, o.eval_windows) : last_val;
   return r;
 }

@@ -1,7 +1,8 @@
 // train_on_tokens: a run stopped and resumed from its checkpoint ends with the
-// weights of an uninterrupted one (bit for bit), evaluations come at the
-// interval and at the end, the loss falls, and bad eval windows are refused
-// before any training.
+// weights of an uninterrupted one (bit for bit, also with gradient
+// accumulation), an iteration of K accumulated batches of B trains like one
+// batch of K*B, evaluations come at the interval and at the end, the loss
+// falls, and bad eval windows are refused before any training.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,20 +47,22 @@ struct Trainer {
   Bigram model{ctx};
   std::unique_ptr<kiln::OptContext> opt;
   std::unique_ptr<kiln::TokenLossEvaluator> eval;
-  Trainer() {
+  // Physical batches of `batch` windows, `logical` per optimizer step (0: batch).
+  explicit Trainer(int64_t batch = kBatch, int64_t logical = 0) {
     model.allocate(cpu);
     model.init(5);
-    kiln::Tensor ids = ctx.input(kiln::i32, {kBatch, kBlock}, "ids");
-    kiln::Tensor targets = ctx.input(kiln::i32, {kBatch, kBlock}, "targets");
+    kiln::Tensor ids = ctx.input(kiln::i32, {batch, kBlock}, "ids");
+    kiln::Tensor targets = ctx.input(kiln::i32, {batch, kBlock}, "targets");
     kiln::Tensor logits = model(ids);
     kiln::OptConfig oc;
     oc.inputs = ids;
     oc.outputs = logits;
     oc.labels = targets;
     oc.loss = kiln::LossKind::user;
-    oc.user_loss = kiln::cross_entropy(logits.reshape({kBatch * kBlock, kVocab}),
-                                       targets.reshape({kBatch * kBlock}));
+    oc.user_loss = kiln::cross_entropy(logits.reshape({batch * kBlock, kVocab}),
+                                       targets.reshape({batch * kBlock}));
     oc.model = &model;
+    oc.logical_batch = logical;
     kiln::OptimizerParams p;
     p.adamw.lr = 1e-2f;
     oc.schedule = kiln::schedule::cosine(p, 3, 1e-3f, 30);
@@ -114,6 +117,50 @@ TEST(TokenTrain, ResumeEqualsUninterrupted) {
   const kiln::TokenTrainResult rb = kiln::train_on_tokens(*b2.opt, *b2.eval, train, val, o);
   EXPECT_EQ(rb.first_iter, 13);
   EXPECT_EQ(rb.val_loss, ra.val_loss);
+  EXPECT_EQ(b2.weights(), a.weights());
+}
+
+TEST(TokenTrain, AccumulatedBatchesTrainLikeOneBatch) {
+  auto [train, val] = corpus().split(0.9);
+  kiln::TokenTrainOptions o;
+  o.iters = 12;
+  o.eval_interval = 6;
+  o.eval_windows = 8;
+  o.progress = false;
+  Trainer whole(kBatch);              // one batch of 4 windows per step
+  Trainer parts(kBatch / 2, kBatch);  // two batches of 2, accumulated
+  ASSERT_EQ(parts.opt->accumulation_steps(), 2);
+  const kiln::TokenTrainResult rw = kiln::train_on_tokens(*whole.opt, *whole.eval, train, val, o);
+  const kiln::TokenTrainResult rp = kiln::train_on_tokens(*parts.opt, *parts.eval, train, val, o);
+  EXPECT_EQ(parts.opt->step(), 12);
+  const std::vector<float> a = whole.weights(), b = parts.weights();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 2e-5f) << "weight " << i;
+  EXPECT_NEAR(rp.val_loss, rw.val_loss, 1e-5);
+  EXPECT_NEAR(rp.evals[0].train_loss, rw.evals[0].train_loss, 1e-5);
+}
+
+TEST(TokenTrain, ResumeWithAccumulationEqualsUninterrupted) {
+  auto [train, val] = corpus().split(0.9);
+  kiln_test::TempDir dir;
+  kiln::TokenTrainOptions o;
+  o.iters = 10;
+  o.eval_interval = 5;
+  o.eval_windows = 8;
+  o.progress = false;
+  Trainer a(2, 6);  // three batches of 2 per step
+  kiln::train_on_tokens(*a.opt, *a.eval, train, val, o);
+  o.checkpoint = dir.file("b.gguf");
+  {
+    Trainer b1(2, 6);
+    o.stop_after = 4;
+    kiln::train_on_tokens(*b1.opt, *b1.eval, train, val, o);
+  }
+  Trainer b2(2, 6);
+  o.stop_after = 0;
+  o.resume = true;
+  kiln::train_on_tokens(*b2.opt, *b2.eval, train, val, o);
+  EXPECT_EQ(b2.opt->step(), 10);
   EXPECT_EQ(b2.weights(), a.weights());
 }
 
