@@ -40,7 +40,7 @@ using namespace attn;
 using vm::VF;
 constexpr int64_t kW = vm::kW;
 constexpr int64_t kChunk = 2 * kW;  // keys per score micro-kernel (2 vectors)
-constexpr int64_t kBlock = 64;      // keys per online-softmax step
+constexpr int64_t kBlock = 256;     // keys per online-softmax step
 static_assert(kBlock % kChunk == 0);
 constexpr int kRowsPV = 6;                 // rows per P V micro-kernel
 constexpr int kRowsS = kW >= 16 ? 12 : 6;  // rows per score micro-kernel
@@ -105,6 +105,42 @@ void rows_pv(const float* P, const float* v, int64_t n, int64_t e, float* O) {
     chunk_pv<1>(P, v, n, e, c0, m, O);
     c0 += kW;
   }
+}
+
+// One row of a key block in the online softmax: sr[0, n) are its visible
+// scores (of jw written); the running max m and sum l are updated (the
+// output accumulator o rescaled when the max rises), and sr becomes the
+// block's probabilities exp(s - m), 0 past n. Whole vectors throughout: the
+// invisible lanes of the last one are set to -inf first (exp gives 0).
+void block_softmax(float* sr, int64_t n, int64_t jw, float& m, float& l, float* o, int64_t e) {
+  const int64_t nv = (n + kW - 1) / kW;  // vectors holding visible scores
+  std::fill(sr + n, sr + nv * kW, kNegInf);
+  VF mx = vm::c<VF>(kNegInf);
+  for (int64_t v = 0; v < nv; ++v) mx = vm::max(mx, vm::loadv<VF>(sr + v * kW));
+  const float bm = std::max(m, nv > 0 ? vm::hmax(mx) : kNegInf);
+  if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
+    std::fill(sr, sr + jw, 0.0f);
+    return;
+  }
+  if (m != kNegInf && bm != m) {  // the max rose: rescale what came before
+    const float corr = vm::exp(m - bm);
+    l *= corr;
+    const VF vc = vm::c<VF>(corr);
+    for (int64_t c = 0; c < e; c += kW) {
+      const int w = int(std::min(kW, e - c));
+      vm::store(o + c, vm::loadv<VF>(o + c, w) * vc, w);
+    }
+  }
+  m = bm;
+  const VF vm_ = vm::c<VF>(bm);
+  VF sum = vm::c<VF>(0.0f);
+  for (int64_t v = 0; v < nv; ++v) {
+    const VF p = vm::exp(vm::loadv<VF>(sr + v * kW) - vm_);
+    sum = sum + p;
+    vm::store(sr + v * kW, p);
+  }
+  l += vm::hsum(sum);
+  std::fill(sr + nv * kW, sr + jw, 0.0f);  // keys past the row's causal limit
 }
 
 // k^T of tk keys in chunks: ktc = kt + (j / kChunk) * e * kChunk, key j's
@@ -260,26 +296,8 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
       }
       const int64_t jw = round_up(jn, kChunk);  // score columns written
       for (int r = 0; r < prow; ++r) {
-        float* sr = S + r * kBlock;
         const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), jn);  // visible in block
-        const float bm = n > 0 ? std::max(m[r], row_max(sr, n)) : m[r];
-        if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
-          std::fill(sr, sr + jw, 0.0f);
-          continue;
-        }
-        const float corr = vm::exp(m[r] - bm);  // 0 on the first block
-        l[r] *= corr;
-        if (m[r] != kNegInf && corr != 1.0f) {
-          const VF vc = vm::c<VF>(corr);
-          float* o = O + r * e;
-          for (int64_t c = 0; c < e; c += kW) {
-            const int w = int(std::min(kW, e - c));
-            vm::store(o + c, vm::loadv<VF>(o + c, w) * vc, w);
-          }
-        }
-        m[r] = bm;
-        l[r] += exp_store_sum(sr, n, bm);
-        std::fill(sr + n, sr + jw, 0.0f);  // keys past the row's causal limit
+        block_softmax(S + r * kBlock, n, jw, m[r], l[r], O + r * e, e);
       }
       for (int r0 = 0; r0 < prow; r0 += kRowsPV)
         rows_pv(S + r0 * kBlock, vp + j0 * e, jn, e, O + r0 * e);
