@@ -14,9 +14,12 @@
 //                (the linear layers, the head and causal attention's useful
 //                products) as a fraction of fma_peak.
 // --profile runs the prefill graph node by node and prints the time per op
-// (KILN_PROFILE_SHAPES=1: per op and output shape).
+// (KILN_PROFILE_SHAPES=1: per op and output shape). --cpu-time times the
+// prefill and the profile in process CPU time instead of wall time (for a
+// loaded machine, with --threads 1; the fraction then is not the quiet one).
 //
 //   build/release/bench/bench_lm [--threads 2] [--prefill 512] [--repeats 3] [--profile]
+//   [--cpu-time]
 // (not a Google Benchmark program: it ignores the --benchmark_* flags that
 // scripts/bench.sh passes to every program).
 //
@@ -28,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,6 +54,17 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The clock of the prefill and profile timings: wall time, or with --cpu-time
+// the process's CPU time (on a machine shared with other work, at --threads 1,
+// time the process was descheduled does not count).
+bool g_cpu_time = false;
+double now_s() {
+  if (!g_cpu_time) return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 // Runs f(thread index) on n threads at once and returns the wall time.
@@ -131,6 +146,7 @@ struct Args {
   int64_t prefill = 512;
   int repeats = 3;
   bool profile = false;
+  bool cpu_time = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -148,10 +164,12 @@ Args parse(int argc, char** argv) {
     else if (s == "--prefill") a.prefill = std::atoll(next());
     else if (s == "--repeats") a.repeats = std::atoi(next());
     else if (s == "--profile") a.profile = true;
+    else if (s == "--cpu-time") a.cpu_time = true;
     else if (s.rfind("--benchmark", 0) == 0) continue;  // scripts/bench.sh passes these to all
     else {
-      std::fprintf(stderr,
-                   "usage: bench_lm [--threads N] [--prefill T] [--repeats R] [--profile]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_lm [--threads N] [--prefill T] [--repeats R] [--profile] [--cpu-time]\n");
       std::exit(2);
     }
   }
@@ -170,11 +188,11 @@ void profile(kiln::CpuBackend& cpu, const kiln::Graph& g, double total_s) {
   std::map<std::string, double> ms;
   std::map<std::string, int> count;
   for (TensorNode* n : nodes) {
-    const auto t0 = Clock::now();
+    const double t0 = now_s();
     cpu.compute(std::span<TensorNode* const>(&n, 1));
     std::string key = kiln::op_name(n->op);
     if (per_shape) key += " " + n->shape.str();
-    ms[key] += seconds_since(t0) * 1e3;
+    ms[key] += (now_s() - t0) * 1e3;
     ++count[key];
   }
   std::vector<std::pair<double, std::string>> rows;
@@ -191,6 +209,7 @@ void profile(kiln::CpuBackend& cpu, const kiln::Graph& g, double total_s) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  g_cpu_time = a.cpu_time;
   const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape();
   const kiln::models::LlamaConfig& lc = *cfg.llama;
 
@@ -229,9 +248,9 @@ int main(int argc, char** argv) {
   cpu.compute(g);  // warm-up: pages, caches
   double best = 1e30;
   for (int r = 0; r < a.repeats; ++r) {
-    const auto t0 = Clock::now();
+    const double t0 = now_s();
     cpu.compute(g);
-    best = std::min(best, seconds_since(t0));
+    best = std::min(best, now_s() - t0);
   }
   const double flops = forward_flops(lc, T);
   std::printf(

@@ -50,10 +50,21 @@ class LlamaAttention : public nn::Module {
       q = (*q_norm)(q);
       k = (*k_norm)(k);
     }
-    q = detail::apply_rope(q, s_->cos, s_->sin).permute({0, 2, 1, 3});  // [B, H, T, D]
-    k = repeat_kv(detail::apply_rope(k, s_->cos, s_->sin), H);
-    v = repeat_kv(v, H);
-    Tensor y = attend(q, k, v, T);  // [B, H, T, D]
+    q = detail::apply_rope(q, s_->cos, s_->sin);
+    k = detail::apply_rope(k, s_->cos, s_->sin);
+    if (B == 1) {
+      // Query head h = j * G + g reads key/value head j: q as [Hkv, G, T, D]
+      // against k and v as [Hkv, 1, T, D], broadcast over G (views: nothing is
+      // copied per head). Tensors have at most 4 dims, so batches of several
+      // sequences repeat k and v per query head instead.
+      auto grouped = [&](Tensor t, int64_t g) {
+        return t.reshape({T, Hkv, g, D}).permute({1, 2, 0, 3});
+      };
+      Tensor y = attend(grouped(q, H / Hkv), grouped(k, 1), grouped(v, 1), T);  // [Hkv, G, T, D]
+      return o_proj(y.permute({2, 0, 1, 3}).reshape({1, T, H * D}));
+    }
+    Tensor y =
+        attend(q.permute({0, 2, 1, 3}), repeat_kv(k, H), repeat_kv(v, H), T);  // [B, H, T, D]
     return o_proj(y.permute({0, 2, 1, 3}).reshape({B, T, H * D}));
   }
 
@@ -97,33 +108,29 @@ class LlamaAttention : public nn::Module {
         .reshape({B, H, T, D});
   }
 
-  // Causal attention; the fused primitive unless a sliding window or dropout on
-  // the weights needs the weights themselves.
+  // Causal attention of q [..., T, D] over k and v whose dim 1 may be 1 where
+  // q's is G (grouped heads); the fused primitive (k and v broadcast over G,
+  // which its kernel packs once per key/value head) unless a sliding window or
+  // dropout on the weights needs the weights themselves (then matmul
+  // broadcasts k and v).
   Tensor attend(Tensor q, Tensor k, Tensor v, int64_t T) {
     const LlamaConfig& c = s_->cfg;
     const float scale = float(1.0 / std::sqrt(double(c.head_dim)));
     const bool window = c.sliding_window > 0 && c.sliding_window < T;
     const bool drop = training() && c.attention_dropout > 0.0f;
-    if (!window) {
-      nn::SdpaOptions o;
-      o.scale = scale;
-      o.dropout = c.attention_dropout;
-      o.training = training();
-      if (drop) {
-        o.seed = path_seed();
-        o.seed_tensor = dropout_seed_tensor();
-      }
-      return nn::scaled_dot_product_attention(q, k, v, o);
+    if (!window && !drop) {
+      const Shape grouped = q.shape();
+      return attention(q, k.expand(grouped), v.expand(grouped), {scale, true});
     }
-    // Key j is visible to query i when i - W < j <= i (causal from the flag).
-    Tensor pos = s_->positions.narrow(0, 0, T);
-    Tensor dist = pos.reshape({T, 1}) - pos.reshape({1, T});  // i - j
-    Tensor far = gt(dist, float(c.sliding_window) - 0.5f);
-    Tensor mask = where(far, full(ctx(), {1}, -INFINITY), full(ctx(), {1}, 0.0f));
     SoftmaxOptions so;
     so.scale = scale;
     so.causal = true;
-    so.mask = mask;
+    if (window) {  // key j is visible to query i when i - W < j <= i (causal from the flag)
+      Tensor pos = s_->positions.narrow(0, 0, T);
+      Tensor dist = pos.reshape({T, 1}) - pos.reshape({1, T});  // i - j
+      Tensor far = gt(dist, float(c.sliding_window) - 0.5f);
+      so.mask = where(far, full(ctx(), {1}, -INFINITY), full(ctx(), {1}, 0.0f));
+    }
     Tensor att = softmax(matmul(q, k.T()), so);
     if (drop) att = dropout(att, c.attention_dropout, path_seed(), true, dropout_seed_tensor());
     return matmul(att, v);

@@ -65,8 +65,15 @@ Grid choose_grid(int64_t M, int64_t N, int nth) {
 constexpr double kSoloWork = 1 << 18;
 
 // Packed B holds all of K for ncb columns at a time: at most this many floats
-// (plus rounding) unless K alone is larger than that.
-constexpr int64_t kBPanelFloats = int64_t(4) << 20;  // 16 MiB
+// (plus rounding) unless K alone is larger than that. 4 MiB: every chunk of
+// rows streams the panel again, so it should stay in the L3 beside the other
+// work (the LM head's B, 113 MB, in 16 MiB panels ran 13% slower, in 1-2 MiB
+// ones 2-4%; the layers' B fit in one panel either way).
+constexpr int64_t kBPanelFloats = int64_t(1) << 20;
+
+// A chunk's rows of A packed for all of K at once when they take at most this
+// (about half of a 1 MiB L2, where they stay while the chunk's strips go by).
+constexpr size_t kAllKBytes = size_t(512) << 10;
 
 // The packed paths: element type of the packed blocks, K block length, k
 // granule (packed blocks hold kc rounded up to it) and the routines.
@@ -158,10 +165,16 @@ struct alignas(64) UnitCounter {
 };
 
 // Chunk c of rectangle r: C rows [i0, i1) x this panel's strips [s_lo, s_hi),
-// over all of K. Packs its own A blocks.
+// over all of K. Packs its own A blocks: with a_all_k all K blocks of the
+// chunk at once (block p at p * a_stride), then each MR x NR tile of C runs
+// its K blocks back to back while it is in L1 (C rows a multiple of 4 KiB
+// apart, as the [T, 49152] logits of an LM head, share a few cache sets, so a
+// C tile revisited once per K block after a whole panel of strips would come
+// from memory); otherwise one K block of A at a time, each over all strips.
+// The per-element arithmetic is the same either way: K blocks in order.
 template <class P, class E = typename P::E>
 void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rect& r, int64_t c,
-               int64_t jc, int64_t ns, const E* bbuf, E* abuf) {
+               int64_t jc, int64_t ns, const E* bbuf, E* abuf, bool a_all_k) {
   const int64_t panels = r.p1 - r.p0;
   const int64_t i0 = (r.p0 + panels * c / r.chunks) * MR;
   const int64_t i1 = std::min(pl.M, (r.p0 + panels * (c + 1) / r.chunks) * MR);
@@ -169,6 +182,26 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
   const int64_t s_lo = std::max(r.q0, s_base) - s_base, s_hi = std::min(r.q1, s_base + ns) - s_base;
   if (i1 <= i0 || s_hi <= s_lo) return;
   const int64_t mc = i1 - i0, ldc = g.ldc;
+  if (a_all_k) {
+    const int64_t a_stride = round_up(mc, MR) * pl.kstride;
+    for (int64_t p = 0; p < pl.nkb; ++p)
+      P::pack_a(g.A, i0, p * pl.kcb, mc, pl.kc(p), abuf + p * a_stride);
+    for (int64_t s = s_lo; s < s_hi; ++s) {
+      const int64_t j = jc + s * NR;
+      const int n = int(std::min<int64_t>(NR, pl.N - j));
+      float* cp = g.C + i0 * ldc + j;
+      for (int64_t ir = 0; ir < mc; ir += MR) {
+        const int m = int(std::min<int64_t>(MR, mc - ir));
+        for (int64_t p = 0; p < pl.nkb; ++p) {
+          const int64_t kcp = pl.kc_packed(p);
+          const E* bp = bbuf + p * pl.kstride * pl.ncb + s * kcp * NR;
+          P::kernel(pl.kc(p), abuf + p * a_stride + ir * kcp, bp, cp + ir * ldc, ldc, m, n,
+                    g.accumulate || p > 0);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t p = 0; p < pl.nkb; ++p) {
     const int64_t kc = pl.kc(p), kcp = pl.kc_packed(p);
     const bool add_c = g.accumulate || p > 0;
@@ -206,7 +239,11 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
     if (r.chunks > 0)
       max_chunk_rows = std::max(max_chunk_rows, ceil_div(r.p1 - r.p0, r.chunks) * MR);
   }
-  const size_t a_bytes = size_t(max_chunk_rows * pl.kstride) * sizeof(E);
+  // A packed for all of K when that fits kAllKBytes (then each C tile gets all
+  // its K blocks at once: run_chunk).
+  const size_t a_block = size_t(max_chunk_rows * pl.kstride) * sizeof(E);
+  const bool a_all_k = pl.nkb > 1 && a_block * size_t(pl.nkb) <= kAllKBytes;
+  const size_t a_bytes = a_all_k ? a_block * size_t(pl.nkb) : a_block;
   char* shared;
   E* abuf;
   if (nth > 1) {
@@ -232,7 +269,8 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
     }
 
     if (nth == 1) {
-      for (int64_t c = 0; c < mine.chunks; ++c) run_chunk(g, pl, mine, c, jc, ns, bbuf, abuf);
+      for (int64_t c = 0; c < mine.chunks; ++c)
+        run_chunk(g, pl, mine, c, jc, ns, bbuf, abuf, a_all_k);
       continue;
     }
     if (ith == 0)
@@ -243,7 +281,7 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
       const Rect r = v == 0 ? mine : pl.rect(i);
       if (r.chunks == 0) continue;
       for (int64_t c; (c = counters[i].next.fetch_add(1, std::memory_order_relaxed)) < r.chunks;)
-        run_chunk(g, pl, r, c, jc, ns, bbuf, abuf);
+        run_chunk(g, pl, r, c, jc, ns, bbuf, abuf, a_all_k);
     }
   }
 }

@@ -1,8 +1,8 @@
 // Cases: the fused ATTENTION (causal or not, Tq != Tk as with a KV cache,
-// permuted q/k/v, 3-D) and ATTENTION_BACK on its own; ROPE (tables of any
-// values, strided x and tables, tables narrowed at a KV cache's offset, gradients
-// of x and of the tables) and ROPE_BACK on its own. Multi-threaded sizes run
-// without finite differences (their grads are compared with the reference's).
+// permuted q/k/v, 3-D, grouped heads through broadcast k/v) and ATTENTION_BACK on its own; ROPE
+// (tables of any values, strided x and tables, tables narrowed at a KV cache's offset, gradients of
+// x and of the tables) and ROPE_BACK on its own. Multi-threaded sizes run without finite
+// differences (their grads are compared with the reference's).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -71,6 +71,27 @@ void add_attention(std::vector<Case>& cs, Sz z) {
         return attention(x[0], x[1], x[2], {0.0f, true});
       },
       true)));
+  // Grouped-query attention as models pass it: q [Hkv, G, T, E] against k and
+  // v broadcast over G (stride 0), which the kernel packs once per group.
+  // The second one: several key blocks, E = 64 (whole 4-vector chunks), a
+  // tile edge (150 = 12 x 12 + 6) and threads.
+  cs.push_back(make_case(
+      "attention_gqa", {Op::ATTENTION},
+      {in("q", {2, 3, T, E}, g), expanded(in("k", {2, 3, T, E}, g), {2, 1, T, E}),
+       expanded(in("v", {2, 3, T, E}), {2, 1, T, E})},
+      [](Context&, X x) {
+        return attention(x[0], x[1], x[2], {0.0f, true});
+      },
+      true));
+  for (const bool causal : {true, false})
+    cs.push_back(no_fd(make_case(
+        causal ? "attention_gqa_mt" : "attention_gqa_mt_full", {Op::ATTENTION},
+        {in("q", {3, 3, 150, 64}, g), expanded(in("k", {3, 3, 150, 64}, g), {3, 1, 150, 64}),
+         expanded(in("v", {3, 3, 150, 64}), {3, 1, 150, 64})},
+        [causal](Context&, X x) {
+          return attention(x[0], x[1], x[2], {0.0f, causal});
+        },
+        true)));
   // ATTENTION_BACK alone: q, k, v, out = attention(q, k, v), d out.
   for (const bool causal : {false, true}) {
     Case c = make_case(

@@ -1,17 +1,13 @@
-// ATTENTION and ATTENTION_BACK: fused scaled dot-product attention. The forward
-// splits the query tiles of all heads (a head: one index of the leading dims)
-// over threads in runs of equal work, the backward whole heads; either way the
-// result does not depend on the thread count. Memory is O(T) per head: the head's
-// keys and values are packed into thread scratch (k transposed, so the scores of
-// a key block are vector FMA chains over E), and the [Tq, Tk] score matrix never
-// exists. Queries go in tiles of kR rows, so that every product is a
-// register-blocked micro-kernel (kR rows x kNV vectors of accumulators) that
+// ATTENTION_BACK: the backward of the fused scaled dot-product attention (the
+// forward is attention_forward.cpp). Whole heads are split over threads, so the
+// result does not depend on the thread count. Memory is O(T) per head: the
+// head's keys and values are packed into thread scratch (k transposed, so the
+// scores of a key block are vector FMA chains over E), and the [Tq, Tk] score
+// matrix never exists. Queries go in tiles of kR rows, so that every product is
+// a register-blocked micro-kernel (kR rows x kNV vectors of accumulators) that
 // loads each key or value row once per tile instead of once per query.
 //
-// Forward (FlashAttention's online softmax): per query tile, keys in blocks of
-// kKeyBlock; each row's running max m, sum l and output accumulator are
-// rescaled by exp(m_old - m_new) when a block raises the max.
-// Backward (per query tile, keys in one pass): the scores S = scale q k^T and
+// Per query tile, keys in one pass: the scores S = scale q k^T and
 // dp = dO v^T are recomputed for the tile's rows (kR x Tk), then p = softmax(S)
 // and D = dO . O give ds = p (dp - D); dq = scale ds k, and dk += scale ds^T q,
 // dv += p^T dO accumulate in the head's rows of the output.
@@ -19,6 +15,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/kernels/attention_head.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_ops.h"
@@ -28,12 +25,10 @@ namespace kiln::cpu {
 
 namespace {
 
+using namespace attn;
 using vm::VF;
 constexpr int64_t kW = vm::kW;
-constexpr int64_t kKeyBlock = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // Floats between the rows of a packed k^T or v^T for tk keys. The tile kernels
 // read E rows of it at a time (one vector chunk of each); rows a multiple of
@@ -42,32 +37,6 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 int64_t packed_ld(int64_t tk) {
   const int64_t ld = round_up(std::max<int64_t>(tk, 1), kW);
   return ld % 128 == 0 ? ld + kW : ld;
-}
-
-// One head of a [..., T, E] tensor: its base and row/column byte strides.
-struct HeadMat {
-  const char* base;
-  int64_t rs, cs;
-  // Row i as contiguous floats (the memory itself, or a copy in buf).
-  const float* row(int64_t i, int64_t e, float* buf) const {
-    return f32_row(base + i * rs, DType::f32, cs, e, buf);
-  }
-};
-
-HeadMat head_of(const TensorNode* t, int64_t h) {
-  const int nd = t->shape.ndim();
-  int64_t off = 0;
-  for (int d = nd - 3; d >= 0; --d) {
-    off += (h % t->shape[d]) * t->stride[d];
-    h /= t->shape[d];
-  }
-  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1]};
-}
-
-// Keys visible to query row i: all Tk, or j <= i + (Tk - Tq) when causal.
-int64_t visible(int64_t i, int64_t tq, int64_t tk, bool causal) {
-  if (!causal) return tk;
-  return std::clamp<int64_t>(i + tk - tq + 1, 0, tk);
 }
 
 // m rows of src (row i at src.row(i)) into dst^T: dst[c * ld + i].
@@ -249,118 +218,7 @@ void pack_tile(const HeadMat& src, int64_t i0, int nr, int64_t e, float* dst) {
   }
 }
 
-struct Dims {
-  int64_t heads, tq, tk, e;
-};
-Dims dims_of(const TensorNode* q, const TensorNode* k) {
-  const int nd = q->shape.ndim();
-  return {q->numel() / std::max<int64_t>(1, q->shape[nd - 2] * q->shape[nd - 1]), q->shape[nd - 2],
-          k->shape[nd - 2], q->shape[nd - 1]};
-}
-
-// The query tiles of all heads, (head, tile) in order, split into contiguous
-// runs of about equal work (a tile costs its visible keys), so causal heads and
-// head counts that do not divide by the thread count still balance (9 heads on
-// 2 threads: 5 and 4 heads by heads alone). A thread packs the keys and values
-// of each head it touches; the tiles themselves do not depend on the split.
-struct TileRange {
-  int64_t begin = 0, end = 0;  // unit u = head * tiles + tile
-};
-TileRange tile_range(const ThreadCtx& t, int64_t heads, int64_t tq, int64_t tk, int64_t e,
-                     bool causal) {
-  const int64_t tiles = (tq + kR - 1) / kR;
-  auto cost = [&](int64_t i) {  // keys the tile's last row sees, plus its own rows
-    return visible(std::min(tq, (i + 1) * kR) - 1, tq, tk, causal) + kR;
-  };
-  int64_t per_head = 0;
-  for (int64_t i = 0; i < tiles; ++i) per_head += cost(i);
-  const int64_t total = heads * per_head;
-  const int k = useful_threads(total, t.nth, kR * e);
-  if (t.ith >= k) return {};
-  const int64_t lo = total * t.ith / k, hi = total * (t.ith + 1) / k;
-  // Units whose cumulative start cost lies in [lo, hi).
-  TileRange r{heads * tiles, heads * tiles};
-  int64_t start = 0;
-  bool found = false;
-  for (int64_t u = 0; u < heads * tiles; ++u) {
-    if (!found && start >= lo) r.begin = u, found = true;
-    if (start >= hi) {
-      r.end = u;
-      break;
-    }
-    start += cost(u % tiles);
-  }
-  if (!found) r.begin = r.end;
-  return r;
-}
-
 }  // namespace
-
-void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
-  const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-  const AttentionParams p = op_params<Op::ATTENTION>(*dst);
-  const Dims D = dims_of(q, k);
-  if (dst->numel() == 0) return;
-  const TileRange ur = tile_range(t, D.heads, D.tq, D.tk, D.e, p.causal);
-  if (ur.end <= ur.begin) return;
-  const int64_t ld = packed_ld(D.tk), e = D.e, tiles = (D.tq + kR - 1) / kR;
-  const int64_t eb = round_up(e, kW);
-  float* kt = static_cast<float*>(
-      t.scratch(size_t(e * ld + D.tk * e + kR * kKeyBlock + 2 * kR * eb + eb) * sizeof(float)));
-  float* vp = kt + e * ld;
-  float* S = vp + D.tk * e;  // kR x kKeyBlock scores, then probabilities
-  float* qt = S + kR * kKeyBlock;
-  float* acc = qt + kR * eb;
-  float* rbuf = acc + kR * eb;
-  float* out = static_cast<float*>(dst->data);
-  HeadMat qh{};
-  for (int64_t u = ur.begin, packed = -1; u < ur.end; ++u) {
-    const int64_t h = u / tiles, i0 = u % tiles * kR;
-    if (h != packed) {
-      qh = head_of(q, h);
-      pack_transposed(head_of(k, h), D.tk, e, kt, ld, rbuf);
-      pack_rows(head_of(v, h), D.tk, e, vp);
-      packed = h;
-    }
-    const int nr = int(std::min<int64_t>(kR, D.tq - i0));
-    pack_tile(qh, i0, nr, e, qt);
-    const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);  // the tile's last row
-    float m[kR], l[kR];
-    int64_t n_row[kR];
-    for (int r = 0; r < nr; ++r) {
-      m[r] = kNegInf;
-      l[r] = 0.0f;
-      n_row[r] = visible(i0 + r, D.tq, D.tk, p.causal);
-    }
-    std::fill(acc, acc + nr * e, 0.0f);
-    for (int64_t j0 = 0; j0 < n_max; j0 += kKeyBlock) {
-      const int64_t j1 = std::min(n_max, j0 + kKeyBlock);
-      with_rows(nr, [&]<int R>() { tile_scores<R>(qt, kt, ld, e, j0, j1, p.scale, S, kKeyBlock); });
-      for (int r = 0; r < nr; ++r) {
-        float* sr = S + r * kKeyBlock;
-        const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), j1 - j0);  // visible in block
-        const float bm = std::max(m[r], row_max(sr, n));
-        if (bm == kNegInf) {  // nothing visible (or only -inf inputs) yet: weight 0
-          std::fill(sr, sr + (j1 - j0), 0.0f);
-          continue;
-        }
-        const float corr = vm::exp(m[r] - bm);  // 0 on the first block
-        l[r] *= corr;
-        if (m[r] != kNegInf && corr != 1.0f)
-          for (int64_t c = 0; c < e; ++c) acc[r * e + c] *= corr;
-        m[r] = bm;
-        l[r] += exp_store_sum(sr, n, bm);
-        std::fill(sr + n, sr + (j1 - j0), 0.0f);  // keys past the row's causal limit
-      }
-      with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
-    }
-    for (int r = 0; r < nr; ++r) {
-      float* o = out + (h * D.tq + i0 + r) * e;
-      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
-      for (int64_t c = 0; c < e; ++c) o[c] = acc[r * e + c] * inv;
-    }
-  }
-}
 
 void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];

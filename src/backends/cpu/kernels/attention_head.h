@@ -1,0 +1,52 @@
+// What the ATTENTION forward (attention_forward.cpp) and backward
+// (attention.cpp) kernels share: one head of a [..., T, E] operand, the causal
+// visibility rule and the problem's dims.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cpu/kernels/common.h"
+
+namespace kiln::cpu::attn {
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// One head of a [..., T, E] tensor: its base and row/column byte strides.
+struct HeadMat {
+  const char* base;
+  int64_t rs, cs;
+  // Row i as contiguous floats (the memory itself, or a copy in buf).
+  const float* row(int64_t i, int64_t e, float* buf) const {
+    return f32_row(base + i * rs, DType::f32, cs, e, buf);
+  }
+  bool operator==(const HeadMat&) const = default;
+};
+
+// Head h (the flat index over the leading dims) of t; broadcast (stride 0)
+// leading dims give several heads the same memory.
+inline HeadMat head_of(const TensorNode* t, int64_t h) {
+  const int nd = t->shape.ndim();
+  int64_t off = 0;
+  for (int d = nd - 3; d >= 0; --d) {
+    off += (h % t->shape[d]) * t->stride[d];
+    h /= t->shape[d];
+  }
+  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1]};
+}
+
+// Keys visible to query row i: all Tk, or j <= i + (Tk - Tq) when causal.
+inline int64_t visible(int64_t i, int64_t tq, int64_t tk, bool causal) {
+  if (!causal) return tk;
+  return std::clamp<int64_t>(i + tk - tq + 1, 0, tk);
+}
+
+struct Dims {
+  int64_t heads, tq, tk, e;
+};
+inline Dims dims_of(const TensorNode* q, const TensorNode* k) {
+  const int nd = q->shape.ndim();
+  return {q->numel() / std::max<int64_t>(1, q->shape[nd - 2] * q->shape[nd - 1]), q->shape[nd - 2],
+          k->shape[nd - 2], q->shape[nd - 1]};
+}
+
+}  // namespace kiln::cpu::attn
