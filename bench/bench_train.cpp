@@ -172,6 +172,9 @@ BENCHMARK(graph_compute_tiny)
 struct GptBench {
   GptBench() : cpu(bench_threads()) {
     gpt::GptConfig c;
+    // KILN_BENCH_PRECISION=bf16: kiln-gpt's --precision bf16 (set before the model).
+    if (const char* p = std::getenv("KILN_BENCH_PRECISION"); p && std::string(p) == "bf16")
+      ctx.set_matmul_precision(bf16);
     model = std::make_unique<gpt::Gpt>(ctx, c);
     model->allocate(cpu);
     model->init_gpt(1337);

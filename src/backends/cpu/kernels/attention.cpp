@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_ops.h"
@@ -44,13 +45,16 @@ int64_t packed_ld(int64_t tk) {
   return ld % 128 == 0 ? ld + kW : ld;
 }
 
-// One head of a [..., T, E] tensor: its base and row/column byte strides.
+// One head of a [..., T, E] tensor: its base, row/column byte strides, dtype.
 struct HeadMat {
   const char* base;
   int64_t rs, cs;
-  // Row i as contiguous floats (the memory itself, or a copy in buf).
+  DType dt;
+  // Row i as contiguous floats (the memory itself, or a copy in buf; bf16
+  // converted, so this kernel is also the bf16 path of builds without
+  // AVX512_BF16).
   const float* row(int64_t i, int64_t e, float* buf) const {
-    return f32_row(base + i * rs, DType::f32, cs, e, buf);
+    return f32_row(base + i * rs, dt, cs, e, buf);
   }
 };
 
@@ -61,7 +65,7 @@ HeadMat head_of(const TensorNode* t, int64_t h) {
     off += (h % t->shape[d]) * t->stride[d];
     h /= t->shape[d];
   }
-  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1]};
+  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1], t->dtype};
 }
 
 // Keys visible to query row i: all Tk, or j <= i + (Tk - Tq) when causal.
@@ -297,6 +301,7 @@ TileRange tile_range(const ThreadCtx& t, int64_t heads, int64_t tq, int64_t tk, 
 }  // namespace
 
 void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
+  if (attention_bf16_forward(dst, t)) return;  // bf16 inputs on vdpbf16ps
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
   const AttentionParams p = op_params<Op::ATTENTION>(*dst);
   const Dims D = dims_of(q, k);
@@ -312,7 +317,8 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   float* qt = S + kR * kKeyBlock;
   float* acc = qt + kR * eb;
   float* rbuf = acc + kR * eb;
-  float* out = static_cast<float*>(dst->data);
+  char* out = static_cast<char*>(dst->data);
+  const int64_t osz = int64_t(dtype_size(dst->dtype));
   HeadMat qh{};
   for (int64_t u = ur.begin, packed = -1; u < ur.end; ++u) {
     const int64_t h = u / tiles, i0 = u % tiles * kR;
@@ -355,14 +361,17 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
       with_rows(nr, [&]<int R>() { tile_weighted<R>(S, kKeyBlock, vp, j0, j1, e, acc, e); });
     }
     for (int r = 0; r < nr; ++r) {
-      float* o = out + (h * D.tq + i0 + r) * e;
+      float* a = acc + r * e;
       const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
-      for (int64_t c = 0; c < e; ++c) o[c] = acc[r * e + c] * inv;
+      for (int64_t c = 0; c < e; ++c) a[c] *= inv;
+      convert((const char*)a, DType::f32, 4, out + (h * D.tq + i0 + r) * e * osz, dst->dtype, osz,
+              e);
     }
   }
 }
 
 void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
+  if (attention_bf16_backward(dst, t)) return;  // bf16 inputs on vdpbf16ps
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
   const TensorNode *o = dst->src[3], *dout = dst->src[4];
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
