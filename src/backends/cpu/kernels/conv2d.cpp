@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_internal.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/window.h"
@@ -144,6 +145,19 @@ void unfold(const TensorNode* xt, const Planes& x, const Conv& cv, int64_t n, fl
                (r % kk) / cv.win.kw, r % cv.win.kw, cv.oh, cv.ow, cols + r * ld);
 }
 
+// Whether gemm would multiply these args as bf16 pairs (vdpbf16ps): only its
+// blocked path on AVX512_BF16 builds does; the few-rows / few-columns paths and
+// other builds convert bf16 to f32, so bf16 columns there would be a detour
+// (the f32 columns hold the same bf16 values: the products are the same).
+bool gemm_pairs_bf16(const GemmArgs& g) {
+#if defined(KILN_GEMM_BF16)
+  return !gemm_detail::small_m_applicable(g) && !gemm_detail::small_n_applicable(g);
+#else
+  (void)g;
+  return false;
+#endif
+}
+
 // Rows [0, m) of f32 cols (ld floats apart, n wide) as bf16 into c16 (same ld).
 void cols_to_bf16(const float* cols, int64_t m, int64_t n, int64_t ld, uint16_t* c16) {
   for (int64_t r = 0; r < m; ++r)
@@ -178,7 +192,7 @@ void kernel_CONV2D(TensorNode* dst, ThreadCtx& t) {
     g.M = cv.o, g.N = cv.p, g.K = cv.ckk;
     g.A = wm;
     g.B = f32_operand(cols, cv.p, 1);
-    if (bf) {
+    if (bf && gemm_pairs_bf16(g)) {
       cols_to_bf16(cols, cv.ckk, cv.p, cv.p, cols16);
       g.B = {cols16, GemmType::bf16, cv.p, 1};
     }
@@ -235,8 +249,13 @@ void kernel_CONV2D_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
   if (t.ith < k) {
     const Range gr = split_range(groups, t.ith, k);
     const int64_t kmax = kBatch * cv.p;  // row length of the side-by-side buffers
-    // bf16 x and dy: the side-by-side buffers are also kept as bf16 for gemm.
-    const bool bf = x->dtype == DType::bf16 && dy->dtype == DType::bf16;
+    // bf16 x and dy: the side-by-side buffers are kept as bf16 for gemm when it
+    // multiplies bf16 pairs (decided on a full batch of images).
+    GemmArgs full{};
+    full.M = cv.o, full.N = cv.ckk, full.K = kmax;
+    full.A = {nullptr, GemmType::bf16, kmax, 1};
+    full.B = {nullptr, GemmType::bf16, 1, kmax};
+    const bool bf = x->dtype == DType::bf16 && dy->dtype == DType::bf16 && gemm_pairs_bf16(full);
     const int64_t img = x->dtype == DType::bf16 ? cv.c * cv.h * cv.w : 0;
     const int64_t b16 = bf ? ((cv.ckk + cv.o) * kmax + 1) / 2 : 0;
     float* buf = static_cast<float*>(
