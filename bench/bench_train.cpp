@@ -17,7 +17,8 @@
 //   profile/gpt         its forward and backward node by node, as profile/fc
 //
 //   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
-// Threads: KILN_BENCH_THREADS (default 2, the setting).
+// Threads: KILN_BENCH_THREADS (default 2, the setting). KILN_BENCH_PRECISION=bf16:
+// the models under the bf16 precision policy (as kiln-mnist/kiln-gpt --precision bf16).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -44,6 +45,13 @@ double min_of(const std::vector<double>& v) {
   return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
+// KILN_BENCH_PRECISION=bf16: the models' --precision bf16 (matmuls, conv2d and
+// attention on bf16 operands, f32 master weights).
+DType bench_precision() {
+  const char* p = std::getenv("KILN_BENCH_PRECISION");
+  return p && std::string(p) == "bf16" ? bf16 : f32;
+}
+
 int bench_threads() {
   const char* e = std::getenv("KILN_BENCH_THREADS");
   return e && *e ? std::atoi(e) : 2;
@@ -53,7 +61,7 @@ int bench_threads() {
 // example, the benchmarks and the CUDA tests share) with random inputs and labels.
 struct Mnist {
   explicit Mnist(bool cnn, int64_t B = 500, int64_t logical = 1000)
-      : model(mnist::Model::build(cnn ? "cnn" : "fc", B)), x(model.images) {
+      : model(mnist::Model::build(cnn ? "cnn" : "fc", B, bench_precision())), x(model.images) {
     OptConfig cfg;
     cfg.inputs = x;
     cfg.outputs = model.logits;
@@ -172,6 +180,7 @@ BENCHMARK(graph_compute_tiny)
 struct GptBench {
   GptBench() : cpu(bench_threads()) {
     gpt::GptConfig c;
+    ctx.set_matmul_precision(bench_precision());  // before the model is built
     model = std::make_unique<gpt::Gpt>(ctx, c);
     model->allocate(cpu);
     model->init_gpt(1337);

@@ -14,7 +14,11 @@ Only the random windows differ (torch's generator instead of kiln's).
 PyTorch 1.13 (Debian's python3-torch) has no fused attention; the causal mask is
 applied with masked_fill as nanoGPT does on such versions.
 
-  OMP_WAIT_POLICY=PASSIVE python3 bench/gpt_pytorch.py --threads 2 [--iters 2000]
+--autocast runs the forward passes (training and validation) under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision: the
+baseline of `kiln-gpt train --precision bf16` (f32 params and AdamW either way).
+
+  OMP_WAIT_POLICY=PASSIVE python3 bench/gpt_pytorch.py --threads 2 [--iters 2000] [--autocast]
 """
 import argparse
 import math
@@ -118,6 +122,7 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--eval-interval", type=int, default=250)
     ap.add_argument("--eval-windows", type=int, default=200)
+    ap.add_argument("--autocast", action="store_true", help="CPU autocast to bf16 (forward passes)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -141,6 +146,9 @@ def main():
         t = min(1.0, (step - a.warmup) / max(1, a.iters - a.warmup))
         return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast)
+
     windows = val[: (len(val) // (T + 1)) * (T + 1)].view(-1, T + 1)[: a.eval_windows]
 
     @torch.no_grad()
@@ -148,8 +156,10 @@ def main():
         model.eval()
         total = 0.0
         for w in windows.split(8):
-            logits = model(w[:, :T])
-            total += F.cross_entropy(logits.reshape(-1, 256), w[:, 1:].reshape(-1)).item() * len(w)
+            with amp():
+                logits = model(w[:, :T])
+                loss = F.cross_entropy(logits.reshape(-1, 256), w[:, 1:].reshape(-1))
+            total += loss.float().item() * len(w)
         model.train()
         return total / len(windows)
 
@@ -163,8 +173,9 @@ def main():
         xy = torch.stack([train[i : i + T + 1] for i in ix])
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
-        logits = model(xy[:, :T])
-        loss = F.cross_entropy(logits.reshape(-1, 256), xy[:, 1:].reshape(-1))
+        with amp():
+            logits = model(xy[:, :T])
+            loss = F.cross_entropy(logits.reshape(-1, 256), xy[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if a.clip > 0:

@@ -6,7 +6,7 @@
 //   kiln-gpt sample [--prompt "..." --tokens 200 --temperature 0.8 --top-k 40]
 //
 // train ends with one summary line
-//   val_loss=… train_tokens_per_s=… train_time_s=… peak_rss_mb=…
+//   val_loss=… train_tokens_per_s=… train_time_s=… peak_rss_mb=… planned_mb=…
 // (tokens/s counted after the first 10 iterations). The defaults are nanoGPT's
 // CPU recipe: 4 layers, 4 heads, 128 wide, block 64, batch 12, AdamW lr 1e-3,
 // betas (0.9, 0.99), weight decay 0.1 on matrices, clipping at norm 1, 100
@@ -131,8 +131,11 @@ int train(const Options& o) {
                        std::to_string(o.model.n_embd) + " wide, block " + std::to_string(T));
   };
   const kiln::TokenTrainResult r = kiln::train_on_tokens(opt, eval, train_split, val_split, to);
-  std::printf("val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f\n",
-              r.val_loss, r.tokens_per_s, r.train_time_s, peak_rss_mb());
+  // planned_mb: the training graph's planned buffer (activations and temporaries).
+  std::printf(
+      "val_loss=%.4f train_tokens_per_s=%.0f train_time_s=%.2f peak_rss_mb=%.1f planned_mb=%.2f\n",
+      r.val_loss, r.tokens_per_s, r.train_time_s, peak_rss_mb(),
+      double(opt.memory_plan().buffer_size) / 1e6);
   return 0;
 }
 

@@ -486,6 +486,10 @@ TEST(NnOpsErrors, Attention) {
                     "attention", "[..., Tq, E]");
   EXPECT_KILN_ERROR(kiln::attention(q, k, v, {-1.0f, true}), "attention", "scale");
   EXPECT_KILN_ERROR(kiln::attention(q, k, Tensor()), "attention", "undefined");
+  // q, k, v share one dtype (f32 or bf16); f16 is neither.
+  EXPECT_KILN_ERROR(kiln::attention(q, k.to(kiln::bf16), v), "attention", "f32", "bf16",
+                    "one dtype");
+  EXPECT_KILN_ERROR(kiln::attention(q.to(kiln::f16), k, v), "attention", "q", "f16");
 }
 
 TEST(NnOpsErrors, Rope) {

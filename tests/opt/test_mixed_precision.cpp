@@ -195,5 +195,47 @@ TEST(MixedPrecision, TrainsToTheSameLossAsF32) {
   EXPECT_LT(b.val.loss(), 0.15);
 }
 
+// Two pre-LN transformer blocks under the policy: attention takes bf16 q, k, v
+// and gives a bf16 output, its backward reads them (saved in bf16), and the
+// planned buffer of the training graph is clearly smaller than in f32.
+TEST(MixedPrecision, AttentionRunsOnBf16AndPlannedMemoryDrops) {
+  size_t planned[2] = {0, 0};
+  for (int p = 0; p < 2; ++p) {
+    Context ctx;
+    ctx.set_matmul_precision(p ? bf16 : f32);
+    nn::Sequential net(ctx);
+    net.push_back<nn::TransformerBlock>(128, 4, 0.0f, true);
+    net.push_back<nn::TransformerBlock>(128, 4, 0.0f, true);
+    Tensor x = ctx.input(f32, {8, 64, 128}, "x");
+    Tensor y = net.forward(x);
+    OptConfig cfg;
+    cfg.inputs = x;
+    cfg.outputs = y;
+    cfg.loss = LossKind::mse;
+    cfg.model = &net;
+    cfg.n_threads = 1;
+    OptContext opt(cfg);
+    planned[p] = opt.memory_plan().buffer_size;
+    int attention = 0, attention_back = 0;
+    for (const TensorNode* n : opt.graph().nodes()) {
+      const DType want = p ? bf16 : f32;
+      if (n->op == Op::ATTENTION) {
+        ++attention;
+        EXPECT_EQ(n->dtype, want);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(n->src[i]->dtype, want);
+      }
+      if (n->op == Op::ATTENTION_BACK) {
+        ++attention_back;
+        EXPECT_EQ(n->dtype, f32);  // dq, dk, dv
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(n->src[i]->dtype, want) << "source " << i;
+      }
+    }
+    EXPECT_EQ(attention, 2);
+    EXPECT_EQ(attention_back, 2);
+  }
+  EXPECT_LT(double(planned[1]), 0.85 * double(planned[0]))
+      << "planned " << planned[0] << " bytes in f32, " << planned[1] << " in bf16";
+}
+
 }  // namespace
 }  // namespace kiln::test

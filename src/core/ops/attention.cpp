@@ -6,7 +6,11 @@
 // no grouped heads); scale 0 means 1/sqrt(E); causal masks key j for query i when
 // j > i + (Tk - Tq) (bottom-right aligned as softmax's causal flag, so one query
 // against a KV cache sees every key). A query row that sees no key gives zeros.
+// q, k, v are all f32 or all bf16; the output has their dtype. bf16 inputs
+// multiply exactly with f32 accumulation; the CPU kernel rounds the softmax
+// weights to bf16 for PV where it runs vdpbf16ps (as FlashAttention does).
 #include <cmath>
+#include <utility>
 
 #include "core/autodiff.h"
 #include "kiln/ext/op_builder.h"
@@ -18,9 +22,22 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
   const char* op = "attention";
   detail::check_defined(op, {q, k, v});
   detail::check_same_ctx(op, {q, k, v});
-  detail::check_float32(op, "q", q);
-  detail::check_float32(op, "k", k);
-  detail::check_float32(op, "v", v);
+  // The context's bf16 policy (Context::set_matmul_precision): q, k and v cast to
+  // bf16, so QK^T and PV run on bf16 products (f32 accumulation, softmax in f32)
+  // and the output is bf16 like its inputs (its consumer, the output projection,
+  // would cast it anyway).
+  if (q.node()->ctx->matmul_precision() == bf16) {
+    if (q.dtype() == f32) q = q.to(bf16);
+    if (k.dtype() == f32) k = k.to(bf16);
+    if (v.dtype() == f32) v = v.to(bf16);
+  }
+  for (auto [what, t] : {std::pair{"q", q}, {"k", k}, {"v", v}})
+    if (t.dtype() != f32 && t.dtype() != bf16)
+      fail(op, what, " ", t.label(), " is ", dtype_name(t.dtype()),
+           ": q, k and v must be f32 or bf16");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    fail(op, "q is ", dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), " and v ",
+         dtype_name(v.dtype()), ": all three must have one dtype");
   if (q.ndim() < 2) fail(op, "q must be [..., Tq, E], got ", q.shape().str());
   if (k.ndim() != q.ndim() || v.ndim() != q.ndim())
     fail(op, "q ", q.shape().str(), ", k ", k.shape().str(), " and v ", v.shape().str(),
@@ -39,7 +56,7 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
   if (!std::isfinite(opt.scale) || opt.scale < 0)
     fail(op, "scale must be finite and >= 0 (0: 1/sqrt(E)), got ", opt.scale);
   const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(e > 0 ? e : 1));
-  return Tensor(detail::new_op(Op::ATTENTION, f32, q.shape(), {q.node(), k.node(), v.node()},
+  return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(), {q.node(), k.node(), v.node()},
                                AttentionParams{scale, opt.causal}));
 }
 

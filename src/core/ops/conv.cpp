@@ -10,6 +10,8 @@
 //   MATMUL express the same thing as a composite; measured 2-3x slower for
 //   kiln-mnist's cnn, docs/benchmarks.md.) CONV2D, CONV2D_BACK_INPUT and
 //   CONV2D_BACK_WEIGHT are bilinear and each one's gradients are the others.
+//   Under the bf16 precision policy x, weight (and dy backward) are cast to
+//   bf16 in the graph; the kernels take f32 or bf16 sources, results f32.
 // - Output size (core/ops/window.h): floor((H + 2P - D*(K-1) - 1) / S) + 1 (ceil_mode=False); an
 //   output size <= 0 is an error.
 #include "core/autodiff.h"
@@ -56,6 +58,13 @@ Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dOptions& opt) {
                        opt.padding[1],
                        opt.dilation[0],
                        opt.dilation[1]};
+  // The context's bf16 policy (Context::set_matmul_precision): x and weight cast
+  // to bf16, the products of their columns bf16 x bf16 with f32 accumulation;
+  // the result (and the bias add) stays f32.
+  if (x.node()->ctx->matmul_precision() == bf16) {
+    x = x.to(bf16);
+    weight = weight.to(bf16);
+  }
   Tensor y(detail::new_op(Op::CONV2D, f32, {n, o, oh, ow}, {x.node(), weight.node()}, p));
   if (bias.defined()) y = add(y, bias.reshape({1, o, 1, 1}));
   return y;
@@ -134,7 +143,10 @@ Tensor conv(Tensor x, Tensor weight, const Shape& y_shape, const Conv2dParams& p
 
 // y = conv(x, w): <G, y> = <back_input(G, w), x> = <back_weight(x, G), w>.
 void backward_CONV2D(GradCtx& g) {
-  const Tensor x = g.src(0), w = g.src(1), gy = g.grad();
+  const Tensor x = g.src(0), w = g.src(1);
+  // Under the bf16 policy both products take dy as bf16: cast it once.
+  Tensor gy = g.grad();
+  if (gy.node()->ctx->matmul_precision() == bf16 && gy.dtype() == f32) gy = gy.to(bf16);
   if (g.needs(0)) g.add(0, conv_back_input(gy, w, x.shape(), g.params<Op::CONV2D>()));
   if (g.needs(1)) g.add(1, conv_back_weight(x, gy, w.shape(), g.params<Op::CONV2D>()));
 }

@@ -92,6 +92,77 @@ void add_attention(std::vector<Case>& cs, Sz z) {
           return attention(x[0], x[1], x[2], {0.0f, causal});
         },
         true)));
+
+  // bf16 q, k, v (bf16 output): on AVX512_BF16 builds attention_bf16.cpp's
+  // vdpbf16ps path, elsewhere the f32 kernel on converted rows. The reference
+  // multiplies the stored bf16 values in double; the tolerance covers the
+  // softmax weights rounded to bf16 for PV and the bf16 output. Odd E and Tk
+  // (pairs with a zero partner), Tq != Tk, rows that see no key, strided views,
+  // several key blocks (Tk > 256).
+  auto bfa = [&](Input x, Layout l = Layout::contig) { return with(as(x, DType::bf16), l); };
+  const std::vector<At> bf_ats = {
+      {"bf16_causal",
+       {bfa(in("q", {B, H, T, E}, g)), bfa(in("k", {B, H, T, E}, g)), bfa(in("v", {B, H, T, E}))},
+       {0.0f, true}},
+      {"bf16_full_odd_e",
+       {bfa(in("q", {B, H, T, 7}, g)), bfa(in("k", {B, H, T + 2, 7}, g)),
+        bfa(in("v", {B, H, T + 2, 7}))},
+       {0.6f, false}},
+      {"bf16_causal_more_queries",
+       {bfa(in("q", {1, 2, T + 2, E}, g)), bfa(in("k", {1, 2, 3, E}, g)),
+        bfa(in("v", {1, 2, 3, E}))},
+       {0.0f, true}},
+      {"bf16_permuted",
+       {bfa(in("q", {B, H, T, 32}, g), Layout::permuted),
+        bfa(in("k", {B, H, T, 32}, g), Layout::permuted),
+        bfa(in("v", {B, H, T, 32}), Layout::narrowed)},
+       {0.0f, true}},
+      {"bf16_long_e40",
+       {bfa(in("q", {1, 2, 300, 40}, g)), bfa(in("k", {1, 2, 301, 40}, g)),
+        bfa(in("v", {1, 2, 301, 40}))},
+       {0.0f, true}},
+  };
+  for (const At& a : bf_ats) {
+    const AttentionOptions opt = a.opt;
+    Case c = make_case(
+        "attention_" + a.name, {Op::ATTENTION}, a.ins,
+        [opt](Context&, X x) { return attention(x[0], x[1], x[2], opt); }, false);
+    c.tol = {8e-3, 8e-3};
+    cs.push_back(c);
+  }
+  // The context's bf16 policy: f32 q, k, v cast in the graph, a bf16 output
+  // (read back as f32 here), and the backward pass through ATTENTION_BACK with
+  // bf16 q, k, v and dO (their dS and P rounded to bf16 for the products).
+  // Finite differences cannot see through the casts: the CPU's gradients are
+  // compared with the reference's backward graph.
+  Case policy = no_fd(make_case(
+      "attention_bf16_precision_policy", {Op::ATTENTION, Op::COPY},
+      {in("q", {B, H, T + 3, 24}, g), in("k", {B, H, T + 3, 24}, g), in("v", {B, H, T + 3, 24})},
+      [](Context& ctx, X x) {
+        ctx.set_matmul_precision(bf16);
+        return attention(x[0], x[1], x[2], {0.0f, true}).to(f32);
+      },
+      true));
+  policy.tol = {8e-3, 8e-3};
+  policy.grad_tol = {2e-2, 2e-2};
+  cs.push_back(policy);
+  // ATTENTION_BACK alone in bf16 (q, k, v, O and dO bf16; dq, dk, dv f32).
+  for (const bool causal : {false, true}) {
+    Case c = make_case(
+        causal ? "attention_back_bf16_causal" : "attention_back_bf16", {Op::ATTENTION_BACK},
+        {bfa(in("q", {B, H, T, 9}, g)), bfa(in("k", {B, H, T + 1, 9}, g)),
+         bfa(in("v", {B, H, T + 1, 9})), bfa(in("dout", {B, H, T, 9}))},
+        [causal](Context&, X x) {
+          const AttentionParams p{0.5f, causal};
+          Tensor o = attention(x[0], x[1], x[2], {0.5f, causal});
+          const int64_t n = x[0].numel() + x[1].numel() + x[2].numel();
+          return detail::make_op(Op::ATTENTION_BACK, DType::f32, Shape{n},
+                                 {x[0], x[1], x[2], o, x[3]}, p);
+        },
+        false);
+    c.tol = {1e-2, 1e-2};
+    cs.push_back(c);
+  }
   // ATTENTION_BACK alone: q, k, v, out = attention(q, k, v), d out.
   for (const bool causal : {false, true}) {
     Case c = make_case(

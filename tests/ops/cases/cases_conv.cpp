@@ -2,6 +2,7 @@
 // its backward ops and im2col/col2im directly.
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "kiln/ext/op_params.h"
 #include "ops/cases/case_specs.h"
@@ -151,6 +152,41 @@ void add_conv(std::vector<Case>& cs, Sz z) {
       make_case("conv2d_back_weight_strided", {Op::CONV2D_BACK_WEIGHT},
                 {with(in("x", xs), Layout::transposed), with(in("dy", ys), Layout::transposed)},
                 back_weight, true));
+  // bf16 sources (what the bf16 policy gives the kernels): the columns are
+  // multiplied as bf16 x bf16 with f32 accumulation, so against the reference on
+  // the same bf16 values only f32's accumulation error remains.
+  auto bf = [](Input x, Layout l = Layout::contig) { return with(as(x, DType::bf16), l); };
+  for (const bool strided : {false, true}) {
+    const Layout l = strided ? Layout::transposed : Layout::contig;
+    const std::string sfx = strided ? "_strided" : "";
+    Case bi = make_case("conv2d_back_input_bf16" + sfx, {Op::CONV2D_BACK_INPUT},
+                        {bf(in("dy", ys), l), bf(in("w", ws, wg), l)}, back_input, false);
+    bi.tol = {1e-5, 1e-4};
+    cs.push_back(bi);
+    Case bw = make_case("conv2d_back_weight_bf16" + sfx, {Op::CONV2D_BACK_WEIGHT},
+                        {bf(in("x", xs), l), bf(in("dy", ys), l)}, back_weight, false);
+    bw.tol = {1e-5, 1e-4};
+    cs.push_back(bw);
+  }
+  // The context's bf16 policy: x and weight cast in the graph, dy cast once in
+  // the backward pass; more than 8 images (dW groups), padding and stride.
+  // Finite differences cannot see through the casts: the CPU's gradients are
+  // compared with the reference's backward graph (which rounds the same casts;
+  // a dy element on a rounding tie may round the other way in f32).
+  Case policy = no_fd(make_case(
+      "conv2d_bf16_precision_policy", {Op::CONV2D, Op::COPY},
+      {in("x", {9, 3, z(12, 64), z(11, 64)}), in("w", {8, 3, 3, 3}, wg), in("b", {8})},
+      [](Context& ctx, X x) {
+        ctx.set_matmul_precision(bf16);
+        Conv2dOptions o;
+        o.padding[0] = o.padding[1] = 1;
+        o.stride[1] = 2;
+        return conv2d(x[0], x[1], x[2], o);
+      },
+      true));
+  policy.tol = {1e-5, 1e-4};
+  policy.grad_tol = {1e-3, 1e-3};
+  cs.push_back(policy);
   // IM2COL / COL2IM through their public builders unfold / fold (each is the
   // other's gradient); `out` is the shape the builder must produce.
   const Win w1{2, 3, 1, 2, 1, 1}, w2{2, 2, 1, 1, 0, 0, 2, 2};

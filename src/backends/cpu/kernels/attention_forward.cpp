@@ -26,6 +26,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/attention_head.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -229,6 +230,7 @@ UnitRange unit_range(const ThreadCtx& t, int64_t blocks, int64_t tiles, const Gr
 }  // namespace
 
 void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
+  if (attention_bf16_forward(dst, t)) return;  // bf16 inputs on vdpbf16ps
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
   const AttentionParams p = op_params<Op::ATTENTION>(*dst);
   const Dims D = dims_of(q, k);
@@ -246,7 +248,8 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   float* qt = S + kTileRows * kBlock;  // kTileRows x e: the tile's q rows
   float* O = qt + kTileRows * e;       // kTileRows x e: output accumulators
   float* rbuf = O + kTileRows * e;
-  float* out = static_cast<float*>(dst->data);
+  char* out = static_cast<char*>(dst->data);
+  const int64_t osz = int64_t(dtype_size(dst->dtype));
   const char *packed_k = nullptr, *packed_v = nullptr;  // the heads in kt and vp
   for (int64_t u = ur.begin; u < ur.end; ++u) {
     const int64_t h0 = u / tiles * g.sub, i0 = u % tiles * g.pos;
@@ -305,9 +308,11 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
     for (int r = 0; r < rows; ++r) {
       const int64_t s = r / g.pos, i = r % g.pos;
       if (i >= np) continue;
-      float* o = out + ((h0 + s) * D.tq + i0 + i) * e;
+      float* a = O + r * e;
       const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // no visible key: zeros
-      for (int64_t c = 0; c < e; ++c) o[c] = O[r * e + c] * inv;
+      for (int64_t c = 0; c < e; ++c) a[c] *= inv;
+      convert((const char*)a, DType::f32, 4, out + ((h0 + s) * D.tq + i0 + i) * e * osz, dst->dtype,
+              osz, e);
     }
   }
 }

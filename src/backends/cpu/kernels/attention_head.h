@@ -11,13 +11,16 @@ namespace kiln::cpu::attn {
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// One head of a [..., T, E] tensor: its base and row/column byte strides.
+// One head of a [..., T, E] tensor: its base, row/column byte strides, dtype.
 struct HeadMat {
   const char* base;
   int64_t rs, cs;
-  // Row i as contiguous floats (the memory itself, or a copy in buf).
+  DType dt;
+  // Row i as contiguous floats (the memory itself, or a copy in buf; bf16
+  // converted, so the f32 kernels are also the bf16 path of builds without
+  // AVX512_BF16).
   const float* row(int64_t i, int64_t e, float* buf) const {
-    return f32_row(base + i * rs, DType::f32, cs, e, buf);
+    return f32_row(base + i * rs, dt, cs, e, buf);
   }
   bool operator==(const HeadMat&) const = default;
 };
@@ -31,7 +34,7 @@ inline HeadMat head_of(const TensorNode* t, int64_t h) {
     off += (h % t->shape[d]) * t->stride[d];
     h /= t->shape[d];
   }
-  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1]};
+  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1], t->dtype};
 }
 
 // Keys visible to query row i: all Tk, or j <= i + (Tk - Tq) when causal.
