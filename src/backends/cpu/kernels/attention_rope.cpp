@@ -30,13 +30,21 @@ void rope_rows(TensorNode* dst, ThreadCtx& t) {
   const char* cp = static_cast<const char*>(ct->data);
   const char* sp = static_cast<const char*>(st->data);
   float* out = static_cast<float*>(dst->data);
+  // Row i = (b, tt, hh), walked in order; the table rows change with tt only.
+  int64_t b = r.begin / (T * H), tt = r.begin / H % T, hh = r.begin % H;
+  const float *c = nullptr, *s = nullptr;
   for (int64_t i = r.begin; i < r.end; ++i) {
-    const int64_t b = i / (T * H), tt = i / H % T, hh = i % H;
+    if (c == nullptr || hh == 0) {
+      c = f32_row(cp + tt * ct->stride[0], ct->dtype, ct->stride[1], D, buf + D);
+      s = f32_row(sp + tt * st->stride[0], st->dtype, st->stride[1], D, buf + 2 * D);
+    }
     const char* xrow = xp + b * x->stride[0] + tt * x->stride[1] + hh * x->stride[2];
     const float* xr = f32_row(xrow, x->dtype, x->stride[3], D, buf);
-    const float* c = f32_row(cp + tt * ct->stride[0], ct->dtype, ct->stride[1], D, buf + D);
-    const float* s = f32_row(sp + tt * st->stride[0], st->dtype, st->stride[1], D, buf + 2 * D);
     float* y = out + i * D;
+    if (++hh == H) {
+      hh = 0;
+      if (++tt == T) tt = 0, ++b;
+    }
     for (int64_t j = 0; j < h; j += kW) {
       const int n = int(std::min(kW, h - j));
       const VF a = vm::loadv<VF>(xr + j, n), e = vm::loadv<VF>(xr + j + h, n);
