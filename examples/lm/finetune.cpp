@@ -74,7 +74,10 @@ kiln::TokenDataset tokens(const FinetuneOptions& o) {
   const std::vector<std::string> docs = read_documents(o.data);
   if (o.bytes) {
     std::vector<uint8_t> b;
-    for (const std::string& d : docs) b.insert(b.end(), d.begin(), d.end()), b.push_back('\n');
+    for (const std::string& d : docs) {
+      b.insert(b.end(), d.begin(), d.end());
+      b.push_back('\n');
+    }
     return kiln::TokenDataset(std::move(b));
   }
   const kiln::Tokenizer tok = kiln::Tokenizer::load(o.tokenizer.empty() ? o.model : o.tokenizer);

@@ -124,8 +124,9 @@ GgufFile OptContext::load(const std::string& path, bool with_optimizer_state) {
         if (t.defined()) f.load(t, s.prog.params[i].name() + suffix);
     s.step = step;
     s.epoch = epoch;
-    // The dropout seed counts training passes: as many as the saved run had.
-    s.passes = step * s.k;
+    // The dropout seed counts training passes: as many as the saved run had
+    // (modulo 2^64: only its low 32 bits seed, and a corrupt step must not overflow).
+    s.passes = int64_t(uint64_t(step) * uint64_t(s.k));
   }
   s.zero_grads();
   s.pending = 0;
