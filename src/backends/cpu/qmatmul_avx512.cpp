@@ -20,7 +20,9 @@ namespace kiln::cpu::qmatmul_detail {
 namespace {
 
 inline __m512 scale_of(const uint8_t* block) {
-  return _mm512_cvtph_ps(_mm256_set1_epi16(*reinterpret_cast<const short*>(block)));
+  short h;  // blocks are 18 or 34 bytes: the scale is not 2-byte aligned
+  std::memcpy(&h, block, 2);
+  return _mm512_cvtph_ps(_mm256_set1_epi16(h));
 }
 
 // The 32 values of a block as (values 0..15, values 16..31), scaled.
