@@ -277,7 +277,9 @@ TEST(QMatmul, NonFiniteXPropagates) {
         EXPECT_FALSE(std::isfinite(y[size_t(j)])) << "m=" << m << " j=" << j;
         EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)])) << "m=" << m << " j=" << j;
       }
-      if (m > 1) EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+      if (m > 1) {
+        EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+      }
     }
 }
 
