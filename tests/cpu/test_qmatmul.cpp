@@ -251,6 +251,15 @@ TEST(QMatmul, ManyRowsOfW) {
   }
 }
 
+// Odd block counts (the int8 path pairs blocks; an odd last one pairs with
+// itself) inside and after a chunk of 16 blocks, for 1 to 4 rows of x.
+TEST(QMatmul, OddBlockCounts) {
+  uint32_t seed = 300;
+  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0})
+    for (int64_t k : {96, 544, 1120})
+      for (int64_t m : {1, 2, 3, 4}) check_xwt({f, m, 13, k}, seed++);
+}
+
 // A non-finite x value makes the outputs that read it non-finite, on every path
 // (the int8 path cannot round it: its block's outputs become NaN).
 TEST(QMatmul, NonFiniteXPropagates) {
@@ -268,7 +277,9 @@ TEST(QMatmul, NonFiniteXPropagates) {
         EXPECT_FALSE(std::isfinite(y[size_t(j)])) << "m=" << m << " j=" << j;
         EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)])) << "m=" << m << " j=" << j;
       }
-      if (m > 1) EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+      if (m > 1) {
+        EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+      }
     }
 }
 

@@ -57,7 +57,7 @@ void qmatmul_xwt(const QuantMatrix& W, const float* x, int64_t ldx, float* y, in
 // Whether qmatmul_xwt with m rows of x rounds x to int8 first: true for m <= 4
 // (decoding) in builds with AVX512_VNNI, which then multiply int8 blocks as
 // llama.cpp does. Each x value moves by at most half its block's step
-// (max |x| over its 32-block / 127, a 0.4% relative step), so
+// dx = max |x| over its block of 32 / 127 (0.39% of that max), so
 //   |y - exact| <= sum_c |W[j, c]| * dx(c) / 2 + f32 rounding,
 // dx(c) = max |x[i, block of c]| / 127. Otherwise (and always for qmatmul_xw)
 // the product is the exact dequantized one up to f32 rounding. A non-finite x

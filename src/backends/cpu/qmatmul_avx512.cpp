@@ -1,11 +1,14 @@
-// AVX-512 quantized kernels. A block's 32 quants become two zmm of f32 values
-// times the block's scale (exact: an f16 scale times an int8 or a 4-bit value
-// fits f32's mantissa), then FMAs with x in f32: the row-dot result is the exact
-// dequantized product up to f32 rounding, as in the f32 gemv. Q4_0 nibbles
-// become floats by one vpermps from a 16-entry table (it reads only the index's
-// low 4 bits, so no masking). The row-dot path keeps two accumulators per (row
-// of x, row of W) and works on up to 4 rows of W at once, so 8 FMA chains hide
-// the FMA latency when m = 1; each row's operations are the same in any group.
+// AVX-512 quantized kernels: the dequantization of the GEMM path and the
+// row-dot path of x @ W^T (few rows of x), in two variants:
+// - with AVX512_VNNI (KILN_QMATMUL_VNNI): x rounded to int8 blocks, a pair of W
+//   blocks per vpdpbusd (see the comment above XPair);
+// - without: a block's quants become two zmm of f32 (Q4_0 nibbles by one
+//   vpermps from a 16-entry table, which reads only the index's low 4 bits, so
+//   no masking), multiplied with x in f32 and summed lane-wise, then scaled
+//   into the accumulator: the exact dequantized product up to f32 rounding.
+// Both work on up to 4 rows of W at once (4 independent accumulator chains when
+// m = 1); each row's operations are the same in any group, so the split over
+// threads does not change the result.
 #include "backends/cpu/qmatmul_internal.h"
 
 #if defined(KILN_GEMM_AVX512)
@@ -20,31 +23,13 @@ namespace kiln::cpu::qmatmul_detail {
 namespace {
 
 inline __m512 scale_of(const uint8_t* block) {
-  return _mm512_cvtph_ps(_mm256_set1_epi16(*reinterpret_cast<const short*>(block)));
+  short h;  // blocks are 18 or 34 bytes: the scale is not 2-byte aligned
+  std::memcpy(&h, block, 2);
+  return _mm512_cvtph_ps(_mm256_set1_epi16(h));
 }
 
-// The 32 values of a block as (values 0..15, values 16..31), scaled.
-template <QuantFormat F>
-inline __attribute__((always_inline)) void load_block(const uint8_t* blk, __m512& lo, __m512& hi) {
-  const __m512 d = scale_of(blk);
-  if constexpr (F == QuantFormat::q8_0) {
-    const __m512i q0 =
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    const __m512i q1 =
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d);
-    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d);
-  } else {
-    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m512i q =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    lo = _mm512_mul_ps(_mm512_permutexvar_ps(q, table), d);
-    hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table), d);
-  }
-}
-
-// Software prefetch distance of the row-dot path. A block is 7 vector ops for 18
-// or 34 bytes, so the out-of-order window covers few cache lines and the
+// Software prefetch distance of the row-dot path. A block is a few vector ops
+// for 18 or 34 bytes, so the out-of-order window covers few cache lines and the
 // hardware prefetchers alone leave DRAM bandwidth unused (measured on Zen 5,
 // SmolLM2-135M's matrices: 4 rows ahead, ~1.3-2.4 KB, reached half of f32
 // gemv's GB/s; 8-16 KB ahead reached it).
@@ -70,6 +55,16 @@ inline __attribute__((always_inline)) void load_quants(const uint8_t* blk, __m51
     lo = _mm512_permutexvar_ps(q, table);
     hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
   }
+}
+
+// The 32 values of a block as (values 0..15, values 16..31), scaled: exact,
+// an f16 scale times an int8 or 4-bit value fits f32's mantissa.
+template <QuantFormat F>
+inline __attribute__((always_inline)) void load_block(const uint8_t* blk, __m512& lo, __m512& hi) {
+  const __m512 d = scale_of(blk);
+  load_quants<F>(blk, lo, hi);
+  lo = _mm512_mul_ps(lo, d);
+  hi = _mm512_mul_ps(hi, d);
 }
 
 // The f16 scales of nc <= 16 consecutive blocks (stride BB bytes from p) as f32
