@@ -12,6 +12,8 @@
 // Both functions are collective: every thread of a ThreadPool run calls them
 // with its own ThreadCtx (a standalone ThreadCtx runs them on one thread); the
 // work is split over t.nth threads and the result does not depend on t.nth.
+// Each ends with a barrier: when it returns on any thread, all of the output
+// is written. Bad shapes or strides throw kiln::Error.
 #pragma once
 #include <cstddef>
 #include <cstdint>
