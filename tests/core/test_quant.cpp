@@ -5,8 +5,10 @@
 // quantized tensor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "common/error_check.h"
@@ -166,6 +168,76 @@ TEST(Quant, AQuantizedParamThatIsNotFrozenGetsNoGradient) {
   Tensor l3 = kiln::sum(p.to(q8_0).to(f32));
   kiln::Graph g3 = kiln::Graph::forward({l3});
   EXPECT_KILN_ERROR(g3.backward(l3), "copy", "quantization");
+}
+
+// The quantized product x @ W^T against the f32 product with the original W:
+// |y_q - y| <= sum_c |x_c| e(c) + f32 rounding, where e is the format's bound
+// on one weight's error in its block (scale d = the f32 scale, d16 its f16):
+// q8_0 e = d / 2 + 127 |d - d16| (round to nearest); q4_0 e = |d| + 8 |d - d16|
+// (round to nearest, but the top value 8|d| clamps to 7|d| on the side
+// opposite the block's largest magnitude).
+TEST_P(QuantFormat, MatmulIsWithinTheFormatsErrorOfTheF32Product) {
+  const DType t = GetParam();
+  const int64_t M = 5, N = 24, K = 256;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(size_t(M * K)), w(size_t(N * K));
+  for (float& v : x) v = nd(rng);
+  for (float& v : w) v = nd(rng) * 0.05f;
+  kiln::Context ctx;
+  Tensor xt = ctx.input(f32, {M, K}, "x");
+  Tensor wq = ctx.param(t, {N, K}, "wq");
+  Tensor wf = ctx.param(f32, {N, K}, "wf");
+  Tensor yq = kiln::matmul(xt, wq.T()), yf = kiln::matmul(xt, wf.T());
+  kiln::Graph g = kiln::Graph::forward({yq, yf});
+  kiln::CpuBackend cpu(2);
+  auto buf = kiln::allocate_tensors(ctx, cpu);
+  xt.set(x);
+  wq.set(w);
+  wf.set(w);
+  cpu.compute(g);
+  const std::vector<float> q = yq.get<float>(), f = yf.get<float>();
+  // Per-weight error bounds from each block's scale.
+  std::vector<double> e(w.size());
+  for (size_t b = 0; b < w.size() / 32; ++b) {
+    float amax = 0.0f, mx = 0.0f;
+    for (size_t j = 0; j < 32; ++j)
+      if (std::fabs(w[b * 32 + j]) > amax) amax = std::fabs(w[b * 32 + j]), mx = w[b * 32 + j];
+    const double d = t == q8_0 ? amax / 127.0f : std::fabs(mx / -8.0f);
+    const double d16 = kiln::f16_to_f32(kiln::f32_to_f16(float(d)));
+    const double eb = t == q8_0 ? d / 2 + 127 * std::fabs(d - d16) : d + 8 * std::fabs(d - d16);
+    for (size_t j = 0; j < 32; ++j) e[b * 32 + j] = eb;
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double bound = 1e-5, mag = 0;
+      for (int64_t c = 0; c < K; ++c) {
+        bound += std::fabs(x[size_t(i * K + c)]) * e[size_t(j * K + c)];
+        mag += std::fabs(x[size_t(i * K + c)] * w[size_t(j * K + c)]);
+      }
+      bound += 1e-6 * mag;  // f32 accumulation of both products
+      const double err = std::fabs(double(q[size_t(i * N + j)]) - f[size_t(i * N + j)]);
+      EXPECT_LE(err, bound) << "y[" << i << ", " << j << "]";
+      worst = std::max(worst, err / bound);
+    }
+  // The bound is not vacuous: the product does differ from the f32 one.
+  EXPECT_GT(worst, 0.01);
+}
+
+TEST(Quant, MatmulTakesAQuantizedWeightOnlyAsAFrozenMatrix) {
+  kiln::Context ctx;
+  Tensor w = ctx.param(q8_0, {4, 64}, "w");
+  Tensor w3 = ctx.param(q8_0, {2, 4, 64}, "w3");
+  Tensor x = ctx.input(f32, {3, 64}, "x");
+  Tensor y = ctx.input(f32, {3, 4}, "y");
+  EXPECT_KILN_ERROR((void)kiln::matmul(w, x.T()), "matmul", "'w'", "q8_0", "second operand");
+  EXPECT_KILN_ERROR((void)kiln::matmul(x, w3.T()), "matmul", "[2, 64, 4]", "2 dims");
+  EXPECT_EQ(kiln::matmul(y, w).shape(), (kiln::Shape{3, 64}));  // dy @ W
+  // A quantized weight that is a param left trainable: the backward pass refuses it.
+  Tensor loss = kiln::sum(kiln::matmul(x, w.T()));
+  kiln::Graph g = kiln::Graph::forward({loss});
+  EXPECT_KILN_ERROR(g.backward(loss), "backward", "'w'", "q8_0", "freeze");
 }
 
 }  // namespace
