@@ -22,9 +22,12 @@ struct LoadedModel {
   double load_seconds = 0;
 };
 
-// `max_seq_len` 0: the model's default (ModelOptions::max_seq_len).
-std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads,
-                                        int64_t max_seq_len = 0);
+// `max_seq_len` 0: the model's default (ModelOptions::max_seq_len). `weights`:
+// ModelOptions::weight_dtype; a GGUF file with Q8_0/Q4_0 tensors keeps them
+// quantized unless `weights` asks for another quantized type.
+std::unique_ptr<LoadedModel> load_model(
+    const std::string& path, int threads, int64_t max_seq_len = 0,
+    kiln::models::ModelOptions::WeightDType weights = kiln::models::ModelOptions::WeightDType::f32);
 
 // "1,2,3" (commas and/or spaces) -> ids; `what` names the option in errors.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);
