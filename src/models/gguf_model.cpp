@@ -284,7 +284,11 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   // Quantized Linear weights: Q8_0 / Q4_0 tensors kept as stored (rows moved as
   // bytes), other dtypes quantized as they load (ModelOptions::WeightDType).
   const std::optional<DType> q = detail::quantized_weight_dtype(opt);
-  if (q || opt.weight_dtype == ModelOptions::WeightDType::stored) {
+  // Only the CPU reads quantized blocks: other backends get f32 (stored) or an error.
+  if (q && !detail::can_map(backend))
+    fail("models", path, ": weight_dtype ", dtype_name(*q),
+         " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
+  if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
     const std::set<std::string> linear = detail::linear_weight_names(*model);
     for (Item& it : plan) {
       if (!detail::quantizes(linear, it.name, it.param)) continue;

@@ -142,6 +142,9 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
         if (it.param.ndim() >= 2 && it.loc.info->dtype != f32)
           it.param = model.set_parameter_dtype(it.name, it.loc.info->dtype);
     if (const std::optional<DType> q = detail::quantized_weight_dtype(opt)) {
+      if (!detail::can_map(*backend))
+        fail("models", dir, ": weight_dtype ", dtype_name(*q),
+             " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
       const std::set<std::string> linear = detail::linear_weight_names(model);
       for (Item& it : plan)
         if (detail::quantizes(linear, it.name, it.param))
