@@ -16,5 +16,6 @@ Command add_generate(CLI::App& app);    // generate.cpp
 Command add_perplexity(CLI::App& app);  // perplexity.cpp
 Command add_pretrain(CLI::App& app);    // pretrain.cpp
 Command add_finetune(CLI::App& app);    // finetune.cpp
+Command add_quantize(CLI::App& app);    // quantize.cpp
 
 }  // namespace lm

@@ -9,6 +9,7 @@
 // exact --resume (the batches of step s depend only on --seed and s).
 //   kiln-lm finetune --model DIR --data FILE|DIR... --out DIR [--lora-r 8]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
+//       [--quantize q8_0|q4_0]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
 //       [--grad-accum 1] [--checkpointing] [--lr 2e-4] [--warmup 10]
 //       [--eval-every 20] [--eval-batches 4] [--checkpoint PATH [--resume]]
@@ -47,6 +48,7 @@ struct FinetuneOptions {
   float lr = 2e-4f, min_lr = 0, weight_decay = 0, clip = 0, val_split = 0.1f;
   uint64_t seed = 1;
   int threads = 0;
+  std::string quantize;  // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
 };
 
 constexpr const char* kCmd = "kiln-lm finetune";
@@ -122,7 +124,13 @@ int run(const FinetuneOptions& o) {
 
   kiln::Context ctx;
   kiln::CpuBackend cpu(o.threads);
-  auto model = kiln::models::load_pretrained(ctx, cpu, o.model);
+  if (o.full && !o.quantize.empty())
+    kiln::fail(kCmd, "--quantize trains LoRA adapters on a frozen quantized base, not --full");
+  kiln::models::ModelOptions mo;
+  if (!o.quantize.empty())
+    mo.weight_dtype = o.quantize == "q8_0" ? kiln::models::ModelOptions::WeightDType::q8_0
+                                           : kiln::models::ModelOptions::WeightDType::q4_0;
+  auto model = kiln::models::load_pretrained(ctx, cpu, o.model, mo);
   const int64_t V = model->vocab_size();
   if (data.vocab_size() > V)
     kiln::fail(kCmd, "the data's vocabulary (", data.vocab_size(), ") is larger than the model's (",
@@ -256,6 +264,8 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--seed", o->seed, "seed of the batches and the adapters' init")
       ->capture_default_str();
   c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
+  c->add_option("--quantize", o->quantize, "QLoRA: quantize the base's Linear weights")
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
   return {c, [o] { return run(*o); }};
 }
 

@@ -15,18 +15,32 @@ namespace lm {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+bool has_quantized_tensors(const std::string& gguf) {
+  for (const kiln::GgufTensorInfo& t : kiln::GgufFile(gguf).tensors())
+    if (t.quantized()) return true;
+  return false;
+}
+
+}  // namespace
+
 std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, int64_t max_seq_len,
-                                        const std::string& adapter) {
+                                        const std::string& adapter,
+                                        kiln::models::ModelOptions::WeightDType weights) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<LoadedModel>();
   m->cpu = std::make_unique<kiln::CpuBackend>(threads);
   kiln::models::ModelOptions opt;
   opt.max_seq_len = max_seq_len;
+  opt.weight_dtype = weights;
   if (!fs::exists(path)) kiln::fail("kiln-lm", "--model ", path, " does not exist");
   if (fs::is_directory(path)) {
     m->model = kiln::models::load_pretrained(m->ctx, *m->cpu, path, opt);
     if (fs::exists(fs::path(path) / "tokenizer.json")) m->tokenizer = kiln::Tokenizer::load(path);
   } else {
+    if (weights == kiln::models::ModelOptions::WeightDType::f32 && has_quantized_tensors(path))
+      opt.weight_dtype = kiln::models::ModelOptions::WeightDType::stored;  // matmul reads blocks
     m->model = kiln::models::load_gguf(m->ctx, *m->cpu, path, opt);
     kiln::GgufFile f(path);
     if (f.has("tokenizer.ggml.model")) m->tokenizer = kiln::Tokenizer::from_gguf(f);

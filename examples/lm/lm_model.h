@@ -26,9 +26,12 @@ struct LoadedModel {
 
 // `max_seq_len` 0: the model's default (ModelOptions::max_seq_len). `adapter`:
 // a PEFT LoRA adapter directory (kiln-lm finetune's --out) loaded onto the model
-// and merged into its weights; empty: none.
-std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads,
-                                        int64_t max_seq_len = 0, const std::string& adapter = "");
+// and merged into its weights; empty: none. `weights`: ModelOptions::weight_dtype;
+// a GGUF file with Q8_0/Q4_0 tensors keeps them quantized unless `weights` asks
+// for another quantized type.
+std::unique_ptr<LoadedModel> load_model(
+    const std::string& path, int threads, int64_t max_seq_len = 0, const std::string& adapter = "",
+    kiln::models::ModelOptions::WeightDType weights = kiln::models::ModelOptions::WeightDType::f32);
 
 // "1,2,3" (commas and/or spaces) -> ids; `what` names the option in errors.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);

@@ -13,7 +13,8 @@
 //
 // Shapes are kiln's (outermost first); GGUF stores dims innermost first and the
 // conversion happens here. Tensor types: f32, f16, bf16, i32, and the
-// block-quantized Q8_0 and Q4_0 (read as bytes, dequantized by gguf_dequantize).
+// block-quantized Q8_0 and Q4_0 (kiln's q8_0 / q4_0: loaded and saved as they
+// are; gguf_dequantize gives their f32 values).
 // Every count, length and offset of a file is checked against its size before
 // anything is allocated: a corrupt or truncated file throws
 // kiln::Error("[gguf] <file>: ...").
@@ -169,7 +170,7 @@ class GgufWriter {
 // A tensor described in a GGUF file.
 struct GgufTensorInfo {
   std::string name;
-  DType dtype = DType::f32;  // f32 for quantized tensors (what they dequantize to)
+  DType dtype = DType::f32;  // q8_0 / q4_0 for Q8_0 / Q4_0 data (loads into such tensors)
   uint32_t ggml_type = 0;    // the file's type number
   // "Q8_0" or "Q4_0" for block-quantized data (blocks of 32 values along the
   // innermost dim; see gguf_dequantize); empty for f32, f16, bf16 and i32.

@@ -200,7 +200,12 @@ struct ModelOptions {
   // stored: matrices (params of 2+ dims: embeddings, projections, the head)
   // keep the file's f16/bf16 (matmul and embedding read them as they are);
   // 1-D params (norm weights, biases) are f32 either way. Loading only.
-  enum class WeightDType { f32, stored };
+  // q8_0 / q4_0: the weights of Linear layers (projections, MLPs, an untied
+  // head) whose in_features is a multiple of 32 are quantized as they load
+  // (ggml's reference formulas) and frozen; GGUF tensors stored Q8_0 / Q4_0 are
+  // kept as stored (also with `stored`). Embeddings, norms and biases stay f32.
+  // matmul reads the blocks as they are (x @ W^T and, for LoRA, dy @ W).
+  enum class WeightDType { f32, stored, q8_0, q4_0 };
   WeightDType weight_dtype = WeightDType::f32;
 };
 

@@ -140,6 +140,11 @@ class Module {
   // stored (f16/bf16 matrices read by matmul). Graphs built before read the old
   // tensor: call it before building any. Returns the new param.
   Tensor set_parameter_dtype(std::string_view name, DType dtype);
+  // The same for a param that has memory: the new one (same name, shape and
+  // frozen flag) gets memory of the old one's buffer type, kept by this module;
+  // its values are the caller's to write. (merge_lora keeps a dequantized,
+  // merged base weight f32 this way.) Graphs built before read the old tensor.
+  Tensor reallocate_parameter(std::string_view name, DType dtype);
 
   // ---- memory and initialisation ----
   // Gives every param of the tree that has no memory yet a place in one new
@@ -239,6 +244,21 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOpti
 class Linear;
 class Dropout;
 
+// merge_lora on a quantized (q8_0/q4_0) base weight: it is dequantized and the
+// adapter merged in f32; the weight then stays f32 (a new param) unless
+// `requantize` asks to quantize it again to its dtype.
+struct MergeOptions {
+  bool requantize = false;
+};
+// What merge_lora did to quantized base weights, and the error re-quantizing
+// added: |requantized - merged f32| over every value of the requantized weights.
+struct MergeReport {
+  int64_t kept_f32 = 0, requantized = 0;  // quantized base weights, by outcome
+  double max_error = 0, sum_sq_error = 0, max_abs_merged = 0;
+  int64_t values = 0;
+  double rms_error() const;
+};
+
 // The layers LoRA adapters attach to (kiln/nn/lora.h): y = x W^T + b with
 // weight [out, in] (Linear), or y = x W + b with weight [in, out] when
 // fan_in_fan_out (Hugging Face's Conv1D, GPT-2's layers). With an active,
@@ -275,7 +295,10 @@ class LinearBase : public Module {
   // W += scaling * B A (transposed for fan_in_fan_out) for the active adapter,
   // which graphs built afterwards then leave out; unmerge subtracts it again.
   // Computed on the host in double precision (params must have memory).
-  void merge_lora();
+  // A quantized W: merged in f32, kept f32 or quantized again (MergeOptions),
+  // counted in `report`. unmerge of such a weight leaves it as it is (f32, or
+  // the requantized blocks) minus the delta: the original up to rounding.
+  void merge_lora(const MergeOptions& opt = {}, MergeReport* report = nullptr);
   void unmerge_lora();
   bool lora_merged() const { return merged_; }
 
@@ -284,7 +307,8 @@ class LinearBase : public Module {
              bool fan_in_fan_out);
 
  private:
-  void add_delta(const Lora& a, double sign);
+  void add_delta(const Lora& a, double sign, const MergeOptions& opt = {},
+                 MergeReport* report = nullptr);
   int64_t in_, out_;
   bool has_bias_, fan_in_fan_out_;
   std::vector<Lora> loras_;

@@ -134,6 +134,8 @@ class Tensor {
 
   // Data access once the tensor has memory (see kiln/backend.h). Element type must
   // match the dtype (uint16_t for f16/bf16). set/get work on non-contiguous views.
+  // A quantized (q8_0/q4_0) tensor, contiguous, takes float (quantized on set,
+  // dequantized on get) or uint8_t (its blocks' bytes as stored, nbytes of them).
   bool has_data() const;
   template <class V>
   void set(std::span<const V> values);

@@ -17,6 +17,7 @@ bool dtype_matches(DType t) {
   if constexpr (std::is_same_v<T, float>) return t == DType::f32;
   if constexpr (std::is_same_v<T, int32_t>) return t == DType::i32;
   if constexpr (std::is_same_v<T, uint16_t>) return t == DType::f16 || t == DType::bf16;
+  if constexpr (std::is_same_v<T, uint8_t>) return false;  // block bytes of quantized tensors
   return false;
 }
 
@@ -47,10 +48,67 @@ void for_each_offset(const TensorNode* n, F&& fn) {
   }
 }
 
+void check_quantized_access(const char* op, const TensorNode* n, size_t count, size_t want) {
+  if (!n->data)
+    fail(op, "tensor ", n->label(), " ", n->shape.str(),
+         " has no memory yet: allocate it first (kiln::allocate_tensors or a graph allocator)");
+  if (!n->is_contiguous())
+    fail(op, "tensor ", n->label(), " is a ", dtype_name(n->dtype),
+         " view that is not contiguous: access its source");
+  if (count != want)
+    fail(op, "tensor ", n->label(), " ", n->shape.str(), " ", dtype_name(n->dtype), " needs ", want,
+         " values but ", count, " were given");
+}
+
+// Quantized tensors: float values (quantized / dequantized per row) or the
+// stored block bytes (uint8_t).
+template <class V>
+void set_quantized(TensorNode* n, std::span<const V> values) {
+  if constexpr (std::is_same_v<V, float>) {
+    check_quantized_access("set", n, values.size(), size_t(n->numel()));
+    std::vector<uint8_t> bytes(n->nbytes());
+    const int64_t k = n->shape[n->shape.ndim() - 1];
+    const size_t rb = dtype_row_bytes(n->dtype, k);
+    for (int64_t r = 0; k > 0 && r < n->numel() / k; ++r)
+      quantize_row(n->dtype, values.data() + r * k, bytes.data() + size_t(r) * rb, k);
+    if (!bytes.empty()) n->buffer->set(n, bytes.data(), 0, bytes.size());
+  } else if constexpr (std::is_same_v<V, uint8_t>) {
+    check_quantized_access("set", n, values.size(), n->nbytes());
+    if (!values.empty()) n->buffer->set(n, values.data(), 0, values.size());
+  } else {
+    fail("set", "tensor ", n->label(), " is ", dtype_name(n->dtype),
+         ": use float (quantized on set) or uint8_t (block bytes)");
+  }
+}
+
+template <class V>
+std::vector<V> get_quantized(const TensorNode* n) {
+  if constexpr (std::is_same_v<V, float>) {
+    std::vector<float> out(size_t(n->numel()));
+    check_quantized_access("get", n, out.size(), out.size());
+    std::vector<uint8_t> bytes(n->nbytes());
+    if (!bytes.empty()) n->buffer->get(n, bytes.data(), 0, bytes.size());
+    const int64_t k = n->shape[n->shape.ndim() - 1];
+    const size_t rb = dtype_row_bytes(n->dtype, k);
+    for (int64_t r = 0; k > 0 && r < n->numel() / k; ++r)
+      dequantize_row(n->dtype, bytes.data() + size_t(r) * rb, out.data() + r * k, k);
+    return out;
+  } else if constexpr (std::is_same_v<V, uint8_t>) {
+    std::vector<uint8_t> out(n->nbytes());
+    check_quantized_access("get", n, out.size(), out.size());
+    if (!out.empty()) n->buffer->get(n, out.data(), 0, out.size());
+    return out;
+  } else {
+    fail("get", "tensor ", n->label(), " is ", dtype_name(n->dtype),
+         ": use float (dequantized) or uint8_t (block bytes)");
+  }
+}
+
 }  // namespace
 
 template <class V>
 void Tensor::set(std::span<const V> values) {
+  if (is_quantized(node()->dtype)) return set_quantized<V>(node(), values);
   check_access("set", node(), values.size(), dtype_matches<V>(node()->dtype));
   if (values.empty()) return;  // an empty tensor: nothing to copy (and no null memcpy)
   const TensorNode* owner = node()->view_src ? node()->view_src : node();
@@ -67,6 +125,7 @@ void Tensor::set(std::span<const V> values) {
 
 template <class V>
 std::vector<V> Tensor::get() const {
+  if (is_quantized(node()->dtype)) return get_quantized<V>(node());
   std::vector<V> out(size_t(node()->numel()));
   check_access("get", node(), out.size(), dtype_matches<V>(node()->dtype));
   if (out.empty()) return out;
@@ -100,6 +159,8 @@ float Tensor::item() const {
     case DType::i32: return float(get<int32_t>()[0]);
     case DType::f16: return f16_to_f32(get<uint16_t>()[0]);
     case DType::bf16: return bf16_to_f32(get<uint16_t>()[0]);
+    case DType::q8_0:
+    case DType::q4_0: break;  // never one element: rows are whole blocks
   }
   return 0;
 }
@@ -116,5 +177,7 @@ template void Tensor::set<uint16_t>(std::span<const uint16_t>);
 template std::vector<float> Tensor::get<float>() const;
 template std::vector<int32_t> Tensor::get<int32_t>() const;
 template std::vector<uint16_t> Tensor::get<uint16_t>() const;
+template void Tensor::set<uint8_t>(std::span<const uint8_t>);
+template std::vector<uint8_t> Tensor::get<uint8_t>() const;
 
 }  // namespace kiln

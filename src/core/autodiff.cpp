@@ -45,8 +45,15 @@ void Graph::backward(Tensor loss) {
   bool any_frozen = false;
   for (const TensorNode* l : leafs_) {
     if (!(l->flags & kFlagParam)) continue;
-    if (l->flags & kFlagFrozen) any_frozen = true;
-    else requires_grad.insert(l);
+    if (l->flags & kFlagFrozen) {
+      any_frozen = true;
+    } else if (is_quantized(l->dtype)) {
+      fail("backward", "param ", l->label(), " ", l->shape.str(), " is ", dtype_name(l->dtype),
+           ": a quantized weight gets no gradient; freeze it (set_requires_grad(false), "
+           "nn::Module::freeze) or train an f32 copy");
+    } else {
+      requires_grad.insert(l);
+    }
   }
   for (const TensorNode* n : nodes_) {
     bool any = false;

@@ -14,6 +14,8 @@ size_t dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i32: return 4;
+    case DType::q8_0: return 34;
+    case DType::q4_0: return 18;
   }
   return 0;
 }
@@ -24,6 +26,8 @@ const char* dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
+    case DType::q8_0: return "q8_0";
+    case DType::q4_0: return "q4_0";
   }
   return "?";
 }

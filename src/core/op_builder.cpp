@@ -12,8 +12,48 @@ std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_siz
   return st;
 }
 
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, DType t) {
+  if (!is_quantized(t) || s.ndim() == 0) return contiguous_strides(s, dtype_size(t));
+  std::array<int64_t, kMaxDims> st{};
+  const int last = s.ndim() - 1;
+  st[last] = int64_t(dtype_size(t));
+  int64_t acc = int64_t(dtype_row_bytes(t, s[last]));
+  for (int d = last - 1; d >= 0; --d) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+namespace {
+
+// The ops a quantized tensor may enter: the views that keep its rows whole
+// (their builders check the rest), COPY (dequantize / quantize) and MATMUL
+// (as the weight).
+bool accepts_quantized(Op op) {
+  return op == Op::PERMUTE || op == Op::NARROW || op == Op::RESHAPE || op == Op::COPY ||
+         op == Op::MATMUL;
+}
+
+void check_quantized(Op op, DType t, std::initializer_list<TensorNode*> srcs) {
+  if (accepts_quantized(op)) return;
+  if (is_quantized(t))
+    fail(op_name(op), "cannot make a ", dtype_name(t),
+         " tensor: only copy (to), views and "
+         "matmul take quantized tensors");
+  for (TensorNode* x : srcs)
+    if (x && is_quantized(x->dtype))
+      fail(op_name(op), "does not take quantized tensors: ", x->label(), " ", x->shape.str(),
+           " is ", dtype_name(x->dtype),
+           " (dequantize it with .to(f32), or use it as the "
+           "weight of matmul(x, w.T()))");
+}
+
+}  // namespace
+
 TensorNode* new_op(Op op, DType t, const Shape& s, std::initializer_list<TensorNode*> srcs,
                    const OpParamBytes& p) {
+  check_quantized(op, t, srcs);
   Context* ctx = nullptr;
   for (TensorNode* x : srcs)
     if (x) {

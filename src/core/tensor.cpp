@@ -3,6 +3,7 @@
 // (src/backend/tensor_data.cpp).
 #include "kiln/tensor.h"
 #include "kiln/context.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln {
@@ -26,9 +27,22 @@ bool TensorNode::is_contiguous() const {
   int64_t expect = int64_t(elem_size());
   for (int d = shape.ndim() - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expect) return false;
-    expect *= shape[d];
+    // A quantized last dim steps by blocks: its row is shape / 32 blocks.
+    expect *= d == shape.ndim() - 1 ? shape[d] / dtype_block_elems(dtype) : shape[d];
   }
   return true;
+}
+
+int TensorNode::quant_axis() const {
+  if (!is_quantized(dtype)) return -1;
+  if (op == Op::PERMUTE && src[0]) {
+    const int from = src[0]->quant_axis();
+    const auto& axes = op_params<Op::PERMUTE>(*this).axes;
+    for (int d = 0; d < shape.ndim(); ++d)
+      if (int(axes[size_t(d)]) == from) return d;
+  }
+  if (op == Op::NARROW && src[0]) return src[0]->quant_axis();
+  return shape.ndim() - 1;  // owners, and reshapes (which keep the last dim)
 }
 
 std::string TensorNode::label() const {

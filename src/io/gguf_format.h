@@ -36,20 +36,23 @@ inline constexpr uint32_t kGgmlF16 = 1;
 inline constexpr uint32_t kGgmlI32 = 26;
 inline constexpr uint32_t kGgmlBF16 = 30;
 
+// Block-quantized ggml types kiln reads as they are (kiln's q8_0 / q4_0) or
+// dequantizes to f32: `elems` values per block of `bytes` bytes, blocks along
+// the innermost dim.
+inline constexpr uint32_t kGgmlQ4_0 = 2;  // f16 scale d, 16 bytes of 4-bit q: x = (q - 8) d
+inline constexpr uint32_t kGgmlQ8_0 = 8;  // f16 scale d, 32 int8 q: x = q d
+
 inline uint32_t ggml_type_of(DType t) {
   switch (t) {
     case DType::f32: return kGgmlF32;
     case DType::f16: return kGgmlF16;
     case DType::bf16: return kGgmlBF16;
     case DType::i32: return kGgmlI32;
+    case DType::q8_0: return kGgmlQ8_0;
+    case DType::q4_0: return kGgmlQ4_0;
   }
   return kGgmlF32;
 }
-
-// Block-quantized ggml types kiln reads (and dequantizes to f32): `elems`
-// values per block of `bytes` bytes, blocks along the innermost dim.
-inline constexpr uint32_t kGgmlQ4_0 = 2;  // f16 scale d, 16 bytes of 4-bit q: x = (q - 8) d
-inline constexpr uint32_t kGgmlQ8_0 = 8;  // f16 scale d, 32 int8 q: x = q d
 struct BlockType {
   const char* name;
   uint64_t elems, bytes;

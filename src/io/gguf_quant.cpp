@@ -1,20 +1,11 @@
 // Dequantization of GGUF tensor data to f32: the plain dtypes, and ggml's
-// Q8_0 and Q4_0 blocks (32 values each, an f16 scale first).
+// Q8_0 and Q4_0 blocks (kiln's dequantize_row, src/core/quant.cpp).
 #include <cstring>
 
 #include "io/gguf_format.h"
 #include "kiln/io.h"
 
 namespace kiln {
-namespace {
-
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
-}  // namespace
 
 std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint8_t> bytes) {
   const uint64_t n = uint64_t(t.shape.numel());
@@ -24,19 +15,8 @@ std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint
       fail("gguf", "tensor '", t.name, "' is ", bt->name, " ", t.shape.str(), " but ", bytes.size(),
            " bytes were given");
     out.resize(n);
-    for (uint64_t b = 0; b < n / bt->elems; ++b) {
-      const uint8_t* blk = bytes.data() + b * bt->bytes;
-      const float d = f16_at(blk);
-      float* y = out.data() + b * bt->elems;
-      if (t.ggml_type == gguf::kGgmlQ8_0) {
-        for (int i = 0; i < 32; ++i) y[i] = float(int8_t(blk[2 + i])) * d;
-      } else {  // Q4_0: low nibbles are values 0..15, high nibbles 16..31
-        for (int i = 0; i < 16; ++i) {
-          y[i] = float(int(blk[2 + i] & 0x0F) - 8) * d;
-          y[i + 16] = float(int(blk[2 + i] >> 4) - 8) * d;
-        }
-      }
-    }
+    const DType q = t.ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
+    dequantize_row(q, bytes.data(), out.data(), int64_t(n));  // blocks run on across rows
     return out;
   }
   if (t.dtype == i32) fail("gguf", "tensor '", t.name, "' is i32, not a float tensor");

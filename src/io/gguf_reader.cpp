@@ -232,7 +232,7 @@ void GgufFile::parse() {
     if (!dt && !block)
       c.corrupt(what, " has ggml type ", t.ggml_type,
                 ", which kiln does not read (f32=0, f16=1, Q4_0=2, Q8_0=8, i32=26, bf16=30)");
-    t.dtype = dt ? *dt : DType::f32;
+    t.dtype = dt ? *dt : t.ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
     if (block) {
       t.quant = block->name;
       if (nd == 0 || dims[0] % block->elems != 0)
@@ -342,10 +342,10 @@ void GgufFile::check_load(Tensor t, std::string_view name) const {
   if (!t.defined()) fail("gguf", path_, ": load of '", name, "' into an undefined tensor");
   const GgufTensorInfo& info = tensor_info(name);
   const std::string target = "target " + t.label();
-  if (info.quantized())
-    fail("gguf", path_, ": tensor '", info.name, "' is ", info.quant,
-         " (block-quantized): kiln does not load quantized data into a tensor; ",
-         "read_bytes() and gguf_dequantize() give its values");
+  if (info.quantized() && t.dtype() != info.dtype)
+    fail("gguf", path_, ": tensor '", info.name, "' is ", info.quant, " ", info.shape.str(),
+         " (block-quantized) but ", target, " is ", dtype_name(t.dtype()), ": load it into a ",
+         dtype_name(info.dtype), " tensor, or read it with read_bytes() and ", "gguf_dequantize()");
   if (info.dtype != t.dtype() || !same_shape(info.shape, t.shape()))
     fail("gguf", path_, ": tensor '", info.name, "' is ", dtype_name(info.dtype), " ",
          info.shape.str(), " in the file but ", target, " is ", dtype_name(t.dtype()), " ",

@@ -111,7 +111,11 @@ void GgufWriter::add_tensor(Tensor t, const std::string& name) {
 void GgufWriter::add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
                                  std::span<const uint8_t> bytes) {
   check_tensor_name(name, names_);
-  const uint64_t want = uint64_t(shape.numel()) * dtype_size(dtype);
+  if (is_quantized(dtype) && (shape.ndim() == 0 || shape[shape.ndim() - 1] % 32 != 0))
+    fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(),
+         ": its innermost dim must be a multiple of the block size 32");
+  const uint64_t want =
+      uint64_t(shape.numel()) / uint64_t(dtype_block_elems(dtype)) * dtype_size(dtype);
   if (bytes.size() != want)
     fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(), " (", want,
          " bytes) but ", bytes.size(), " bytes were given");
@@ -134,7 +138,8 @@ void GgufWriter::add_tensor_quantized(const std::string& name, uint32_t ggml_typ
     fail("gguf", "tensor '", name, "' is ", bt->name, " ", shape.str(), " (", want, " bytes) but ",
          blocks.size(), " bytes were given");
   names_.insert(name);
-  tensors_.push_back(Entry{name, f32, shape, Tensor(), {blocks.begin(), blocks.end()}, ggml_type});
+  const DType dt = ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
+  tensors_.push_back(Entry{name, dt, shape, Tensor(), {blocks.begin(), blocks.end()}, ggml_type});
 }
 
 void GgufWriter::save(const std::string& path) const {
@@ -165,8 +170,10 @@ void GgufWriter::save(const std::string& path) const {
     for (int d = nd - 1; d >= 0; --d) head.u64(uint64_t(e.shape[d]));  // innermost first
     head.u32(e.quant_type ? e.quant_type : gguf::ggml_type_of(e.dtype));
     head.u64(offset);
-    const uint64_t size =
-        e.quant_type ? e.bytes.size() : uint64_t(e.shape.numel()) * dtype_size(e.dtype);
+    const uint64_t size = e.quant_type
+                              ? e.bytes.size()
+                              : uint64_t(e.shape.numel()) / uint64_t(dtype_block_elems(e.dtype)) *
+                                    dtype_size(e.dtype);
     offset = gguf::align_up(offset + size, align);
   }
   head.b.resize(gguf::align_up(head.b.size(), align), 0);

@@ -33,6 +33,9 @@ void save_safetensors(const std::string& path, std::span<const NamedTensor> tens
     if (!t.tensor.has_data())
       fail("safetensors", path, ": tensor '", t.name, "' ", t.tensor.shape().str(),
            " has no data: allocate it (and set its values) before saving");
+    if (is_quantized(t.tensor.dtype()))
+      fail("safetensors", path, ": tensor '", t.name, "' is ", dtype_name(t.tensor.dtype()),
+           ": safetensors has no block-quantized dtypes (save it as .gguf, or dequantize it)");
     const uint64_t nbytes = uint64_t(t.tensor.numel()) * dtype_size(t.tensor.dtype());
     Json shape = Json::array();
     for (int64_t d : t.tensor.shape()) shape.push_back(uint64_t(d));

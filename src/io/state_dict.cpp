@@ -40,10 +40,6 @@ class GgufStateDict final : public StateDictReader {
       info.dtype = t.dtype;
       info.shape = t.shape;
       info.file_dtype = t.quantized() ? t.quant : dtype_name(t.dtype);
-      if (t.quantized())
-        info.unsupported = "dtype " + t.quant +
-                           " is block-quantized; kiln loads it only "
-                           "dequantized (gguf_dequantize)";
       info.dims.assign(t.shape.begin(), t.shape.end());
       info.nbytes = t.nbytes;
       tensors_.push_back(std::move(info));

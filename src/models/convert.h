@@ -29,9 +29,9 @@ inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType stored
   return out;
 }
 
-// A param's values as f32 (f32, or f16/bf16 weights kept as stored).
+// A param's values as f32 (f32, or f16/bf16/q8_0/q4_0 weights kept as stored).
 inline std::vector<float> values_f32(Tensor t) {
-  if (t.dtype() == f32) return t.get<float>();
+  if (t.dtype() == f32 || is_quantized(t.dtype())) return t.get<float>();  // dequantized
   const std::vector<uint16_t> h = t.get<uint16_t>();
   std::vector<uint8_t> bytes(h.size() * 2);
   std::memcpy(bytes.data(), h.data(), bytes.size());

@@ -15,6 +15,7 @@
 #include "models/convert.h"
 #include "models/mapped_file.h"
 #include "models/rope.h"
+#include "models/weight_quant.h"
 
 namespace kiln::models {
 namespace {
@@ -280,12 +281,27 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     for (Item& it : plan)
       if (it.param.ndim() >= 2 && !it.info->quantized() && it.info->dtype != f32)
         it.param = model->set_parameter_dtype(it.name, it.info->dtype);
+  // Quantized Linear weights: Q8_0 / Q4_0 tensors kept as stored (rows moved as
+  // bytes), other dtypes quantized as they load (ModelOptions::WeightDType).
+  const std::optional<DType> q = detail::quantized_weight_dtype(opt);
+  // Only the CPU reads quantized blocks: other backends get f32 (stored) or an error.
+  if (q && !detail::can_map(backend))
+    fail("models", path, ": weight_dtype ", dtype_name(*q),
+         " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
+  if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
+    const std::set<std::string> linear = detail::linear_weight_names(*model);
+    for (Item& it : plan) {
+      if (!detail::quantizes(linear, it.name, it.param)) continue;
+      if (it.info->quantized() && it.layout != Layout::transposed)
+        it.param = model->set_parameter_dtype(it.name, it.info->dtype);
+      else if (q) it.param = model->set_parameter_dtype(it.name, *q);
+    }
+  }
   int64_t mapped = 0;
   if (opt.mmap && detail::can_map(backend)) {
     detail::MappedFiles maps;
     for (Item& it : plan) {
-      if (it.param.has_data() || it.layout != Layout::same || it.info->quantized() ||
-          it.param.dtype() != it.info->dtype)
+      if (it.param.has_data() || it.layout != Layout::same || it.param.dtype() != it.info->dtype)
         continue;
       it.mapped = maps.place(it.param, path, f.file_size(), it.info->offset);
       if (it.mapped) mapped += int64_t(it.info->nbytes);
@@ -297,13 +313,15 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   for (Item& it : plan) {
     bytes += int64_t(it.info->nbytes);
     if (it.mapped) continue;
-    if (it.layout == Layout::same && !it.info->quantized() && it.param.dtype() == it.info->dtype) {
+    if (it.layout == Layout::same && it.param.dtype() == it.info->dtype) {
       f.load(it.param, it.info->name);  // as stored: straight into the param's memory
       continue;
     }
     const std::vector<uint8_t> raw = f.read_bytes(it.info->name);
-    if (it.param.dtype() == f32) {
-      // f32, f16, bf16, Q8_0, Q4_0 -> f32
+    if (it.param.dtype() == it.info->dtype && it.info->quantized()) {
+      set_param(it.param, raw, it.layout, it.heads, it.info->shape);  // whole rows of blocks
+    } else if (it.param.dtype() == f32 || is_quantized(it.param.dtype())) {
+      // f32, f16, bf16, Q8_0, Q4_0 -> f32 (quantized again by set<float> for a q param)
       set_param(it.param, gguf_dequantize(*it.info, raw), it.layout, it.heads, it.info->shape);
     } else {  // kept as stored: the same 16-bit values
       std::vector<uint16_t> v(raw.size() / 2);
@@ -311,6 +329,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
       set_param(it.param, std::move(v), it.layout, it.heads, it.info->shape);
     }
   }
+  detail::freeze_quantized(*model);
   model->load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model->load_stats.bytes_read = bytes;
@@ -388,6 +407,15 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
   };
   for (const auto& [name, t] : model.named_base_parameters()) {
     if (!t.has_data()) fail("models", "save_gguf: param '", name, "' has no memory");
+    int64_t qheads = 0;
+    const Layout qlay = layout_of(name, cfg, &qheads);
+    if (is_quantized(t.dtype()) && qlay != Layout::transposed) {
+      // Q8_0 / Q4_0 as they are (rows moved as bytes): llama.cpp reads kiln's blocks.
+      std::vector<uint8_t> b = t.get<uint8_t>();
+      if (qlay == Layout::rope_pairs) b = reorder_rope_rows(b, qheads, t.size(0), true);
+      w.add_tensor_data(gguf_name(name, gpt2), t.dtype(), t.shape(), b);
+      continue;
+    }
     std::vector<float> v = detail::values_f32(t);  // f32 files, kept f16/bf16 included
     Shape s = t.shape();
     int64_t heads = 0;

@@ -12,6 +12,7 @@
 #include "kiln/safetensors.h"
 #include "models/convert.h"
 #include "models/mapped_file.h"
+#include "models/weight_quant.h"
 
 namespace kiln::models {
 namespace {
@@ -140,6 +141,15 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
       for (Item& it : plan)
         if (it.param.ndim() >= 2 && it.loc.info->dtype != f32)
           it.param = model.set_parameter_dtype(it.name, it.loc.info->dtype);
+    if (const std::optional<DType> q = detail::quantized_weight_dtype(opt)) {
+      if (!detail::can_map(*backend))
+        fail("models", dir, ": weight_dtype ", dtype_name(*q),
+             " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
+      const std::set<std::string> linear = detail::linear_weight_names(model);
+      for (Item& it : plan)
+        if (detail::quantizes(linear, it.name, it.param))
+          it.param = model.set_parameter_dtype(it.name, *q);  // quantized by set<float> below
+    }
     if (opt.mmap && detail::can_map(*backend)) {
       detail::MappedFiles maps;
       std::map<const SafetensorsFile*, uint64_t> sizes;
@@ -170,6 +180,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
       it.param.set(detail::to_f32(it.loc.file->read_bytes(ti.name), ti.dtype));
     }
   }
+  detail::freeze_quantized(model);
   model.load_stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model.load_stats.bytes_read = bytes;

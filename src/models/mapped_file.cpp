@@ -55,7 +55,8 @@ bool MappedFiles::place(Tensor param, const std::string& path, uint64_t file_siz
   TensorNode* n = param.node();
   KILN_ASSERT(!n->data && n->is_contiguous());
   // CPU kernels read elements through typed pointers: each must be aligned.
-  if (offset % n->elem_size() != 0) return false;
+  // (Quantized blocks are read as an f16 scale and bytes: 2-byte alignment.)
+  if (offset % (is_quantized(n->dtype) ? 2 : n->elem_size()) != 0) return false;
   Buffer* buf = nullptr;
   for (auto& [p, b] : buffers_)
     if (p == path) buf = b.get();

@@ -107,7 +107,12 @@ void LinearBase::set_active_lora(const std::string& name) {
   active_ = name;
 }
 
-void LinearBase::add_delta(const Lora& a, double sign) {
+double MergeReport::rms_error() const {
+  return values > 0 ? std::sqrt(sum_sq_error / double(values)) : 0.0;
+}
+
+void LinearBase::add_delta(const Lora& a, double sign, const MergeOptions& opt,
+                           MergeReport* report) {
   Tensor W = weight();
   for (Tensor t : {W, a.A->weight(), a.B->weight()})
     if (!t.has_data()) fail("lora", "param '", t.name(), "' has no memory: allocate the model");
@@ -128,14 +133,34 @@ void LinearBase::add_delta(const Lora& a, double sign) {
       wi = float(double(wi) + s * row[size_t(i)]);
     }
   }
-  W.set(w);
+  if (!is_quantized(W.dtype()) || sign < 0) {
+    W.set(w);  // (an unmerge re-quantizes a quantized weight: approximate)
+    return;
+  }
+  MergeReport none;
+  MergeReport& r = report ? *report : none;
+  if (!opt.requantize) {  // the merged weight in f32: no quantization error added
+    reallocate_parameter("weight", f32).set(w);
+    r.kept_f32++;
+    return;
+  }
+  W.set(w);  // quantized again, in place
+  const std::vector<float> back = W.get<float>();
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double e = std::fabs(double(back[i]) - double(w[i]));
+    r.max_error = std::max(r.max_error, e);
+    r.sum_sq_error += e * e;
+    r.max_abs_merged = std::max(r.max_abs_merged, double(std::fabs(w[i])));
+  }
+  r.values += int64_t(w.size());
+  r.requantized++;
 }
 
-void LinearBase::merge_lora() {
+void LinearBase::merge_lora(const MergeOptions& opt, MergeReport* report) {
   if (merged_) fail("lora", "layer '", path(), "': adapter '", active_, "' is already merged");
   const Lora* a = find_lora(active_);
   if (!a) fail("lora", "layer '", path(), "' has no active adapter to merge");
-  add_delta(*a, 1.0);
+  add_delta(*a, 1.0, opt, report);
   merged_ = true;
 }
 
@@ -275,14 +300,16 @@ std::string active_lora_adapter(const Module& model) {
   return {};
 }
 
-void merge_lora(Module& model) {
+MergeReport merge_lora(Module& model, const MergeOptions& opt) {
   const std::string name = active_lora_adapter(model);
   if (name.empty()) fail("lora", "no active adapter to merge");
   const std::vector<LinearBase*> layers = adapted(model);
   for (LinearBase* l : layers)
     if (l->lora_merged()) fail("lora", "adapter '", name, "' is already merged");
+  MergeReport report;
   for (LinearBase* l : layers)
-    if (!l->active_lora().empty()) l->merge_lora();
+    if (!l->active_lora().empty()) l->merge_lora(opt, &report);
+  return report;
 }
 
 void unmerge_lora(Module& model) {

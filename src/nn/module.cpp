@@ -184,6 +184,25 @@ Tensor Module::set_parameter_dtype(std::string_view name, DType dtype) {
   return now;
 }
 
+Tensor Module::reallocate_parameter(std::string_view name, DType dtype) {
+  const Tensor old = parameter(name);
+  if (!old.has_data())
+    fail("nn", "reallocate_parameter '", name, "': ", old.label(),
+         " has no memory yet; use set_parameter_dtype");
+  Tensor now = ctx_->param(dtype, old.shape(), old.name());
+  if (!old.requires_grad()) now.set_requires_grad(false);
+  BufferType& bt = old.node()->buffer->type();
+  TensorAllocator measure(bt);
+  measure.alloc(now.node());
+  std::unique_ptr<Buffer> buf = bt.alloc(std::max(measure.high_water(), bt.alignment()));
+  buf->clear(0);
+  TensorAllocator place(*buf);
+  place.place(now.node());
+  storage_.push_back(std::move(buf));
+  replace_param(old.node(), now);
+  return now;
+}
+
 void Module::replace_param(const TensorNode* old, Tensor now) {
   for (auto& [n, t] : params_)
     if (t.node() == old) t = now;

@@ -5,6 +5,7 @@
 // whose data is the user node's (set after allocation). The allocators plan the
 // user's node (it owns the memory) and, right after it, its shadow (it reads the
 // copies, so they stay alive until then).
+#include "kiln/ext/op_builder.h"
 #include "sched/sched_impl.h"
 
 namespace kiln::sched_detail {
@@ -18,11 +19,7 @@ TensorNode* new_copy(Schedule& s, TensorNode* from) {
   c.name = from->name;
   c.dtype = from->dtype;
   c.shape = from->shape;
-  int64_t st = int64_t(dtype_size(from->dtype));
-  for (int d = from->shape.ndim() - 1; d >= 0; --d) {
-    c.stride[size_t(d)] = st;
-    st *= from->shape[d];
-  }
+  c.stride = detail::contiguous_strides(from->shape, from->dtype);  // blocks for q8_0/q4_0
   c.op = Op::COPY;
   c.src[0] = from;
   c.n_src = 1;

@@ -87,20 +87,35 @@ TEST(GgufQuant, PlainTypesDequantizeToTheirValues) {
             (std::vector<float>{1.0f, -2.5f, 0.125f}));
 }
 
-TEST(GgufQuant, RefusedWhereKilnCannotHoldIt) {
+// Quantized data loads as it is into a tensor of its dtype (q8_0 / q4_0) and
+// is refused by any other; a kiln q8_0 tensor saves back to the same bytes.
+TEST(GgufQuant, LoadsIntoQuantizedTensorsOnly) {
   kiln_test::TempDir tmp;
-  std::vector<uint8_t> data(34, 0);
+  std::vector<uint8_t> data(68);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 7 + 1);
+  data[1] = data[35] = 0x3c;  // f16 scales near 1, not NaN
   GgufWriter w;
-  w.add_tensor_quantized("w", 8, {1, 32}, data);
+  w.add_tensor_quantized("w", 8, {2, 32}, data);
   w.save(tmp.file("q.gguf"));
   GgufFile f(tmp.file("q.gguf"));
+  EXPECT_EQ(f.tensor_info("w").dtype, kiln::q8_0);
   Context ctx;
-  Tensor t = ctx.tensor(f32, {1, 32}, "t");
+  Tensor t = ctx.tensor(f32, {2, 32}, "t");
+  Tensor q = ctx.tensor(kiln::q8_0, {2, 32}, "w");
   CpuBackend cpu(1);
   auto buf = allocate_tensors(ctx, cpu);
-  EXPECT_KILN_ERROR(f.load(t, "w"), "gguf", "q.gguf", "'w'", "Q8_0", "gguf_dequantize");
+  EXPECT_KILN_ERROR(f.load(t, "w"), "gguf", "q.gguf", "'w'", "Q8_0", "f32", "gguf_dequantize");
+  f.load(q, "w");
+  EXPECT_EQ(q.get<uint8_t>(), data);
+  EXPECT_EQ(q.get<float>(), gguf_dequantize(f.tensor_info("w"), data));
+  GgufWriter again;
+  again.add_tensor(q);
+  again.save(tmp.file("again.gguf"));
+  GgufFile g(tmp.file("again.gguf"));
+  EXPECT_EQ(g.tensor_info("w").quant, "Q8_0");
+  EXPECT_EQ(g.read_bytes("w"), data);
   auto sd = open_state_dict(tmp.file("q.gguf"));
-  EXPECT_FALSE(sd->find("w")->loadable());
+  EXPECT_TRUE(sd->find("w")->loadable());
   EXPECT_EQ(sd->find("w")->file_dtype, "Q8_0");
   EXPECT_KILN_ERROR(gguf_dequantize(f.tensor_info("w"), std::vector<uint8_t>(33)), "gguf", "'w'",
                     "33 bytes");

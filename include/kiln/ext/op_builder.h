@@ -41,5 +41,8 @@ size_t checked_nbytes(const char* op, const std::string& name, DType t, const Sh
 
 // Row-major contiguous byte strides for a shape.
 std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, size_t elem_size);
+// Strides of a contiguous tensor of dtype t: for a quantized dtype the last dim
+// steps one block and the one before it one row (ggml's nb[0], nb[1]).
+std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, DType t);
 
 }  // namespace kiln::detail

@@ -39,11 +39,15 @@ struct TensorNode {
   Context* ctx = nullptr;
 
   int64_t numel() const { return shape.numel(); }
-  size_t elem_size() const { return dtype_size(dtype); }
+  size_t elem_size() const { return dtype_size(dtype); }  // one block's bytes when quantized
   bool is_view() const { return view_src != nullptr; }
   bool is_contiguous() const;
+  // For a quantized tensor (or a view of one): the dim that runs along the
+  // stored rows, in blocks (the last dim of the tensor that owns the memory,
+  // moved by permutes). -1 for other dtypes.
+  int quant_axis() const;
   // Bytes a freshly allocated, contiguous tensor of this shape needs.
-  size_t nbytes() const { return size_t(numel()) * elem_size(); }
+  size_t nbytes() const { return size_t(numel() / dtype_block_elems(dtype)) * elem_size(); }
   // Byte offset of the element at a multi-index (idx has ndim entries).
   int64_t offset_of(const int64_t* idx) const;
   // How messages name a tensor: "#12 'fc1.weight'", or "#12" when unnamed

@@ -77,8 +77,11 @@ std::string active_lora_adapter(const Module& model);
 // (PEFT's merge_adapter); graphs built afterwards run the plain layers, and
 // the base params (Module::named_base_parameters, what save_pretrained and
 // save_gguf write) are the merged model. unmerge_lora subtracts it again (equal
-// to the original weights up to float rounding).
-void merge_lora(Module& model);
+// to the original weights up to float rounding). A quantized (q8_0/q4_0) base
+// weight is dequantized and merged in f32, then kept f32 (a new param: build
+// graphs again) or, with opt.requantize, quantized again to its dtype; the
+// report counts both and gives the error re-quantizing added.
+MergeReport merge_lora(Module& model, const MergeOptions& opt = {});
 void unmerge_lora(Module& model);
 
 }  // namespace kiln::nn

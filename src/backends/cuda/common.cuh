@@ -111,6 +111,7 @@ __device__ inline float load_as_f32(const char* p, DType t) {
     case DType::f16: return from_f16(*reinterpret_cast<const uint16_t*>(p));
     case DType::bf16: return from_bf16(*reinterpret_cast<const uint16_t*>(p));
     case DType::i32: return float(*reinterpret_cast<const int32_t*>(p));
+    default: break;  // quantized: never element-wise (supported() refuses them)
   }
   return 0.0f;
 }
@@ -120,6 +121,7 @@ __device__ inline void store_from_f32(char* p, DType t, float v) {
     case DType::f16: *reinterpret_cast<uint16_t*>(p) = to_f16(v); break;
     case DType::bf16: *reinterpret_cast<uint16_t*>(p) = to_bf16(v); break;
     case DType::i32: *reinterpret_cast<int32_t*>(p) = to_i32(v); break;
+    default: break;  // quantized: never element-wise (supported() refuses them)
   }
 }
 // Copies one element of es (2 or 4) bytes.

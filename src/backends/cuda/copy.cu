@@ -67,6 +67,7 @@ uint32_t fill_bits(DType t, float v) {
       std::memcpy(&b, &i, 4);
       return b;
     }
+    default: break;  // quantized: FULL and PAD refuse them
   }
   return 0;
 }

@@ -51,6 +51,10 @@ const OpKernel& kernel_of(Op op) {
 bool supported(const TensorNode* n) {
   const OpKind kind = op_kind(n->op);
   if (kind == OpKind::LEAF || kind == OpKind::VIEW) return true;  // no kernel needed
+  // No CUDA kernel reads GGUF's quantized blocks yet: those nodes run on the CPU.
+  if (is_quantized(n->dtype)) return false;
+  for (int i = 0; i < n->n_src; ++i)
+    if (n->src[i] && is_quantized(n->src[i]->dtype)) return false;
   const OpKernel& k = kernel_of(n->op);
   return k.run && k.supports && k.supports(n);
 }

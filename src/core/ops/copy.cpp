@@ -14,12 +14,25 @@ namespace kiln {
 Tensor Tensor::contiguous() const {
   detail::check_defined("contiguous", {*this});
   if (node()->is_contiguous()) return *this;
+  if (is_quantized(dtype()))
+    fail("contiguous", "cannot copy the ", dtype_name(dtype()), " view ", label(), " ",
+         shape().str(), ": a quantized tensor is copied only to f32 (.to(f32))");
   return Tensor(detail::new_op(Op::COPY, dtype(), shape(), {node()}));
 }
 
 Tensor Tensor::to(DType t) const {
   detail::check_defined("copy", {*this});
   if (t == dtype()) return *this;
+  // Quantized tensors convert to and from f32 only, whole rows of blocks at a time.
+  if (is_quantized(dtype()) && t != f32)
+    fail("copy", label(), " ", shape().str(), " is ", dtype_name(dtype()),
+         ": it converts only to f32, not ", dtype_name(t));
+  if (is_quantized(dtype()) && node()->quant_axis() != ndim() - 1)
+    fail("copy", label(), " ", shape().str(), " is a transposed ", dtype_name(dtype()),
+         " view: dequantize the tensor, then transpose");
+  if (is_quantized(t) && dtype() != f32)
+    fail("copy", "only f32 tensors quantize to ", dtype_name(t), "; ", label(), " is ",
+         dtype_name(dtype()));
   return Tensor(detail::new_op(Op::COPY, t, shape(), {node()}));
 }
 
@@ -64,6 +77,9 @@ namespace detail {
 void backward_COPY(GradCtx& g) {
   const Tensor gr = g.grad();
   const DType t = g.src(0).dtype();
+  if (is_quantized(t) || is_quantized(g.out().dtype()))
+    fail("copy", "no gradient flows through quantization (", g.out().label(),
+         "): quantized tensors are frozen");
   g.add(0, gr.dtype() == t ? gr : gr.to(t));
 }
 

@@ -25,6 +25,18 @@ Tensor to_bf16(Tensor x) {
   }
 }
 
+// matmul with a quantized weight b: W.T() (x @ W^T, a Linear's forward) or W
+// itself (dy @ W, its backward with respect to x). The CPU kernel reads W's
+// blocks as stored; x is f32 with contiguous rows.
+Tensor matmul_quantized(Tensor a, Tensor b, Shape s) {
+  if (b.ndim() != 2)
+    fail("matmul", "the quantized weight b ", b.label(), " ", b.shape().str(), " is ",
+         dtype_name(b.dtype()), ": it must be a matrix (2 dims), batches broadcast over a");
+  if (a.dtype() != f32) a = a.to(f32);
+  if (a.node()->stride[size_t(a.ndim() - 1)] != 4) a = a.contiguous();
+  return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
+}
+
 }  // namespace
 
 Tensor matmul(Tensor a, Tensor b) {
@@ -53,6 +65,11 @@ Tensor matmul(Tensor a, Tensor b) {
   }
   s.push_back(M);
   s.push_back(N);
+  if (is_quantized(a.dtype()))
+    fail("matmul", "a ", a.label(), " ", a.shape().str(), " is ", dtype_name(a.dtype()),
+         ": a quantized tensor is only the second operand, the weight (matmul(x, w.T()) or "
+         "matmul(dy, w))");
+  if (is_quantized(b.dtype())) return matmul_quantized(a, b, s);
   // The context's precision policy: f32 operands cast to bf16 (f32 accumulation).
   if (a.node()->ctx->matmul_precision() == bf16) {
     if (a.dtype() == f32) a = to_bf16(a);
@@ -67,9 +84,13 @@ void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
   // broadcast batch dims.
   const Tensor a = g.src(0), b = g.src(1);
+  if (is_quantized(b.dtype()) && g.needs(1))
+    fail("matmul", "the quantized weight ", b.label(), " ", b.shape().str(), " is ",
+         dtype_name(b.dtype()), " and gets no gradient: it must be frozen");
   // Under a bf16 policy both products would cast dC: cast it once here.
   Tensor gc = g.grad();
-  if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1))
+  if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1) &&
+      !is_quantized(b.dtype()))
     gc = gc.to(bf16);
   if (g.needs(0)) {
     Tensor ga = matmul(gc, b.T());

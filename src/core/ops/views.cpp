@@ -57,7 +57,11 @@ Tensor Tensor::view(const Shape& s_in) const {
          s.numel(), " elements)");
   if (!node()->is_contiguous())
     fail("view", "tensor ", shape().str(), " is not contiguous; use reshape() or contiguous()");
-  return make_view(Op::RESHAPE, node(), s, detail::contiguous_strides(s, node()->elem_size()), 0);
+  if (is_quantized(dtype()) &&
+      (node()->quant_axis() != ndim() - 1 || s.ndim() == 0 || s[s.ndim() - 1] != size(-1)))
+    fail("view", "cannot view ", dtype_name(dtype()), " ", shape().str(), " as ", s.str(),
+         ": a quantized tensor keeps its last dim (its rows of blocks)");
+  return make_view(Op::RESHAPE, node(), s, detail::contiguous_strides(s, node()->dtype), 0);
 }
 
 Tensor Tensor::reshape(const Shape& s_in) const {
@@ -113,6 +117,9 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   if (start < 0 || length < 0 || start + length > shape()[d])
     fail("narrow", "range [", start, ", ", start + length, ") is out of bounds for dim ", dim,
          " of ", shape().str());
+  if (d == node()->quant_axis())
+    fail("narrow", "cannot narrow dim ", dim, " of ", dtype_name(dtype()), " ", shape().str(),
+         ": it runs along the quantized rows (blocks of 32)");
   Shape s = shape();
   s[d] = length;
   return make_view(Op::NARROW, node(), s, node()->stride, start * node()->stride[d],

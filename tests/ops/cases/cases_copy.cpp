@@ -60,6 +60,29 @@ void add_copies(std::vector<Case>& cs, Sz z) {
     t.tol = {0, 0};
     cs.push_back(t);
   }
+  // Quantized tensors: dequantize (q -> f32, exact) and quantize (f32 -> q, rows
+  // of blocks; the reference quantizes with ggml's formulas, exact too), also
+  // from a transposed f32 source.
+  for (DType q : {DType::q8_0, DType::q4_0}) {
+    const std::string qn = dtype_name(q);
+    Case deq = make_case(
+        "copy_" + qn + "_f32", {Op::COPY}, {as(in("w", {z(3, 256), z(64, 1024)}), q)},
+        [](Context&, X x) { return x[0].to(f32); }, false);
+    deq.tol = {0, 0};
+    cs.push_back(deq);
+    Case qz = make_case(
+        "copy_f32_" + qn, {Op::COPY}, {in("x", {z(3, 256), z(64, 1024)})},
+        [q](Context&, X x) { return x[0].to(q); }, false);
+    qz.tol = {0, 0};
+    cs.push_back(qz);
+    Case qt = make_case(
+        "copy_f32_" + qn + "_strided", {Op::COPY, Op::PERMUTE},
+        {with(in("x", {z(3, 256), z(64, 1024)}), Layout::transposed)},
+        [q](Context&, X x) { return x[0].to(q); }, false);
+    qt.tol = {0, 0};
+    cs.push_back(qt);
+  }
+
   // f32 -> i32 truncation toward zero, checked against the API promise directly.
   for (Case& c : cs)
     if (c.name == "copy_f32_i32") c.spec = map_spec([](double v) { return std::trunc(v); });

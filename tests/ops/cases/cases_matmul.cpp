@@ -78,6 +78,28 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   big.tol = {1e-5, 1e-4};
   cs.push_back(big);
 
+  // A quantized (q8_0 / q4_0) weight read as stored: x @ W^T (W.T(), a Linear's
+  // forward; the gradient with respect to x is dy @ W, the other kernel) and
+  // dy @ W directly. The reference multiplies the dequantized weights in double,
+  // so the error is f32 accumulation only; W is an input, never trained.
+  for (DType q : {DType::q8_0, DType::q4_0}) {
+    const std::string qn = dtype_name(q);
+    const int64_t QK = z(64, 512), QN = z(5, 256);
+    auto w = [&](Shape s, Layout l) { return with(as(in("w", s, g), q), l); };
+    auto add = [&](const std::string& name, Input a, Input b, bool grad) {
+      Case c = make_case("matmul_" + qn + name, {Op::MATMUL}, {a, b}, mm, grad);
+      c.tol = {1e-5, 1e-4};
+      cs.push_back(c);
+    };
+    add("_xwt", in("x", {M, QK}), w({QK, QN}, Layout::transposed), true);
+    add("_xwt_batched", in("x", {2, z(9, 64), QK}), w({QK, QN}, Layout::transposed), true);
+    add("_xwt_row", in("x", {1, QK}), w({QK, z(40, 512)}, Layout::transposed), true);
+    add("_xw", in("dy", {z(9, 256), QN}), w({QN, QK}, Layout::contig), true);
+    add("_xw_row", in("dy", {2, 1, QN}), w({QN, QK}, Layout::contig), false);
+    add("_xwt_x_transposed", with(in("x", {M, QK}), Layout::transposed),
+        w({QK, QN}, Layout::transposed), false);
+  }
+
   // Half-precision operands (eval only: FD through f16 rounding is meaningless).
   // Inputs are exact f16/bf16 values and the result is f32, so the error is only
   // f32 accumulation.

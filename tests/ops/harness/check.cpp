@@ -101,7 +101,13 @@ std::vector<std::vector<double>> case_values(const Case& c) {
     const Input& x = c.inputs[i];
     Rng rng(hash_name(c.name, i));
     std::vector<double> v = x.gen(stored_shape(x), rng);
-    for (double& e : v) e = x.dtype == DType::f32 ? double(float(e)) : ref_round_to(x.dtype, e);
+    if (is_quantized(x.dtype)) {
+      const Shape s = stored_shape(x);
+      ref_round_rows_to(x.dtype, v, s[s.ndim() - 1]);
+    }
+    for (double& e : v)
+      if (!is_quantized(x.dtype))
+        e = x.dtype == DType::f32 ? double(float(e)) : ref_round_to(x.dtype, e);
     vals.push_back(std::move(v));
   }
   return vals;
@@ -110,7 +116,9 @@ std::vector<std::vector<double>> case_values(const Case& c) {
 void upload(Tensor t, const std::vector<double>& v) {
   KILN_ASSERT(int64_t(v.size()) == t.numel());
   switch (t.dtype()) {
-    case DType::f32: t.set(std::vector<float>(v.begin(), v.end())); break;
+    case DType::f32:
+    case DType::q8_0:  // quantized on set: values from case_values are already exact
+    case DType::q4_0: t.set(std::vector<float>(v.begin(), v.end())); break;
     case DType::f16:
     case DType::bf16: {
       std::vector<uint16_t> h(v.size());
@@ -134,6 +142,8 @@ RefValue download(Tensor t) {
   r.shape = t.shape();
   switch (t.dtype()) {
     case DType::f32:
+    case DType::q8_0:  // dequantized
+    case DType::q4_0:
       for (float x : t.get<float>()) r.v.push_back(x);
       break;
     case DType::f16:

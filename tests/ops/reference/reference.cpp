@@ -102,8 +102,21 @@ double ref_round_to(DType t, double x) {
     case DType::f16: return f16_to_f32(f32_to_f16(float(x)));
     case DType::bf16: return bf16_to_f32(f32_to_bf16(float(x)));
     case DType::i32: return std::trunc(x);
+    case DType::q8_0:
+    case DType::q4_0: break;  // by rows only: ref_round_rows_to
   }
   return x;
+}
+
+void ref_round_rows_to(DType t, std::vector<double>& v, int64_t k) {
+  std::vector<float> row(static_cast<size_t>(k)), back(static_cast<size_t>(k));
+  std::vector<uint8_t> q(dtype_row_bytes(t, k));
+  for (size_t r = 0; k > 0 && r < v.size() / size_t(k); ++r) {
+    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = float(v[r * size_t(k) + size_t(c)]);
+    quantize_row(t, row.data(), q.data(), k);
+    dequantize_row(t, q.data(), back.data(), k);
+    for (int64_t c = 0; c < k; ++c) v[r * size_t(k) + size_t(c)] = back[size_t(c)];
+  }
 }
 
 RefValue ref_eval_node(const TensorNode* node, const RefValues& vals,

@@ -91,5 +91,9 @@ double ref_bcast_at(const RefValue& v, const int64_t* out_idx, int out_nd);
 Shape ref_bcast_shape(const TensorNode* node, const Shape& a, const Shape& b);
 // Value as stored in a tensor of dtype t (f16/bf16 rounding, i32 truncation).
 double ref_round_to(DType t, double x);
+// Values of a q8_0 / q4_0 tensor (rows of k values) as stored: each row's f32
+// values quantized with ggml's reference formulas, then dequantized (the
+// formats are checked against ggml's own bytes in tests/core/test_quant.cpp).
+void ref_round_rows_to(DType t, std::vector<double>& v, int64_t k);
 
 }  // namespace kiln::test

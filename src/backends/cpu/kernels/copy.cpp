@@ -8,11 +8,62 @@
 
 namespace kiln::cpu {
 
+namespace {
+
+// Byte offset of row r (a row: the last dim) of n, whose leading dims are
+// walked in row-major order with their strides.
+int64_t row_offset(const TensorNode* n, int64_t r) {
+  int64_t off = 0;
+  for (int d = n->shape.ndim() - 2; d >= 0; --d) {
+    off += (r % n->shape[d]) * n->stride[d];
+    r /= n->shape[d];
+  }
+  return off;
+}
+
+// Quantize (f32 -> q8_0/q4_0) or dequantize (q -> f32) row by row; the
+// quantized side's rows are whole blocks (the builder checked it), the f32
+// side has any strides.
+void copy_quantized(TensorNode* dst, const TensorNode* src, ThreadCtx& t) {
+  const int nd = src->shape.ndim();
+  const int64_t k = src->shape[nd - 1], rows = k > 0 ? src->numel() / k : 0;
+  const Range r = thread_range(t, rows, k, 1);
+  if (r.empty()) return;
+  const bool quantize = is_quantized(dst->dtype);
+  const TensorNode* f = quantize ? src : dst;  // the f32 side
+  const int64_t fs = f->stride[nd - 1];
+  float* tmp = fs == 4 ? nullptr : static_cast<float*>(t.scratch(size_t(k) * sizeof(float)));
+  for (int64_t i = r.begin; i < r.end; ++i) {
+    char* s = static_cast<char*>(src->data) + row_offset(src, i);
+    char* d = static_cast<char*>(dst->data) + row_offset(dst, i);
+    if (quantize) {
+      const float* x = reinterpret_cast<const float*>(s);
+      if (tmp) {
+        for (int64_t c = 0; c < k; ++c) std::memcpy(tmp + c, s + c * fs, 4);
+        x = tmp;
+      }
+      quantize_row(dst->dtype, x, d, k);
+    } else {
+      dequantize_row(src->dtype, s, tmp ? tmp : reinterpret_cast<float*>(d), k);
+      if (tmp)
+        for (int64_t c = 0; c < k; ++c) std::memcpy(d + c * fs, tmp + c, 4);
+    }
+  }
+}
+
+}  // namespace
+
 // dst = convert(src0). src0 has any strides and dtype; dst is contiguous with the
 // same number of elements (its shape may differ: a copy that feeds a reshape), or
 // has src0's shape and any strides. Elements go in src0's row-major order.
+// Quantized tensors convert to and from f32 only, with src0's shape.
 void kernel_COPY(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
+  if (is_quantized(dst->dtype) || is_quantized(src->dtype)) {
+    KILN_ASSERT(dst->shape == src->shape);
+    copy_quantized(dst, src, t);
+    return;
+  }
   const int64_t n = src->numel();
   Range r = thread_range(t, n, 1, 64);
   if (r.empty()) return;

@@ -104,6 +104,8 @@ uint32_t fill_bits(DType t, float v) {
     }
     case DType::f16: b = f32_to_f16(v); break;
     case DType::bf16: b = f32_to_bf16(v); break;
+    case DType::q8_0:
+    case DType::q4_0: break;  // PAD refuses quantized tensors
   }
   return b;
 }

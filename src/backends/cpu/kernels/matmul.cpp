@@ -1,5 +1,6 @@
 // MATMUL: dst [..., M, N] (f32) = src0 [..., M, K] @ src1 [..., K, N], batch
-// dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides.
+// dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides; or src1
+// a quantized (q8_0/q4_0) matrix, W.T() or W, read as stored (qmatmul.h).
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
 // rs = 1, so x.T() needs no copy). Small products, and batches that split evenly
@@ -13,6 +14,7 @@
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/qmatmul.h"
 
 namespace kiln::cpu {
 namespace {
@@ -38,12 +40,48 @@ Strides batch_strides(const TensorNode* src, const TensorNode* dst, int nb) {
   return st;
 }
 
+// A quantized weight b (matmul's builder checked: 2 dims, a f32 with contiguous
+// rows): x @ W^T when b is W.T(), dy @ W when b is W (qmatmul.h); every thread
+// takes part in each batch's product.
+void matmul_quantized(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *a = dst->src[0], *b = dst->src[1];
+  const int nd = dst->shape.ndim(), na = a->shape.ndim();
+  const int64_t M = dst->shape[nd - 2];
+  KILN_ASSERT(a->dtype == DType::f32 && b->shape.ndim() == 2 && a->stride[na - 1] == 4);
+  QuantMatrix W;
+  W.data = b->data;
+  W.format = b->dtype == DType::q8_0 ? QuantFormat::q8_0 : QuantFormat::q4_0;
+  const bool xwt = b->quant_axis() == 0;  // b [K, N] = W.T(): W is [N, K]
+  W.rows = xwt ? b->shape[1] : b->shape[0];
+  W.cols = xwt ? b->shape[0] : b->shape[1];
+  W.row_stride = size_t(xwt ? b->stride[1] : b->stride[0]);
+  const int64_t lda = M > 1 ? a->stride[na - 2] / 4 : W.cols;
+  const int64_t ldc = M > 1 ? dst->stride[nd - 2] / 4 : dst->shape[nd - 1];
+  const int nbd = nd - 2;
+  Shape bs;
+  for (int d = 0; d < nbd; ++d) bs.push_back(dst->shape[d]);
+  Strides sd{};
+  for (int d = 0; d < nbd; ++d) sd[d] = dst->stride[d];
+  auto L = make_layout<2>(bs, {sd, batch_strides(a, dst, nbd)});
+  if (M == 0) return;
+  for_each_run(L, {(char*)dst->data, (char*)a->data}, 0, bs.numel(),
+               [&](const Ptrs<2>& p, int64_t n, const Steps<2>& st) {
+                 for (int64_t i = 0; i < n; ++i) {
+                   const float* x = reinterpret_cast<const float*>(p[1] + i * st[1]);
+                   float* y = reinterpret_cast<float*>(p[0] + i * st[0]);
+                   if (xwt) qmatmul_xwt(W, x, lda, y, ldc, M, t);
+                   else qmatmul_xw(W, x, lda, y, ldc, M, t);
+                 }
+               });
+}
+
 // Work (multiply-adds) below which one thread does a whole batch by itself.
 constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
 
 }  // namespace
 
 void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
+  if (is_quantized(dst->src[1]->dtype)) return matmul_quantized(dst, t);
   const TensorNode *a = dst->src[0], *b = dst->src[1];
   const int nd = dst->shape.ndim(), na = a->shape.ndim(), nb_ = b->shape.ndim();
   KILN_ASSERT(nd >= 2 && na >= 2 && nb_ >= 2);

@@ -1,0 +1,58 @@
+// kiln-lm quantize: a model (Hugging Face directory or GGUF file) into a GGUF
+// file whose Linear weights are Q8_0 or Q4_0, quantized with ggml's reference
+// formulas (llama.cpp's bytes for the same values); embeddings, norms, biases
+// and matrices whose rows are not whole 32-value blocks stay f32, as llama.cpp
+// keeps norms and biases. Tensors the input stores Q8_0/Q4_0 are kept as they are.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "kiln/error.h"
+#include "kiln/io.h"
+#include "kiln/models.h"
+#include "lm_model.h"
+
+namespace lm {
+
+namespace {
+
+struct QuantizeOptions {
+  std::string in, out, type;
+  int threads = 0;
+};
+
+int run(const QuantizeOptions& o) {
+  namespace fs = std::filesystem;
+  const kiln::models::ModelOptions::WeightDType wd =
+      o.type == "q8_0" ? kiln::models::ModelOptions::WeightDType::q8_0
+                       : kiln::models::ModelOptions::WeightDType::q4_0;
+  std::unique_ptr<LoadedModel> m = load_model(o.in, o.threads, 0, "", wd);
+  int64_t quantized = 0, kept = 0;
+  for (const auto& [name, t] : m->model->named_base_parameters())
+    (kiln::is_quantized(t.dtype()) ? quantized : kept)++;
+  kiln::models::save_gguf(*m->model, o.out, m->tokenizer ? &*m->tokenizer : nullptr);
+  std::printf("quantized %lld matrices to %s, kept %lld tensors f32; %s: %.2f MB\n",
+              static_cast<long long>(quantized), o.type.c_str(), static_cast<long long>(kept),
+              o.out.c_str(), double(fs::file_size(o.out)) / 1e6);
+  return 0;
+}
+
+}  // namespace
+
+Command add_quantize(CLI::App& app) {
+  auto o = std::make_shared<QuantizeOptions>();
+  CLI::App* s = app.add_subcommand(
+      "quantize", "write a GGUF file with Q8_0 / Q4_0 Linear weights (llama.cpp's formats)");
+  s->add_option("in", o->in, "a Hugging Face model directory or a .gguf file")->required();
+  s->add_option("out", o->out, "the .gguf file to write")->required();
+  s->add_option("--type", o->type, "q8_0 or q4_0")
+      ->required()
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+  s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  return {s, [o] { return run(*o); }};
+}
+
+}  // namespace lm
