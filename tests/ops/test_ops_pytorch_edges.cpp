@@ -201,5 +201,29 @@ TEST(OpsPytorchEdges, BF16MatmulInfNaNAndOverflow) {
   }
 }
 
+// bf16 attention (torch.softmax(q @ k^T * scale) @ v of the bf16 values, softmax
+// in f32 as PyTorch's CPU autocast runs it): the scores are exact products
+// accumulated in f32 and the softmax subtracts the row max, so scores of 2^60
+// do not overflow; one key ahead by 2^59 takes all the weight, and equal scores
+// share it equally. Every result is a bf16 value, so the bf16 output is exact,
+// on the vdpbf16ps kernel (which rounds P to bf16: 1 and 0 are bf16) and on
+// the f32 one alike. Rows: q = (2^30, 0), (0, 0), (2^30, 2^30).
+TEST(OpsPytorchEdges, BF16AttentionHugeScoresAndTies) {
+  EdgeRun r;
+  Tensor q = r.ctx.input(bf16, {1, 3, 2}, "q");
+  Tensor k = r.ctx.input(bf16, {1, 2, 2}, "k");
+  Tensor v = r.ctx.input(bf16, {1, 2, 2}, "v");
+  Tensor o = attention(q, k, v, {1.0f, false}).to(f32);
+  r.prepare(o);
+  q.set(bf16s({0x1p30f, 0, 0, 0, 0x1p30f, 0x1p30f}));
+  // Keys (2^30, 0) and (2^29, 2^29): scores 2^60 and 2^59 for row 0, both
+  // 0 for row 1, 2^60 and 2^60 for row 2.
+  k.set(bf16s({0x1p30f, 0, 0x1p29f, 0x1p29f}));
+  v.set(bf16s({1.5f, -2, 0.25f, 4}));
+  r.cpu.compute(r.g);
+  EXPECT_EQ(o.dtype(), f32);
+  expect_floats(o.get<float>(), {1.5, -2, 0.875, 1, 0.875, 1}, 0);
+}
+
 }  // namespace
 }  // namespace kiln
