@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool has_quantized_tensors(const std::string& gguf) {
-  for (const kiln::GgufTensorInfo& t : kiln::GgufFile(gguf).tensors())
+  const kiln::GgufFile f(gguf);  // named: a temporary would die before the loop
+  for (const kiln::GgufTensorInfo& t : f.tensors())
     if (t.quantized()) return true;
   return false;
 }
