@@ -81,22 +81,28 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   // A quantized (q8_0 / q4_0) weight read as stored: x @ W^T (W.T(), a Linear's
   // forward; the gradient with respect to x is dy @ W, the other kernel) and
   // dy @ W directly. The reference multiplies the dequantized weights in double,
-  // so the error is f32 accumulation only; W is an input, never trained.
+  // so with more than 4 rows of x the error is f32 accumulation only; W is an
+  // input, never trained. With 1-4 rows (decoding) AVX512_VNNI builds round x
+  // to int8 blocks first (qmatmul.h): each output then moves by at most
+  // sum |W| * (max |x| of a block / 127) / 2, under 0.13 at K = 64 for these
+  // inputs of magnitude <= 1 and ~50x less typically; `few` cases get that
+  // tolerance (exact builds pass it trivially, a wrong block or scale does not).
   for (DType q : {DType::q8_0, DType::q4_0}) {
     const std::string qn = dtype_name(q);
-    const int64_t QK = z(64, 512), QN = z(5, 256);
+    const int64_t QK = z(64, 512), QN = z(5, 256), QM = z(6, 256);  // QM > 4: exact path
     auto w = [&](Shape s, Layout l) { return with(as(in("w", s, g), q), l); };
-    auto add = [&](const std::string& name, Input a, Input b, bool grad) {
+    auto add = [&](const std::string& name, Input a, Input b, bool grad, bool few = false) {
       Case c = make_case("matmul_" + qn + name, {Op::MATMUL}, {a, b}, mm, grad);
-      c.tol = {1e-5, 1e-4};
+      c.tol = few ? Tol{3e-2, 1e-2} : Tol{1e-5, 1e-4};
       cs.push_back(c);
     };
-    add("_xwt", in("x", {M, QK}), w({QK, QN}, Layout::transposed), true);
+    add("_xwt", in("x", {QM, QK}), w({QK, QN}, Layout::transposed), true);
+    add("_xwt_few", in("x", {3, QK}), w({QK, QN}, Layout::transposed), false, true);
     add("_xwt_batched", in("x", {2, z(9, 64), QK}), w({QK, QN}, Layout::transposed), true);
-    add("_xwt_row", in("x", {1, QK}), w({QK, z(40, 512)}, Layout::transposed), true);
+    add("_xwt_row", in("x", {1, QK}), w({QK, z(40, 512)}, Layout::transposed), false, true);
     add("_xw", in("dy", {z(9, 256), QN}), w({QN, QK}, Layout::contig), true);
     add("_xw_row", in("dy", {2, 1, QN}), w({QN, QK}, Layout::contig), false);
-    add("_xwt_x_transposed", with(in("x", {M, QK}), Layout::transposed),
+    add("_xwt_x_transposed", with(in("x", {QM, QK}), Layout::transposed),
         w({QK, QN}, Layout::transposed), false);
   }
 
