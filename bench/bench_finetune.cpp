@@ -4,9 +4,8 @@
 //   --mode lora   LoRA adapters (r 8, alpha 16) on q,k,v,o,gate,up,down, the
 //                 base frozen (no gradients, no AdamW state for it);
 //   --mode full   every weight trained;
-//   --mode qlora  LoRA on a Q4_0 base: refused until the quantized weight
-//                 dtypes are in (scripts/bench-finetune.sh leaves the row out
-//                 unless QLORA=1).
+//   --mode qlora  LoRA on a Q4_0 base: the layers' Linear weights q4_0 and
+//                 frozen (embedding, norms f32; bench/llama_shape.h).
 // AdamW, next-token cross-entropy, batch x seq random token windows; one
 // untimed warm-up step, then --steps timed ones. Prints
 //   finetune: mode=lora ... tokens_per_s=… step_s=… peak_rss_mb=…
@@ -85,14 +84,11 @@ double peak_rss_mb() {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
-    if (a.mode == "qlora")
-      kiln::fail("bench_finetune",
-                 "--mode qlora needs Q4_0 base weights (ModelOptions::weight_dtype), which this "
-                 "build does not have yet");
     kiln::Context ctx;
     kiln::CpuBackend cpu(a.threads);
     const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape(a.layers);
     auto model = kiln::models::make_model(ctx, cfg);
+    if (a.mode == "qlora") bench::quantize_linear_weights(*model, kiln::q4_0);
     model->allocate(cpu);
     model->init(1);
     if (a.mode != "full") {

@@ -6,6 +6,9 @@
 // the bandwidth is measured here with bench_lm's streaming read (llama_shape.h).
 //
 //   bench_generate [--tokens 64] [--prompt 32] [--threads 0] [--layers 30]
+//                  [--weights f32|q8_0|q4_0]
+// (--weights q8_0/q4_0: the layers' Linear weights quantized as
+// ModelOptions::weight_dtype does; the tied embedding and head stay f32.)
 //
 // Prints one line per run: prompt tokens/s, decode tokens/s, weight bytes read
 // per token, read bandwidth, achieved fraction of it.
@@ -31,6 +34,12 @@ int64_t arg(int argc, char** argv, const char* name, int64_t def) {
   return def;
 }
 
+std::string sarg(int argc, char** argv, const char* name, const char* def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,10 +54,16 @@ int main(int argc, char** argv) {
   kiln::models::ModelOptions mo;
   mo.max_seq_len = 2048;
   auto model = kiln::models::make_model(ctx, cfg, mo);
+  // --weights q8_0|q4_0: the layers' Linear weights quantized (embedding f32).
+  const std::string wt = sarg(argc, argv, "--weights", "f32");
+  if (wt != "f32" && wt != "q8_0" && wt != "q4_0") {
+    std::fprintf(stderr, "bench_generate: --weights must be f32, q8_0 or q4_0\n");
+    return 2;
+  }
+  if (wt != "f32") bench::quantize_linear_weights(*model, wt == "q8_0" ? kiln::q8_0 : kiln::q4_0);
   model->allocate(cpu);
   model->init(1);
-  int64_t weight_bytes = 0;  // each parameter once (the tied head reads the embedding)
-  for (const auto& [name, t] : model->named_parameters()) weight_bytes += t.numel() * 4;
+  const int64_t weight_bytes = bench::param_bytes(*model);  // read once per token
 
   kiln::models::Generator gen(*model, cpu);
   std::vector<int32_t> ids(static_cast<size_t>(prompt));
@@ -65,11 +80,11 @@ int main(int argc, char** argv) {
   const double used = tps * double(weight_bytes) / 1e9;
   const double bw = bench::stream_read_gbs(threads, bench::kStreamBytes);
   std::printf(
-      "layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
+      "weights=%s layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
       "decode_tokens_per_s=%.2f weight_mb=%.1f weights_gb_per_s=%.2f read_bandwidth_gb_per_s=%.2f "
       "fraction=%.3f graphs=%zu context_nodes_per_graph=%zu\n",
-      (long long)c.num_hidden_layers, threads, (long long)prompt, r.stats.prompt_tokens_per_s(),
-      (long long)r.stats.decode_steps, tps, double(weight_bytes) / 1e6, used, bw, used / bw,
-      gen.graphs(), nodes_per_graph);
+      wt.c_str(), (long long)c.num_hidden_layers, threads, (long long)prompt,
+      r.stats.prompt_tokens_per_s(), (long long)r.stats.decode_steps, tps,
+      double(weight_bytes) / 1e6, used, bw, used / bw, gen.graphs(), nodes_per_graph);
   return 0;
 }

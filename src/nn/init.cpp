@@ -21,8 +21,8 @@ void fill_with(Tensor t, const char* op, const std::function<float()>& f) {
     fail(op, "'", t.name(), "' ", t.shape().str(), " has no memory yet (allocate first)");
   std::vector<float> v(size_t(t.numel()));
   for (float& x : v) x = f();
-  if (t.dtype() == f32) {
-    t.set(v);
+  if (t.dtype() == f32 || is_quantized(t.dtype())) {
+    t.set(v);  // a q8_0 / q4_0 tensor stores the values quantized
     return;
   }
   std::vector<uint16_t> h(v.size());
