@@ -28,10 +28,11 @@ lm="$KILN_ROOT/build/$KILN_PRESET/examples/kiln-lm"
 
 late=()
 for f in "$KILN_ROOT"/data/sotu/[12][0-9][0-9][0-9]_*.txt; do
+  [[ -e "$f" ]] || continue  # the pattern itself when nothing matches
   name="$(basename "$f")"
   ((10#${name:0:4} >= from_year)) && late+=("$f")
 done
-((${#late[@]} > 1)) || die "no SOTU addresses from $from_year on in data/sotu"
+((${#late[@]} > 1)) || die "fewer than 2 SOTU addresses from $from_year on in data/sotu"
 log "late addresses: ${#late[@]} files, $(basename "${late[0]}") to $(basename "${late[-1]}")"
 
 common=(--model "$model" --data "${late[@]}" --batch 8 --seq 128 --steps "$steps" --warmup 20

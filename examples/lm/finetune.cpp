@@ -102,7 +102,12 @@ std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM&
   else
     s << "lora r=" << o.lora_r << " alpha=" << o.lora_alpha << " dropout=" << o.lora_dropout
       << " targets=" << o.targets;
+  // The batches of step s come from --seed and s, the learning rate from the
+  // schedule: both must be the run's own for the resumed steps to be its steps.
   s << " batch=" << o.batch << " seq=" << o.seq << " grad_accum=" << o.grad_accum
+    << " quantize=" << (o.quantize.empty() ? "none" : o.quantize) << " seed=" << o.seed
+    << " steps=" << o.steps << " lr=" << o.lr << " min_lr=" << o.min_lr << " warmup=" << o.warmup
+    << " weight_decay=" << o.weight_decay << " clip=" << o.clip << " val_split=" << o.val_split
     << " base=" << kiln::models::config_json(model.config());
   return s.str();
 }
@@ -198,10 +203,7 @@ int run(const FinetuneOptions& o) {
 
   if (o.full) {
     kiln::models::save_pretrained(*model, o.out);
-    if (!o.bytes)
-      for (const fs::path& f : tokenizer_files(o.tokenizer.empty() ? o.model : o.tokenizer))
-        if (fs::exists(f))
-          fs::copy_file(f, fs::path(o.out) / f.filename(), fs::copy_options::overwrite_existing);
+    if (!o.bytes) copy_tokenizer_files(o.tokenizer.empty() ? o.model : o.tokenizer, o.out);
   } else {
     kiln::models::save_lora(*model, o.out, "default", o.model);
   }

@@ -102,11 +102,17 @@ std::vector<uint32_t> document_ids(const kiln::Tokenizer& tok, const std::vector
   return ids;
 }
 
-std::vector<fs::path> tokenizer_files(const std::string& path) {
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-  std::vector<fs::path> files = {fs::is_directory(path) ? dir / "tokenizer.json" : fs::path(path)};
-  if (fs::exists(dir / "tokenizer_config.json")) files.push_back(dir / "tokenizer_config.json");
-  return files;
+void copy_tokenizer_files(const std::string& path, const fs::path& out_dir) {
+  const bool is_dir = fs::is_directory(path);
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path json = is_dir ? dir / "tokenizer.json" : fs::path(path);
+  // Saved as tokenizer.json whatever the file was called: the name that
+  // load_model and Tokenizer::load(dir) look for.
+  if (fs::exists(json))
+    fs::copy_file(json, out_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  if (fs::exists(dir / "tokenizer_config.json"))
+    fs::copy_file(dir / "tokenizer_config.json", out_dir / "tokenizer_config.json",
+                  fs::copy_options::overwrite_existing);
 }
 
 double peak_rss_mb() {

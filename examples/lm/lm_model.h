@@ -44,10 +44,11 @@ std::string read_text(const std::string& path, const std::string& cmd);
 std::vector<uint32_t> document_ids(const kiln::Tokenizer& tok, const std::vector<std::string>& docs,
                                    int threads);
 
-// tokenizer.json of a tokenizer path (a directory or the file) and the
-// tokenizer_config.json beside it when there is one: what a saved model
-// directory needs to be loaded with its tokenizer.
-std::vector<std::filesystem::path> tokenizer_files(const std::string& path);
+// Copies the tokenizer of `path` (a directory's tokenizer.json, or the file
+// itself, saved as tokenizer.json) and the tokenizer_config.json beside it when
+// there is one into `out_dir`: what a saved model directory needs to be loaded
+// with its tokenizer.
+void copy_tokenizer_files(const std::string& path, const std::filesystem::path& out_dir);
 
 // The peak resident set size of this process so far, in MB (getrusage).
 double peak_rss_mb();

@@ -232,8 +232,7 @@ int run(PretrainOptions o) {
   const double train_rss_mb = peak_rss_mb();  // before the export checks add their graphs
 
   kiln::models::save_pretrained(*model, o.out);
-  for (const fs::path& f : tokenizer_files(o.tokenizer))
-    fs::copy_file(f, out / f.filename(), fs::copy_options::overwrite_existing);
+  copy_tokenizer_files(o.tokenizer, out);
   if (!o.gguf.empty()) kiln::models::save_gguf(*model, o.gguf, &tok);
 
   // Check what was written against the model in memory (one validation batch).

@@ -24,6 +24,9 @@ Tensor::Tensor(TensorNode* n) : n_(n) {
 }
 
 bool TensorNode::is_contiguous() const {
+  // A quantized view whose blocks run along another dim (W.T()) is never
+  // contiguous, even where its strides happen to look it (one block per row).
+  if (is_quantized(dtype) && shape.ndim() > 0 && quant_axis() != shape.ndim() - 1) return false;
   int64_t expect = int64_t(elem_size());
   for (int d = shape.ndim() - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expect) return false;

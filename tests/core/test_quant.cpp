@@ -113,6 +113,39 @@ TEST(Quant, LayoutIsGgmls) {
   Tensor w8 = ctx.param(q8_0, {32, 32}, "w8");  // one block per row: row and block strides agree
   EXPECT_EQ(w8.T().node()->quant_axis(), 0);
   EXPECT_EQ(w8.T().T().node()->quant_axis(), 1);
+  // Its transpose has the same strides as w8 itself, but its blocks run down
+  // the columns: not contiguous, so get() and contiguous() refuse it.
+  EXPECT_FALSE(w8.T().node()->is_contiguous());
+  EXPECT_TRUE(w8.T().T().node()->is_contiguous());
+  for (int64_t n : {32, 48}) {
+    Tensor one = ctx.param(q8_0, {n, 32}, "one_block_rows");
+    EXPECT_FALSE(one.T().node()->is_contiguous()) << n;
+  }
+}
+
+// x @ W^T with x broadcast over rows (an expanded x has row stride 0): the
+// builder gives the kernel whole rows, as with an f32 weight.
+TEST(Quant, MatmulOfAnExpandedInputEqualsTheRepeatedRows) {
+  kiln::Context ctx;
+  Tensor x = ctx.input(f32, {1, 64}, "x");
+  Tensor w = ctx.param(q8_0, {8, 64}, "w");
+  Tensor y = kiln::matmul(x.expand({6, 64}), w.T());
+  Tensor y1 = kiln::matmul(x, w.T());
+  kiln::Graph g = kiln::Graph::forward({y, y1});
+  kiln::CpuBackend cpu(2);
+  auto buf = kiln::allocate_tensors(ctx, cpu);
+  std::vector<float> xv(64), wv(8 * 64);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(int(i % 7) - 3) * 0.25f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = float(int(i % 11) - 5) * 0.125f;
+  x.set(xv);
+  w.set(wv);
+  cpu.compute(g);
+  const std::vector<float> got = y.get<float>(), row = y1.get<float>();
+  ASSERT_EQ(got.size(), size_t(6 * 8));
+  // Six rows of the 6-row (exact) path against the one-row path's product,
+  // which may round x to int8 blocks (qmatmul.h): equal within that bound.
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], row[i % 8], 0.05) << i;
+  EXPECT_NE(got, std::vector<float>(got.size(), 0.0f));
 }
 
 TEST(Quant, ErrorsNameTheOpAndTheDtype) {

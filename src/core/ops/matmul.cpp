@@ -33,7 +33,12 @@ Tensor matmul_quantized(Tensor a, Tensor b, Shape s) {
     fail("matmul", "the quantized weight b ", b.label(), " ", b.shape().str(), " is ",
          dtype_name(b.dtype()), ": it must be a matrix (2 dims), batches broadcast over a");
   if (a.dtype() != f32) a = a.to(f32);
-  if (a.node()->stride[size_t(a.ndim() - 1)] != 4) a = a.contiguous();
+  // The kernel reads x's rows whole and one after another: unit column stride
+  // and rows at least K floats apart (an expanded x has row stride 0).
+  const int64_t k = a.size(-1);
+  const auto& st = a.node()->stride;
+  if (st[size_t(a.ndim() - 1)] != 4 || (a.size(-2) > 1 && st[size_t(a.ndim() - 2)] < 4 * k))
+    a = a.contiguous();
   return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
 }
 

@@ -58,8 +58,6 @@ int64_t packed_ld(int64_t tk) {
   return ld % 128 == 0 ? ld + kV : ld;
 }
 
-uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
-
 // One head of a bf16 [..., T, E] tensor: row i's element c at base + i*rs + c*cs.
 struct Head {
   const char* base;

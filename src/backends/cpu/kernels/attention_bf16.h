@@ -2,8 +2,9 @@
 // k and v are bf16 and the build has AVX512_BF16, the products QK^T, PV, dO V^T,
 // dS K, dS^T Q and P^T dO run on vdpbf16ps (pairs of bf16, f32 accumulation);
 // softmax, its statistics and the gradients' sums stay f32. Each returns false
-// where it does not apply, and attention.cpp's f32 kernel then runs (converting
-// bf16 rows to f32: the portable and AVX2 builds' bf16 path).
+// where it does not apply, and the f32 kernels (attention_forward.cpp,
+// attention.cpp) then run, converting bf16 rows to f32 (the portable and AVX2
+// builds' bf16 path).
 #pragma once
 #include "backends/cpu/thread_pool.h"
 #include "kiln/ext/tensor_node.h"
