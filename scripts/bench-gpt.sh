@@ -14,13 +14,7 @@ install_deps
 build_preset kiln-gpt
 bash "$KILN_ROOT/scripts/get-sotu.sh"
 
-# Debian's torch is installed for Debian's own interpreter, not for one on PATH.
-py=/usr/bin/python3
-if ! "$py" -c 'import torch' 2>/dev/null; then
-  have apt-get || die "python3-torch is missing and apt-get is not here"
-  log "installing python3-torch (the baseline)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch </dev/null >/dev/null
-fi
+py="$(torch_python)"
 
 gpt="$KILN_ROOT/build/$KILN_PRESET/examples/kiln-gpt"
 out="$KILN_ROOT/out/bench-gpt"

@@ -15,13 +15,7 @@ repeats="${1:-1}" threads="${2:-2}" prefill="${3:-512}"
 install_deps
 build_preset bench_lm bench_generate
 
-# Debian's torch is installed for Debian's own interpreter, not for one on PATH.
-py=/usr/bin/python3
-if ! "$py" -c 'import torch' 2>/dev/null; then
-  have apt-get || die "python3-torch is missing and apt-get is not here"
-  log "installing python3-torch (the baseline)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch </dev/null >/dev/null
-fi
+py="$(torch_python)"
 
 bench="$KILN_ROOT/build/$KILN_PRESET/bench/bench_lm"
 gen="$KILN_ROOT/build/$KILN_PRESET/bench/bench_generate"

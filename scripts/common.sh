@@ -114,6 +114,19 @@ build_preset() {
   cmake --build --preset "$KILN_PRESET" -j"$KILN_JOBS" "${targets[@]+"${targets[@]}"}"
 }
 
+# The interpreter that has PyTorch (the benchmarks' baseline): Debian's own
+# python3, since python3-torch is installed for it and not for one on PATH;
+# installs python3-torch when it is missing. Prints the interpreter's path.
+torch_python() {
+  local py=/usr/bin/python3
+  if ! "$py" -c 'import torch' 2>/dev/null; then
+    have apt-get || die "python3-torch is missing and apt-get is not here"
+    log "installing python3-torch (the baseline)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch </dev/null >/dev/null
+  fi
+  echo "$py"
+}
+
 have_nvcc() { have nvcc || [[ -x /usr/local/cuda/bin/nvcc ]]; }
 
 # Where nvcc is installed the CUDA backend must have been built (CI has no GPU:
