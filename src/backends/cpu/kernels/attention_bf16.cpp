@@ -17,6 +17,7 @@
 // the thread count (each tile, or head backward, is computed the same way by
 // whichever thread owns it).
 #include "backends/cpu/kernels/attention_bf16.h"
+#include "backends/cpu/kernels/attention_head.h"
 
 #include "backends/cpu/kernels/common.h"
 
@@ -49,7 +50,10 @@ constexpr int kMaxNV = 4;   // zmm of keys (or of E) per register tile
 constexpr int64_t kKeyBlock = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+using attn::Dims;
+using attn::dims_of;
+using attn::round_up;
+using attn::visible;
 
 // Words between the rows of k2 (as attention.cpp's packed_ld: rows a multiple
 // of 512 bytes apart would share a few L1 sets).
@@ -71,19 +75,10 @@ struct Head {
   }
 };
 
+// Head h of t (attention_head.h's view, read as bf16 here).
 Head head_of(const TensorNode* t, int64_t h) {
-  const int nd = t->shape.ndim();
-  int64_t off = 0;
-  for (int d = nd - 3; d >= 0; --d) {
-    off += (h % t->shape[d]) * t->stride[d];
-    h /= t->shape[d];
-  }
-  return {static_cast<const char*>(t->data) + off, t->stride[nd - 2], t->stride[nd - 1]};
-}
-
-int64_t visible(int64_t i, int64_t tq, int64_t tk, bool causal) {
-  if (!causal) return tk;
-  return std::clamp<int64_t>(i + tk - tq + 1, 0, tk);
+  const attn::HeadMat m = attn::head_of(t, h);
+  return {m.base, m.rs, m.cs};
 }
 
 // dst[c] = a[c] | b[c] << 16 for c < n (b null: zeros), then zeros up to n_pad.
@@ -264,15 +259,6 @@ void to_bf16(const float* src, int64_t n, int64_t n_pad, uint16_t* dst) {
   convert(reinterpret_cast<const char*>(src), DType::f32, 4, reinterpret_cast<char*>(dst),
           DType::bf16, 2, n);
   for (int64_t j = n; j < n_pad; ++j) dst[j] = 0;
-}
-
-struct Dims {
-  int64_t heads, tq, tk, e;
-};
-Dims dims_of(const TensorNode* q, const TensorNode* k) {
-  const int nd = q->shape.ndim();
-  return {q->numel() / std::max<int64_t>(1, q->shape[nd - 2] * q->shape[nd - 1]), q->shape[nd - 2],
-          k->shape[nd - 2], q->shape[nd - 1]};
 }
 
 bool all_bf16(const TensorNode* dst, int n) {
