@@ -9,7 +9,7 @@
 // exact --resume (the batches of step s depend only on --seed and s).
 //   kiln-lm finetune --model DIR --data FILE|DIR... --out DIR [--lora-r 8]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
-//       [--quantize q8_0|q4_0]
+//       [--quantize q8_0|q4_0] [--precision f32|bf16]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
 //       [--grad-accum 1] [--checkpointing] [--lr 2e-4] [--warmup 10]
 //       [--eval-every 20] [--eval-batches 4] [--checkpoint PATH [--resume]]
@@ -49,6 +49,7 @@ struct FinetuneOptions {
   uint64_t seed = 1;
   int threads = 0;
   std::string quantize;  // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
+  std::string precision = "f32";  // matmul precision (Context::set_matmul_precision)
 };
 
 constexpr const char* kCmd = "kiln-lm finetune";
@@ -105,7 +106,8 @@ std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM&
   // The batches of step s come from --seed and s, the learning rate from the
   // schedule: both must be the run's own for the resumed steps to be its steps.
   s << " batch=" << o.batch << " seq=" << o.seq << " grad_accum=" << o.grad_accum
-    << " quantize=" << (o.quantize.empty() ? "none" : o.quantize) << " seed=" << o.seed
+    << " quantize=" << (o.quantize.empty() ? "none" : o.quantize)
+    << " precision=" << o.precision << " seed=" << o.seed
     << " steps=" << o.steps << " lr=" << o.lr << " min_lr=" << o.min_lr << " warmup=" << o.warmup
     << " weight_decay=" << o.weight_decay << " clip=" << o.clip << " val_split=" << o.val_split
     << " base=" << kiln::models::config_json(model.config());
@@ -128,6 +130,10 @@ int run(const FinetuneOptions& o) {
                " validation batches of ", B, " x ", T, " (lower --eval-batches, --batch, --seq)");
 
   kiln::Context ctx;
+  // bf16: the products of the forward and backward passes (and of the
+  // validation loss) on bf16 operands, accumulated in f32; trained weights,
+  // their gradients and the AdamW state stay f32, and so do the saved files.
+  ctx.set_matmul_precision(o.precision == "bf16" ? kiln::bf16 : kiln::f32);
   kiln::CpuBackend cpu(o.threads);
   if (o.full && !o.quantize.empty())
     kiln::fail(kCmd, "--quantize trains LoRA adapters on a frozen quantized base, not --full");
@@ -180,8 +186,8 @@ int run(const FinetuneOptions& o) {
     const kiln::GgufValue* saved = f.find("kiln.lm.finetune");
     if (!saved || saved->as_string() != settings)
       kiln::fail(kCmd, o.checkpoint,
-                 ": was written by another run (model, LoRA settings, --full, --batch, --seq or "
-                 "--grad-accum differ); resume with the same options");
+                 ": was written by another run (model, LoRA settings, --full, --batch, --seq, "
+                 "--grad-accum or --precision differ); resume with the same options");
   }
   // The base model's validation loss (the checkpoint is loaded afterwards).
   const int64_t windows = o.eval_batches * B;
@@ -268,6 +274,11 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
   c->add_option("--quantize", o->quantize, "QLoRA: quantize the base's Linear weights")
       ->check(CLI::IsMember({"q8_0", "q4_0"}));
+  c->add_option("--precision", o->precision,
+                "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; trained "
+                "weights, gradients and AdamW state stay f32; the saved files are f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   return {c, [o] { return run(*o); }};
 }
 

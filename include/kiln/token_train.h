@@ -72,8 +72,8 @@ struct TokenTrainOptions {
 struct TokenTrainResult {
   int64_t first_iter = 0, end_iter = 0;  // this call trained iterations [first, end)
   double val_loss = 0;                   // at end_iter
-  // Training tokens per second from this call's 10th iteration on (NaN when it
-  // ran 10 or fewer), and the seconds of the whole call.
+  // Training tokens per second from this call's 10th iteration on (over the
+  // whole call when it ran 10 or fewer), and the seconds of the whole call.
   double tokens_per_s = 0;
   double train_time_s = 0;
   std::vector<TokenTrainEval> evals;  // of this call

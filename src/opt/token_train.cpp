@@ -144,8 +144,11 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
     }
   }
   r.train_time_s = since(t0);
+  // A run too short to leave its first 10 iterations out is timed whole.
+  const int64_t timed_from = rate_start < 0 ? r.first_iter : rate_start;
+  const double timed_s = since(rate_start < 0 ? t0 : t_rate);
   r.tokens_per_s =
-      rate_start < 0 ? NAN : double((r.end_iter - rate_start) * K * B * T) / since(t_rate);
+      timed_s > 0 ? double((r.end_iter - timed_from) * K * B * T) / timed_s : 0.0;
   r.val_loss = std::isnan(last_val) ? eval.loss(val, o.eval_windows) : last_val;
   return r;
 }

@@ -4,8 +4,9 @@
 # --full a Hugging Face directory that kiln-lm finetune can start from again.
 # A run stopped and resumed from its checkpoint (LoRA with dropout, gradient
 # accumulation and checkpointing; and --full) writes the same bytes as an
-# uninterrupted one; the adapter lowers the perplexity kiln-lm perplexity
-# computes with --adapter, and kiln-lm generate runs with it.
+# uninterrupted one; LoRA under --precision bf16 learns as f32 does; the
+# adapter lowers the perplexity kiln-lm perplexity computes with --adapter, and
+# kiln-lm generate runs with it.
 #   finetune_check.sh KILN_LM BASE_DIR TEXT OUT_DIR
 set -euo pipefail
 lm=$1 base=$2 text=$3 out=$4
@@ -29,6 +30,15 @@ for f in adapter_model.safetensors adapter_config.json; do
   test -s "$out/adapter/$f" || { echo "missing $out/adapter/$f"; exit 1; }
 done
 grep -q '"peft_type": "LORA"' "$out/adapter/adapter_config.json"
+
+# The same LoRA run under the bf16 precision policy: it learns as f32 does.
+lora_f32=$line
+line=$("$lm" finetune --model "$base" --out "$out/adapter-bf16" --lora-r 8 --lora-alpha 16 \
+  --steps 30 --eval-every 15 --lr 1e-2 --precision bf16 "${common[@]}" | tail -1)
+check "$line"
+awk -v a="$lora_f32" -v b="$line" 'BEGIN {
+  split(a, f, /[ =]/); split(b, g, /[ =]/); d = g[4] - f[4]; if (d < 0) d = -d;
+  if (!(d <= 0.05 * f[4])) { print "bf16 val_loss " g[4] " is not within 5% of f32 " f[4]; exit 1 } }'
 
 line=$("$lm" finetune --model "$base" --out "$out/full" --full --steps 30 --eval-every 15 --lr 3e-3 \
   "${common[@]}" | tail -1)
