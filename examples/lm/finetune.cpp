@@ -266,7 +266,8 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--seed", o->seed, "seed of the batches and the adapters' init")
       ->capture_default_str();
   c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
-  c->add_option("--quantize", o->quantize, "QLoRA: quantize the base's Linear weights")
+  c->add_option("--quantize", o->quantize,
+                "QLoRA: quantize the base's Linear weights and embedding")
       ->check(CLI::IsMember({"q8_0", "q4_0"}));
   return {c, [o] { return run(*o); }};
 }
