@@ -42,8 +42,10 @@ Tensor one_hot(Tensor labels, int64_t classes) {
 Tensor embedding(Tensor weight, Tensor indices) {
   detail::check_defined("embedding", {weight, indices});
   detail::check_same_ctx("embedding", {weight, indices});
-  if (weight.dtype() == i32)  // f16/bf16 tables (weights kept as stored) give f32 rows
-    fail("embedding", "weight must be f32, f16 or bf16, got i32 ", weight.shape().str());
+  // f16/bf16 tables (weights kept as stored) and q8_0/q4_0 ones give f32 rows.
+  if (weight.dtype() == i32)
+    fail("embedding", "weight must be f32, f16, bf16, q8_0 or q4_0, got i32 ",
+         weight.shape().str());
   detail::check_dtype("embedding", "indices", indices, i32);
   if (weight.ndim() != 2) fail("embedding", "weight must be [V, D], got ", weight.shape().str());
   if (is_quantized(weight.dtype()) && weight.node()->quant_axis() != 1)

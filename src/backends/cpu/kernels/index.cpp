@@ -1,10 +1,11 @@
 // Indexing and data-movement kernels: ONE_HOT, EMBEDDING (f32, f16, bf16 or
 // q8_0 / q4_0 tables), SCATTER_ADD_ROWS, CONCAT, PAD, REPEAT, REPEAT_BACK. dst
-// is contiguous; sources may have any strides. Work is split by whole output rows (or columns),
-// each output element is written by one thread in a fixed order, so results do not depend on the
-// thread count. Index/label range errors are found by every thread scanning all
-// indices first, so the reported position is the first bad one whatever the
-// thread count (and no thread writes before the check).
+// is contiguous; sources may have any strides. Work is split by whole output
+// rows (or columns), each output element is written by one thread in a fixed
+// order, so results do not depend on the thread count. Index/label range
+// errors are found by every thread scanning all indices first, so the reported
+// position is the first bad one whatever the thread count (and no thread writes
+// before the check).
 #include <algorithm>
 #include <cstring>
 
