@@ -4,8 +4,9 @@
 //   --mode lora   LoRA adapters (r 8, alpha 16) on q,k,v,o,gate,up,down, the
 //                 base frozen (no gradients, no AdamW state for it);
 //   --mode full   every weight trained;
-//   --mode qlora  LoRA on a Q4_0 base: the layers' Linear weights q4_0 and
-//                 frozen (embedding, norms f32; bench/llama_shape.h).
+//   --mode qlora  LoRA on a Q4_0 base: ModelOptions::weight_dtype q4_0, the
+//                 layers' Linear weights and the tied embedding / head q4_0
+//                 and frozen (norms f32), as kiln-lm finetune --quantize.
 // AdamW, next-token cross-entropy, batch x seq random token windows; one
 // untimed warm-up step, then --steps timed ones. Prints
 //   finetune: mode=lora ... tokens_per_s=… step_s=… peak_rss_mb=…
@@ -87,8 +88,9 @@ int main(int argc, char** argv) {
     kiln::Context ctx;
     kiln::CpuBackend cpu(a.threads);
     const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape(a.layers);
-    auto model = kiln::models::make_model(ctx, cfg);
-    if (a.mode == "qlora") bench::quantize_linear_weights(*model, kiln::q4_0);
+    kiln::models::ModelOptions mo;
+    if (a.mode == "qlora") mo.weight_dtype = kiln::models::ModelOptions::WeightDType::q4_0;
+    auto model = kiln::models::make_model(ctx, cfg, mo);
     model->allocate(cpu);
     model->init(1);
     if (a.mode != "full") {

@@ -41,17 +41,6 @@ inline kiln::models::ModelConfig smollm2_135m_shape(int64_t layers = 30) {
   return cfg;
 }
 
-// Makes the model's Linear weights (the *_proj.weight matrices of every layer)
-// `dtype` (q8_0 / q4_0) and frozen, as ModelOptions::weight_dtype does on load;
-// the tied embedding, the norms and the head stay f32. Call before allocate():
-// init() then writes the random values quantized, so no f32 copy ever exists.
-inline void quantize_linear_weights(kiln::nn::Module& model, kiln::DType dtype) {
-  for (const auto& [name, t] : model.named_parameters())
-    if (t.ndim() == 2 && name.size() > 12 &&
-        name.compare(name.size() - 12, 12, "_proj.weight") == 0)
-      model.set_parameter_dtype(name, dtype).set_requires_grad(false);
-}
-
 // Bytes of all the model's params (each once: a tied head reads the embedding).
 inline int64_t param_bytes(const kiln::nn::Module& model) {
   int64_t bytes = 0;

@@ -272,7 +272,8 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--seed", o->seed, "seed of the batches and the adapters' init")
       ->capture_default_str();
   c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
-  c->add_option("--quantize", o->quantize, "QLoRA: quantize the base's Linear weights")
+  c->add_option("--quantize", o->quantize,
+                "QLoRA: quantize the base's Linear weights and embedding")
       ->check(CLI::IsMember({"q8_0", "q4_0"}));
   c->add_option("--precision", o->precision,
                 "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; trained "

@@ -1,8 +1,11 @@
 // kiln-lm quantize: a model (Hugging Face directory or GGUF file) into a GGUF
-// file whose Linear weights are Q8_0 or Q4_0, quantized with ggml's reference
-// formulas (llama.cpp's bytes for the same values); embeddings, norms, biases
-// and matrices whose rows are not whole 32-value blocks stay f32, as llama.cpp
-// keeps norms and biases. Tensors the input stores Q8_0/Q4_0 are kept as they are.
+// file whose Linear weights and token embedding (token_embd, which a tied head
+// reads too; an untied head is the output Linear) are Q8_0 or Q4_0, quantized
+// with ggml's reference formulas (llama.cpp's bytes for the same values); norms,
+// biases, GPT-2's position embedding and matrices whose rows are not whole
+// 32-value blocks stay f32, as llama.cpp keeps norms and biases. Tensors the
+// input stores Q8_0/Q4_0 are kept as they are. The summary names the dtypes the
+// file holds for token_embd and output.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -33,9 +36,14 @@ int run(const QuantizeOptions& o) {
   for (const auto& [name, t] : m->model->named_base_parameters())
     (kiln::is_quantized(t.dtype()) ? quantized : kept)++;
   kiln::models::save_gguf(*m->model, o.out, m->tokenizer ? &*m->tokenizer : nullptr);
-  std::printf("quantized %lld matrices to %s, kept %lld tensors f32; %s: %.2f MB\n",
+  std::string embd;  // as written: read back from the file
+  const kiln::GgufFile f(o.out);
+  for (const char* name : {"token_embd.weight", "output.weight"})
+    if (const kiln::GgufTensorInfo* t = f.find_tensor(name))
+      embd += std::string(embd.empty() ? "" : ", ") + name + " " + kiln::dtype_name(t->dtype);
+  std::printf("quantized %lld matrices to %s, kept %lld tensors f32 (%s); %s: %.2f MB\n",
               static_cast<long long>(quantized), o.type.c_str(), static_cast<long long>(kept),
-              o.out.c_str(), double(fs::file_size(o.out)) / 1e6);
+              embd.c_str(), o.out.c_str(), double(fs::file_size(o.out)) / 1e6);
   return 0;
 }
 
@@ -43,8 +51,10 @@ int run(const QuantizeOptions& o) {
 
 Command add_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  CLI::App* s = app.add_subcommand(
-      "quantize", "write a GGUF file with Q8_0 / Q4_0 Linear weights (llama.cpp's formats)");
+  CLI::App* s =
+      app.add_subcommand("quantize",
+                         "write a GGUF file with Q8_0 / Q4_0 Linear weights and token embedding "
+                         "(llama.cpp's formats)");
   s->add_option("in", o->in, "a Hugging Face model directory or a .gguf file")->required();
   s->add_option("out", o->out, "the .gguf file to write")->required();
   s->add_option("--type", o->type, "q8_0 or q4_0")

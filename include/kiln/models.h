@@ -201,10 +201,13 @@ struct ModelOptions {
   // keep the file's f16/bf16 (matmul and embedding read them as they are);
   // 1-D params (norm weights, biases) are f32 either way. Loading only.
   // q8_0 / q4_0: the weights of Linear layers (projections, MLPs, an untied
-  // head) whose in_features is a multiple of 32 are quantized as they load
-  // (ggml's reference formulas) and frozen; GGUF tensors stored Q8_0 / Q4_0 are
-  // kept as stored (also with `stored`). Embeddings, norms and biases stay f32.
-  // matmul reads the blocks as they are (x @ W^T and, for LoRA, dy @ W).
+  // head) and the token embedding (a tied head reads it) whose rows are whole
+  // 32-value blocks are quantized as they load (ggml's reference formulas) and
+  // frozen; make_model applies it too (init() writes quantized values). GGUF
+  // tensors stored Q8_0 / Q4_0 are kept as stored (also with `stored`). Norms,
+  // biases and GPT-2's position embedding stay f32. matmul reads the blocks as
+  // they are (x @ W^T and, for LoRA, dy @ W), embedding dequantizes the rows
+  // it gathers.
   enum class WeightDType { f32, stored, q8_0, q4_0 };
   WeightDType weight_dtype = WeightDType::f32;
 };

@@ -289,9 +289,9 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     fail("models", path, ": weight_dtype ", dtype_name(*q),
          " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
   if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
-    const std::set<std::string> linear = detail::linear_weight_names(*model);
+    const std::set<std::string> names = detail::quantizable_weight_names(*model);
     for (Item& it : plan) {
-      if (!detail::quantizes(linear, it.name, it.param)) continue;
+      if (!detail::quantizes(names, it.name, it.param)) continue;
       if (it.info->quantized() && it.layout != Layout::transposed)
         it.param = model->set_parameter_dtype(it.name, it.info->dtype);
       else if (q) it.param = model->set_parameter_dtype(it.name, *q);
@@ -358,7 +358,14 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
   }
   w.set("general.architecture", arch);
   w.set("general.name", "kiln model");
-  w.set("general.file_type", uint32_t(0));  // all f32
+  // llama.cpp's file type (what it prints): all f32 (0), or mostly Q4_0 (2) /
+  // Q8_0 (7), after the quantized dtype most matrices have.
+  int64_t n4 = 0, n8 = 0;
+  for (const auto& [name, t] : model.named_base_parameters()) {
+    n4 += t.dtype() == q4_0;
+    n8 += t.dtype() == q8_0;
+  }
+  w.set("general.file_type", uint32_t(n4 + n8 == 0 ? 0 : n4 >= n8 ? 2 : 7));
   const std::string k = arch + ".";
   if (gpt2) {
     const Gpt2Config& c = *cfg.gpt2;
@@ -413,7 +420,10 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
       // Q8_0 / Q4_0 as they are (rows moved as bytes): llama.cpp reads kiln's blocks.
       std::vector<uint8_t> b = t.get<uint8_t>();
       if (qlay == Layout::rope_pairs) b = reorder_rope_rows(b, qheads, t.size(0), true);
-      w.add_tensor_data(gguf_name(name, gpt2), t.dtype(), t.shape(), b);
+      const std::string gname = gguf_name(name, gpt2);
+      w.add_tensor_data(gname, t.dtype(), t.shape(), b);
+      if (gpt2 && gname == "token_embd.weight")
+        w.add_tensor_data("output.weight", t.dtype(), t.shape(), b);
       continue;
     }
     std::vector<float> v = detail::values_f32(t);  // f32 files, kept f16/bf16 included

@@ -6,6 +6,7 @@
 
 #include "kiln/models.h"
 #include "models/kv_attention.h"
+#include "models/weight_quant.h"
 
 namespace kiln::models {
 namespace {
@@ -189,8 +190,10 @@ class Gpt2LMHeadModel : public CausalLM {
 
 }  // namespace
 
-std::unique_ptr<CausalLM> make_gpt2(Context& ctx, const ModelConfig& cfg, const ModelOptions&) {
-  return std::make_unique<Gpt2LMHeadModel>(ctx, cfg);
+std::unique_ptr<CausalLM> make_gpt2(Context& ctx, const ModelConfig& cfg, const ModelOptions& opt) {
+  auto m = std::make_unique<Gpt2LMHeadModel>(ctx, cfg);
+  detail::apply_weight_dtype(*m, opt);
+  return m;
 }
 
 }  // namespace kiln::models

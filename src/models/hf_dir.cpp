@@ -145,9 +145,9 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
       if (!detail::can_map(*backend))
         fail("models", dir, ": weight_dtype ", dtype_name(*q),
              " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
-      const std::set<std::string> linear = detail::linear_weight_names(model);
+      const std::set<std::string> names = detail::quantizable_weight_names(model);
       for (Item& it : plan)
-        if (detail::quantizes(linear, it.name, it.param))
+        if (detail::quantizes(names, it.name, it.param))
           it.param = model.set_parameter_dtype(it.name, *q);  // quantized by set<float> below
     }
     if (opt.mmap && detail::can_map(*backend)) {

@@ -7,6 +7,7 @@
 #include "kiln/models.h"
 #include "models/kv_attention.h"
 #include "models/rope.h"
+#include "models/weight_quant.h"
 
 namespace kiln::models {
 namespace {
@@ -281,7 +282,9 @@ class LlamaForCausalLM : public CausalLM {
 
 std::unique_ptr<CausalLM> make_llama(Context& ctx, const ModelConfig& cfg,
                                      const ModelOptions& opt) {
-  return std::make_unique<LlamaForCausalLM>(ctx, cfg, opt);
+  auto m = std::make_unique<LlamaForCausalLM>(ctx, cfg, opt);
+  detail::apply_weight_dtype(*m, opt);
+  return m;
 }
 
 }  // namespace kiln::models

@@ -5,9 +5,11 @@
 // Semantics decisions (PyTorch unless noted):
 // - one_hot: f32 result (not int64 as in PyTorch); `classes` must be given (> 0)
 //   because graphs are data-free; labels rank <= 3.
-// - embedding: weight f32 [V, D], indices i32 of rank 0..3 -> [..., D]. No
+// - embedding: weight [V, D] (f32, f16, bf16, or q8_0 / q4_0 read as stored:
+//   each row's blocks dequantized), indices i32 of rank 0..3 -> f32 [..., D]. No
 //   padding_idx / max_norm. Out-of-range indices are reported at run time by the
 //   kernel ("[embedding] index 70 at position 5 is out of range for 50 rows").
+//   A quantized table is frozen: no gradient flows into it.
 // - concat (torch.cat): every tensor has the same ndim and dtype, sizes match
 //   except along `dim`; a one-element list returns that tensor itself. The
 //   primitive is binary, so n tensors become a chain of n-1 CONCAT nodes (errors
@@ -40,10 +42,15 @@ Tensor one_hot(Tensor labels, int64_t classes) {
 Tensor embedding(Tensor weight, Tensor indices) {
   detail::check_defined("embedding", {weight, indices});
   detail::check_same_ctx("embedding", {weight, indices});
-  if (weight.dtype() == i32)  // f16/bf16 tables (weights kept as stored) give f32 rows
-    fail("embedding", "weight must be f32, f16 or bf16, got i32 ", weight.shape().str());
+  // f16/bf16 tables (weights kept as stored) and q8_0/q4_0 ones give f32 rows.
+  if (weight.dtype() == i32)
+    fail("embedding", "weight must be f32, f16, bf16, q8_0 or q4_0, got i32 ",
+         weight.shape().str());
   detail::check_dtype("embedding", "indices", indices, i32);
   if (weight.ndim() != 2) fail("embedding", "weight must be [V, D], got ", weight.shape().str());
+  if (is_quantized(weight.dtype()) && weight.node()->quant_axis() != 1)
+    fail("embedding", "weight ", weight.shape().str(), " is a transposed view of a ",
+         dtype_name(weight.dtype()), " tensor: a quantized table's rows must be its stored rows");
   if (indices.ndim() >= kMaxDims)
     fail("embedding", "indices ", indices.shape().str(), " have ", indices.ndim(),
          " dimensions; at most ", kMaxDims - 1, " are supported");
@@ -156,6 +163,9 @@ namespace detail {
 void backward_EMBEDDING(GradCtx& g) {
   if (!g.needs(0)) return;
   const Tensor w = g.src(0), idx = g.src(1);
+  if (is_quantized(w.dtype()))
+    fail("embedding", "the quantized table ", w.label(), " ", w.shape().str(), " is ",
+         dtype_name(w.dtype()), " and gets no gradient: it must be frozen");
   g.add(0, Tensor(new_op(Op::SCATTER_ADD_ROWS, f32, w.shape(), {g.grad().node(), idx.node()},
                          ScatterAddRowsParams{w.shape()[0]})));
 }

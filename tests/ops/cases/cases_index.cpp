@@ -58,6 +58,32 @@ void add_rows(std::vector<Case>& cs, Sz z) {
     h.spec = embedding_spec();
     cs.push_back(h);
   }
+  // Quantized tables (q8_0 / q4_0, frozen: eval only) give each row's blocks
+  // dequantized; the reference gathers the dequantized values, so the result is
+  // exact. One index (decoding) splits the row between threads at block bounds;
+  // a narrowed table (rows 1..V-2) reads through the view's row stride.
+  for (DType q : {DType::q8_0, DType::q4_0}) {
+    const std::string qn = dtype_name(q);
+    const int64_t QD = z(544, 1024);  // 17 blocks: one row splits 5/6/6 over 3 threads
+    auto table = [&] { return as(in("weight", {V, QD}), q); };
+    Case a = make_case("embedding_" + qn + "_table", {Op::EMBEDDING},
+                       {table(), in_i32("idx", {n}, repeated_rows(V))}, emb, false);
+    Case one = make_case("embedding_" + qn + "_one_row", {Op::EMBEDDING},
+                         {table(), in_i32("idx", {1, 1}, repeated_rows(V))}, emb, false);
+    Case two = make_case("embedding_" + qn + "_2d_indices", {Op::EMBEDDING},
+                         {table(), in_i32("idx", {2, z(3, 1024)}, repeated_rows(V))}, emb, false);
+    for (Case* c : {&a, &one, &two}) {
+      c->spec = embedding_spec();
+      c->tol = {0, 0};
+      cs.push_back(*c);
+    }
+    Case nar = make_case(
+        "embedding_" + qn + "_narrowed_table", {Op::EMBEDDING, Op::NARROW},
+        {table(), in_i32("idx", {n}, repeated_rows(V - 2))},
+        [V](Context&, X x) { return embedding(x[0].narrow(0, 1, V - 2), x[1]); }, false);
+    nar.tol = {0, 0};
+    cs.push_back(nar);
+  }
 
   // SCATTER_ADD_ROWS directly: values [n, D] into V rows (repeated indices sum).
   auto scatter = [V](Context&, X x) {

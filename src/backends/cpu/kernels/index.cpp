@@ -1,10 +1,11 @@
-// Indexing and data-movement kernels: ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS,
-// CONCAT, PAD, REPEAT, REPEAT_BACK. dst is contiguous; sources may have any
-// strides. Work is split by whole output rows (or columns), each output element
-// is written by one thread in a fixed order, so results do not depend on the
-// thread count. Index/label range errors are found by every thread scanning all
-// indices first, so the reported position is the first bad one whatever the
-// thread count (and no thread writes before the check).
+// Indexing and data-movement kernels: ONE_HOT, EMBEDDING (f32, f16, bf16 or
+// q8_0 / q4_0 tables), SCATTER_ADD_ROWS, CONCAT, PAD, REPEAT, REPEAT_BACK. dst
+// is contiguous; sources may have any strides. Work is split by whole output
+// rows (or columns), each output element is written by one thread in a fixed
+// order, so results do not depend on the thread count. Index/label range
+// errors are found by every thread scanning all indices first, so the reported
+// position is the first bad one whatever the thread count (and no thread writes
+// before the check).
 #include <algorithm>
 #include <cstring>
 
@@ -143,23 +144,31 @@ void kernel_EMBEDDING(TensorNode* dst, ThreadCtx& t) {
   const IndexReader rd(dst->src[1]);
   const int64_t rows = table->shape[0], dim = table->shape[1], count = dst->src[1]->numel();
   if (count == 0 || dim == 0) return;
+  // A quantized table's row is split only between its 32-value blocks (dim % 32 == 0).
+  const int64_t unit = dtype_block_elems(table->dtype), units = dim / unit;
   // Few rows (e.g. one token at inference): also split each row into column blocks.
   int64_t nb = 1;
-  if (count < t.nth) nb = std::clamp<int64_t>((t.nth + count - 1) / count, 1, (dim + 255) / 256);
+  if (count < t.nth)
+    nb = std::clamp<int64_t>((t.nth + count - 1) / count, 1, std::min(units, (dim + 255) / 256));
   const auto [u0, u1] = items(t, count * nb, dim / nb);
   if (u0 >= u1) return;  // some thread has work, and it reports bad indices
   const int64_t bad = first_bad_index(rd, count, rows);
   if (bad >= 0)
     fail("embedding", "index ", rd(bad), " at position ", bad, " is out of range for ", rows,
          " rows");
-  // An f16/bf16 table gives f32 rows (convert copies when the dtypes agree).
   const int64_t ed = int64_t(dst->elem_size());
   for (int64_t u = u0; u < u1; ++u) {
-    const int64_t k = u / nb, b = u % nb, c0 = dim * b / nb, c1 = dim * (b + 1) / nb;
-    const char* src =
-        static_cast<const char*>(table->data) + rd(k) * table->stride[0] + c0 * table->stride[1];
+    const int64_t k = u / nb, b = u % nb;
+    const int64_t c0 = units * b / nb * unit, c1 = units * (b + 1) / nb * unit;
+    // Quantized: stride[1] is one block, so this is block c0 / 32 of the row.
+    const char* src = static_cast<const char*>(table->data) + rd(k) * table->stride[0] +
+                      c0 / unit * table->stride[1];
     char* d = static_cast<char*>(dst->data) + (k * dim + c0) * ed;
-    convert(src, table->dtype, table->stride[1], d, dst->dtype, ed, c1 - c0);
+    if (is_quantized(table->dtype)) {  // the row's blocks, dequantized (dst is f32)
+      dequantize_row(table->dtype, src, reinterpret_cast<float*>(d), c1 - c0);
+    } else {  // an f16/bf16 table gives f32 rows (convert copies when the dtypes agree)
+      convert(src, table->dtype, table->stride[1], d, dst->dtype, ed, c1 - c0);
+    }
   }
 }
 
