@@ -1,0 +1,405 @@
+// ATTENTION and ATTENTION_BACK for small heads: at most kMaxT queries and keys
+// and E <= kMaxE (a GPT-sized head: T = 64, E = 32). There the long-sequence
+// kernels' fixed costs (packing per tile, key blocks of 256, GQA tiles, thread
+// splits of tiles) outweigh the arithmetic; here one thread takes whole heads
+// (the heads split over the threads; a head's arithmetic never depends on the
+// split, so results are the same for any thread count) and a head's whole
+// score tile stays in L1:
+//   - q, k, v, dO as f32 rows: the memory itself when it is f32 with unit
+//     column stride, else converted once per head (bf16 inputs); k^T (and v^T
+//     backward) transposed into E x ldk, zero past Tk;
+//   - per tile of kR query rows, the scores are a register-blocked micro-kernel
+//     (kR rows x up to kNV vectors of keys, FMA chains over E) over the key
+//     vectors the tile's last row can see (the causal triangle is skipped in
+//     whole vectors), then one softmax pass per row, then P V (forward) or
+//     dq = scale ds k (backward) as a second micro-kernel;
+//   - backward keeps the head's P and dS ([Tq, ldk], 32 KiB at T = 64) and
+//     forms dk = dS^T q and dv = P^T dO per tile of kR keys over the rows that
+//     see them, so every output row is written once (no accumulation passes).
+// The forward saves nothing for the backward, which recomputes P (the row max
+// and sum are a fraction of a head's work at this size).
+#include "backends/cpu/kernels/attention_small.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/kernels/attention_head.h"
+#include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/vec_math.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+using namespace attn;
+using vm::VF;
+constexpr int64_t kW = vm::kW;
+constexpr int64_t kMaxT = 64, kMaxE = 64;
+constexpr int kR = kW >= 16 ? 6 : 4;   // rows of a register tile
+constexpr int kNV = kW >= 16 ? 4 : 2;  // vectors per row of a register tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The register tiles' loops over rows and vectors must be unrolled before
+// GCC's scalar replacement, or the accumulator arrays live on the stack (a
+// load and a store per FMA).
+#define KILN_UNROLL _Pragma("GCC unroll 16")
+
+bool small_heads(const Dims& D) {
+  return D.tq <= kMaxT && D.tk >= 1 && D.tk <= kMaxT && D.e >= 1 && D.e <= kMaxE;
+}
+
+// Calls f.template operator()<N>() for the runtime n in [1, Max].
+template <int N, int Max, class F>
+void dispatch(int n, F& f) {
+  if constexpr (N <= Max) {
+    if (n == N) f.template operator()<N>();
+    else dispatch<N + 1, Max>(n, f);
+  }
+}
+template <int Max, class F>
+void with_n(int n, F&& f) {
+  dispatch<1, Max>(n, f);
+}
+
+// A head's rows as contiguous f32 (row i at p + i * ld).
+struct Rows {
+  const float* p;
+  int64_t ld;
+  const float* row(int64_t i) const { return p + i * ld; }
+};
+
+// n rows of x: the memory itself when it already is f32 with unit column
+// stride, else converted into buf (ld e).
+Rows f32_rows(const HeadMat& x, int64_t n, int64_t e, float* buf) {
+  if (x.dt == DType::f32 && (x.cs == 4 || e == 1) && x.rs % 4 == 0)
+    return {reinterpret_cast<const float*>(x.base), x.rs / 4};
+  for (int64_t i = 0; i < n; ++i)
+    convert(x.base + i * x.rs, x.dt, x.cs, reinterpret_cast<char*>(buf + i * e), DType::f32, 4, e);
+  return {buf, e};
+}
+
+#if defined(__AVX512F__)
+// r[c] = column c of the 16 x 16 block whose rows were r[0..15].
+void transpose16(__m512 r[16]) {
+  __m512 a[16], b[16];
+  for (int k = 0; k < 8; ++k) {  // pairs of rows, per 128-bit lane
+    a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+  }
+  auto lo = [](__m512 x, __m512 y) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)));
+  };
+  auto hi = [](__m512 x, __m512 y) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)));
+  };
+  for (int k = 0; k < 4; ++k) {  // b[4k + m], lane L: rows 4k..4k+3 of column 4L + m
+    b[4 * k] = lo(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = hi(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = lo(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = hi(a[4 * k + 1], a[4 * k + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {  // gather lane L of b[m], b[4 + m], b[8 + m], b[12 + m]
+    const __m512 d0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88);
+    const __m512 e0 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xDD);
+    const __m512 d1 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
+    const __m512 e1 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xDD);
+    r[m] = _mm512_shuffle_f32x4(d0, d1, 0x88);
+    r[8 + m] = _mm512_shuffle_f32x4(d0, d1, 0xDD);
+    r[4 + m] = _mm512_shuffle_f32x4(e0, e1, 0x88);
+    r[12 + m] = _mm512_shuffle_f32x4(e0, e1, 0xDD);
+  }
+}
+#endif
+
+// x^T: dst[c * ld + j] = x[j][c] for j < n, zero for j in [n, ld) (ld a
+// multiple of kW).
+void transpose(const Rows& x, int64_t n, int64_t e, int64_t ld, float* dst) {
+#if defined(__AVX512F__)
+  for (int64_t j0 = 0; j0 < ld; j0 += 16)
+    for (int64_t c0 = 0; c0 < e; c0 += 16) {
+      const int mc = int(std::min<int64_t>(16, e - c0));
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(vm::tail_mask(mc), x.row(j0 + i) + c0)
+                          : _mm512_setzero_ps();
+      transpose16(r);
+      for (int c = 0; c < mc; ++c) _mm512_storeu_ps(dst + (c0 + c) * ld + j0, r[c]);
+    }
+#else
+  for (int64_t j = 0; j < n; ++j) {
+    const float* r = x.row(j);
+    for (int64_t c = 0; c < e; ++c) dst[c * ld + j] = r[c];
+  }
+  for (int64_t c = 0; c < e; ++c) std::fill(dst + c * ld + n, dst + (c + 1) * ld, 0.0f);
+#endif
+}
+
+// S[r * lds + j0 + ...] = scale * sum_c a[r * lda + c] bt[c * ldb + j0 + ...]
+// for r < R and NV whole vectors of keys from j0.
+template <int R, int NV>
+void scores_at(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t j0, int64_t e,
+               float scale, float* S, int64_t lds) {
+  VF acc[R][NV];
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) KILN_UNROLL
+  for (int v = 0; v < NV; ++v) acc[r][v] = vm::c<VF>(0.0f);
+  for (int64_t c = 0; c < e; ++c) {
+    VF b[NV];
+    KILN_UNROLL
+    for (int v = 0; v < NV; ++v) b[v] = vm::loadv<VF>(bt + c * ldb + j0 + v * kW);
+    KILN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const VF x = vm::c<VF>(a[r * lda + c]);
+      KILN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(x, b[v], acc[r][v]);
+    }
+  }
+  const VF vs = vm::c<VF>(scale);
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) KILN_UNROLL
+  for (int v = 0; v < NV; ++v) vm::store(S + r * lds + j0 + v * kW, acc[r][v] * vs);
+}
+
+// The scores of R rows against the first nvk vectors of keys.
+template <int R>
+void scores(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t nvk, int64_t e,
+            float scale, float* S, int64_t lds) {
+  int64_t v0 = 0;
+  for (; v0 + kNV <= nvk; v0 += kNV) scores_at<R, kNV>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds);
+  if (v0 < nvk)
+    with_n<kNV>(int(nvk - v0),
+                [&]<int NV>() { scores_at<R, NV>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds); });
+}
+
+// out[r * ldo + c0 + ...] = f[r] * sum over j in [j0, j1) of
+// w[r * wr + j * wj] x[j * ldx + c0 + ...] for r < R and NV vectors of columns
+// from c0, the last one m lanes wide (f null: factor 1).
+template <int R, int NV>
+void weighted_at(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ldx, int64_t j0,
+                 int64_t j1, int64_t c0, int m, const float* f, float* out, int64_t ldo) {
+  VF acc[R][NV];
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) KILN_UNROLL
+  for (int v = 0; v < NV; ++v) acc[r][v] = vm::c<VF>(0.0f);
+  for (int64_t j = j0; j < j1; ++j) {
+    VF b[NV];
+    const float* xj = x + j * ldx + c0;
+    KILN_UNROLL
+    for (int v = 0; v + 1 < NV; ++v) b[v] = vm::loadv<VF>(xj + v * kW);
+    b[NV - 1] = vm::loadv<VF>(xj + (NV - 1) * kW, m);
+    KILN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const VF s = vm::c<VF>(w[r * wr + j * wj]);
+      KILN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(s, b[v], acc[r][v]);
+    }
+  }
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const VF s = vm::c<VF>(f ? f[r] : 1.0f);
+    float* o = out + r * ldo + c0;
+    KILN_UNROLL
+    for (int v = 0; v + 1 < NV; ++v) vm::store(o + v * kW, acc[r][v] * s);
+    vm::store(o + (NV - 1) * kW, acc[r][NV - 1] * s, m);
+  }
+}
+
+// The weighted sums of R rows over all e columns, kNV vectors at a time.
+template <int R>
+void weighted(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ldx, int64_t j0,
+              int64_t j1, int64_t e, const float* f, float* out, int64_t ldo) {
+  int64_t c0 = 0;
+  for (; c0 + kNV * kW <= e; c0 += kNV * kW)
+    weighted_at<R, kNV>(w, wr, wj, x, ldx, j0, j1, c0, int(kW), f, out, ldo);
+  if (c0 == e) return;
+  const int64_t rest = e - c0, nvec = (rest + kW - 1) / kW;
+  const int m = int(rest - (nvec - 1) * kW);
+  with_n<kNV>(int(nvec),
+              [&]<int NV>() { weighted_at<R, NV>(w, wr, wj, x, ldx, j0, j1, c0, m, f, out, ldo); });
+}
+
+// Lane indices 0, 1, ... as floats (masks of a row's first lanes).
+alignas(64) constexpr float kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static_assert(kW <= 16);
+
+// One row of scores s[0, nw) (whole vectors) of which the first n are
+// visible: s becomes exp(s - max) there and 0 past n; returns 1 / the sum
+// (0 when nothing is visible or every visible score is -inf: weights 0).
+// Each vector is loaded once per pass and stored once (no reload of a masked
+// store, which store forwarding cannot serve).
+float softmax_row(float* s, int64_t n, int64_t nw) {
+  const VF lanes = vm::loadv<VF>(kLanes);
+  VF mx = vm::c<VF>(kNegInf);
+  for (int64_t j = 0; j < nw; j += kW) {
+    const auto vis = lanes < vm::c<VF>(float(n - j));
+    mx = vm::max(mx, vm::select(vis, vm::loadv<VF>(s + j), vm::c<VF>(kNegInf)));
+  }
+  const float m = vm::hmax(mx);
+  if (m == kNegInf) {
+    std::fill(s, s + nw, 0.0f);
+    return 0.0f;
+  }
+  const VF vmx = vm::c<VF>(m);
+  VF sum = vm::c<VF>(0.0f);
+  for (int64_t j = 0; j < nw; j += kW) {
+    const auto vis = lanes < vm::c<VF>(float(n - j));
+    const VF p = vm::select(vis, vm::exp(vm::loadv<VF>(s + j) - vmx), vm::c<VF>(0.0f));
+    vm::store(s + j, p);
+    sum = sum + p;
+  }
+  return 1.0f / vm::hsum(sum);
+}
+
+inline float dot(const float* a, const float* b, int64_t e) {
+  VF acc = vm::c<VF>(0.0f);
+  for (int64_t c = 0; c < e; c += kW) {
+    const int m = int(std::min(kW, e - c));
+    acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
+  }
+  return vm::hsum(acc);
+}
+
+template <class F>
+void with_rows(int nr, F&& f) {
+  with_n<kR>(nr, std::forward<F>(f));
+}
+
+}  // namespace
+
+bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+  const AttentionParams p = op_params<Op::ATTENTION>(*dst);
+  const Dims D = dims_of(q, k);
+  if (!small_heads(D)) return false;
+  if (dst->numel() == 0) return true;
+  const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 2 * D.tq * D.tk * D.e), 1);
+  if (hr.empty()) return true;
+  const int64_t e = D.e, ldk = round_up(D.tk, kW);
+  float* kt = static_cast<float*>(t.scratch(
+      size_t(e * ldk + 2 * D.tk * e + D.tq * e + kR * ldk + kR * e + kR) * sizeof(float)));
+  float* kbuf = kt + e * ldk;
+  float* vbuf = kbuf + D.tk * e;
+  float* qbuf = vbuf + D.tk * e;
+  float* S = qbuf + D.tq * e;  // kR x ldk: scores, then exp(s - max)
+  float* obuf = S + kR * ldk;  // kR x e: output rows before a conversion
+  float* inv = obuf + kR * e;  // kR: 1 / each row's sum
+  const bool f32_out = dst->dtype == DType::f32;
+  const int64_t osz = int64_t(dtype_size(dst->dtype));
+  char* out = static_cast<char*>(dst->data);
+  for (int64_t h = hr.begin; h < hr.end; ++h) {
+    const Rows kr = f32_rows(head_of(k, h), D.tk, e, kbuf);
+    transpose(kr, D.tk, e, ldk, kt);
+    const Rows vr = f32_rows(head_of(v, h), D.tk, e, vbuf);
+    const Rows qr = f32_rows(head_of(q, h), D.tq, e, qbuf);
+    for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
+      const int nr = int(std::min<int64_t>(kR, D.tq - i0));
+      char* orows = out + (h * D.tq + i0) * e * osz;
+      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
+      if (n_max == 0) {  // no visible key: zeros (0 bits in f32 and bf16)
+        std::memset(orows, 0, size_t(nr * e * osz));
+        continue;
+      }
+      const int64_t nvk = (n_max + kW - 1) / kW;
+      float* o = f32_out ? reinterpret_cast<float*>(orows) : obuf;
+      with_rows(nr, [&]<int R>() {
+        scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, S, ldk);
+        KILN_UNROLL
+        for (int r = 0; r < R; ++r)
+          inv[r] = softmax_row(S + r * ldk, visible(i0 + r, D.tq, D.tk, p.causal), nvk * kW);
+        weighted<R>(S, ldk, 1, vr.p, vr.ld, 0, n_max, e, inv, o, e);
+      });
+      if (!f32_out)
+        convert(reinterpret_cast<const char*>(obuf), DType::f32, 4, orows, dst->dtype, osz, nr * e);
+    }
+  }
+  return true;
+}
+
+bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+  const TensorNode *o = dst->src[3], *dout = dst->src[4];
+  const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
+  const Dims D = dims_of(q, k);
+  if (!small_heads(D)) return false;
+  const int64_t nq = q->numel(), nk = k->numel();
+  const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
+  if (hr.empty()) return true;
+  const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW);
+  float* kt = static_cast<float*>(
+      t.scratch(size_t(2 * e * ldk + 2 * tk * e + 2 * tq * e + 2 * tq * ldk + e) * sizeof(float)));
+  float* vt = kt + e * ldk;
+  float* kbuf = vt + e * ldk;
+  float* vbuf = kbuf + tk * e;
+  float* qbuf = vbuf + tk * e;
+  float* gbuf = qbuf + tq * e;
+  float* P = gbuf + tq * e;  // tq x ldk: the head's softmax weights
+  float* dS = P + tq * ldk;  // tq x ldk: dO v^T, then scale * ds
+  float* obuf = dS + tq * ldk;
+  float* out = static_cast<float*>(dst->data);
+  for (int64_t h = hr.begin; h < hr.end; ++h) {
+    const Rows kr = f32_rows(head_of(k, h), tk, e, kbuf);
+    transpose(kr, tk, e, ldk, kt);
+    transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
+    const Rows qr = f32_rows(head_of(q, h), tq, e, qbuf);
+    const Rows gr = f32_rows(head_of(dout, h), tq, e, gbuf);
+    const HeadMat oh = head_of(o, h);
+    float* dq = out + h * tq * e;
+    float* dk = out + nq + h * tk * e;
+    float* dv = out + nq + nk + h * tk * e;
+    // Per query tile: P and scale * ds = scale * p (dp - dO . O) of its rows
+    // (0 past each row's visible keys, up to ldk), and its rows of dq.
+    for (int64_t i0 = 0; i0 < tq; i0 += kR) {
+      const int nr = int(std::min<int64_t>(kR, tq - i0));
+      float* Pt = P + i0 * ldk;
+      float* dSt = dS + i0 * ldk;
+      const int64_t n_max = visible(i0 + nr - 1, tq, tk, p.causal);
+      if (n_max == 0) {
+        std::fill(Pt, Pt + nr * ldk, 0.0f);
+        std::fill(dSt, dSt + nr * ldk, 0.0f);
+        std::fill(dq + i0 * e, dq + (i0 + nr) * e, 0.0f);
+        continue;
+      }
+      const int64_t nvk = (n_max + kW - 1) / kW, nw = nvk * kW;
+      with_rows(nr, [&]<int R>() {
+        scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, Pt, ldk);
+        scores<R>(gr.row(i0), gr.ld, vt, ldk, nvk, e, 1.0f, dSt, ldk);  // dp = dO v^T
+      });
+      for (int r = 0; r < nr; ++r) {
+        float* pr = Pt + r * ldk;
+        float* dr = dSt + r * ldk;
+        const int64_t n = visible(i0 + r, tq, tk, p.causal);
+        const float il = softmax_row(pr, n, nw);
+        if (il == 0.0f) {
+          std::fill(pr, pr + ldk, 0.0f);
+          std::fill(dr, dr + ldk, 0.0f);
+          continue;
+        }
+        const float dsum = dot(gr.row(i0 + r), oh.row(i0 + r, e, obuf), e);
+        const VF vi = vm::c<VF>(il), vd = vm::c<VF>(dsum), vs = vm::c<VF>(p.scale);
+        for (int64_t j = 0; j < nw; j += kW) {
+          const VF pj = vm::loadv<VF>(pr + j) * vi;
+          vm::store(pr + j, pj);
+          vm::store(dr + j, pj * (vm::loadv<VF>(dr + j) - vd) * vs);
+        }
+        std::fill(dr + n, dr + ldk, 0.0f);  // p is 0 there; dp may be anything
+        std::fill(pr + nw, pr + ldk, 0.0f);
+      }
+      with_rows(nr, [&]<int R>() {
+        weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
+      });
+    }
+    // Per key tile: dk = dS^T q and dv = P^T dO over the rows that see its
+    // first key (later keys of the tile have weight 0 in rows that do not).
+    for (int64_t j0 = 0; j0 < tk; j0 += kR) {
+      const int nj = int(std::min<int64_t>(kR, tk - j0));
+      const int64_t i_lo = p.causal ? std::clamp<int64_t>(j0 - (tk - tq), 0, tq) : 0;
+      with_rows(nj, [&]<int R>() {
+        weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
+        weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
+      });
+    }
+  }
+  return true;
+}
+
+}  // namespace kiln::cpu
