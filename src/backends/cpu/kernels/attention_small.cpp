@@ -38,6 +38,9 @@ constexpr int64_t kW = vm::kW;
 constexpr int64_t kMaxT = 64, kMaxE = 64;
 constexpr int kR = kW >= 16 ? 6 : 4;   // rows of a register tile
 constexpr int kNV = kW >= 16 ? 4 : 2;  // vectors per row of a register tile
+// Keys per tile of dk = dS^T q and dv = P^T dO when E is at most 2 vectors:
+// twice the rows, so each loaded q / dO row serves 24 FMAs.
+constexpr int kRK = kW >= 16 ? 12 : kR;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // The register tiles' loops over rows and vectors must be unrolled before
 // GCC's scalar replacement, or the accumulator arrays live on the stack (a
@@ -73,6 +76,18 @@ struct Rows {
 Rows f32_rows(const HeadMat& x, int64_t n, int64_t e, float* buf) {
   if (x.dt == DType::f32 && (x.cs == 4 || e == 1) && x.rs % 4 == 0)
     return {reinterpret_cast<const float*>(x.base), x.rs / 4};
+#if defined(__AVX512F__)
+  if (x.dt == DType::bf16 && x.cs == 2) {  // bf16 is the high half of an f32
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < e; c += 16) {
+        const __mmask16 m = vm::tail_mask(int(e - c));
+        const __m256i h = _mm256_maskz_loadu_epi16(m, x.base + i * x.rs + c * 2);
+        _mm512_mask_storeu_ps(buf + i * e + c, m,
+                              _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+      }
+    return {buf, e};
+  }
+#endif
   for (int64_t i = 0; i < n; ++i)
     convert(x.base + i * x.rs, x.dt, x.cs, reinterpret_cast<char*>(buf + i * e), DType::f32, 4, e);
   return {buf, e};
@@ -205,49 +220,69 @@ void weighted_at(const float* w, int64_t wr, int64_t wj, const float* x, int64_t
 }
 
 // The weighted sums of R rows over all e columns, kNV vectors at a time.
+// (More than kR rows: at most 2 vectors at a time, 24 accumulators.)
 template <int R>
 void weighted(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ldx, int64_t j0,
               int64_t j1, int64_t e, const float* f, float* out, int64_t ldo) {
+  constexpr int kMaxNV = R > kR ? 2 : kNV;
   int64_t c0 = 0;
-  for (; c0 + kNV * kW <= e; c0 += kNV * kW)
-    weighted_at<R, kNV>(w, wr, wj, x, ldx, j0, j1, c0, int(kW), f, out, ldo);
+  for (; c0 + kMaxNV * kW <= e; c0 += kMaxNV * kW)
+    weighted_at<R, kMaxNV>(w, wr, wj, x, ldx, j0, j1, c0, int(kW), f, out, ldo);
   if (c0 == e) return;
   const int64_t rest = e - c0, nvec = (rest + kW - 1) / kW;
   const int m = int(rest - (nvec - 1) * kW);
-  with_n<kNV>(int(nvec),
-              [&]<int NV>() { weighted_at<R, NV>(w, wr, wj, x, ldx, j0, j1, c0, m, f, out, ldo); });
+  with_n<kMaxNV>(int(nvec), [&]<int NV>() {
+    weighted_at<R, NV>(w, wr, wj, x, ldx, j0, j1, c0, m, f, out, ldo);
+  });
 }
 
 // Lane indices 0, 1, ... as floats (masks of a row's first lanes).
 alignas(64) constexpr float kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static_assert(kW <= 16);
 
-// One row of scores s[0, nw) (whole vectors) of which the first n are
-// visible: s becomes exp(s - max) there and 0 past n; returns 1 / the sum
-// (0 when nothing is visible or every visible score is -inf: weights 0).
-// Each vector is loaded once per pass and stored once (no reload of a masked
-// store, which store forwarding cannot serve).
-float softmax_row(float* s, int64_t n, int64_t nw) {
-  const VF lanes = vm::loadv<VF>(kLanes);
-  VF mx = vm::c<VF>(kNegInf);
+// Rows r < R of S (lds apart), scores in [0, nw) (whole vectors) of which
+// the first n[r] are visible: each becomes exp(s - its max) there and 0 past
+// n[r]; inv[r] = 1 / its sum (0 when nothing is visible or every visible score
+// is -inf: weights 0). The rows go together so that their max, exp and sum
+// chains overlap (one row's alone is latency bound); each vector is loaded
+// once per pass and stored once.
+template <int R>
+void softmax_rows(float* S, int64_t lds, const int64_t* n, int64_t nw, float* inv) {
+  const VF lanes = vm::loadv<VF>(kLanes), ninf = vm::c<VF>(kNegInf), zero = vm::c<VF>(0.0f);
+  VF mx[R], vmx[R], sum[R];
+  float lim[R];
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) mx[r] = ninf;
   for (int64_t j = 0; j < nw; j += kW) {
-    const auto vis = lanes < vm::c<VF>(float(n - j));
-    mx = vm::max(mx, vm::select(vis, vm::loadv<VF>(s + j), vm::c<VF>(kNegInf)));
+    KILN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const VF x = vm::loadv<VF>(S + r * lds + j);
+      mx[r] = vm::max(mx[r], vm::select(lanes < vm::c<VF>(float(n[r] - j)), x, ninf));
+    }
   }
-  const float m = vm::hmax(mx);
-  if (m == kNegInf) {
-    std::fill(s, s + nw, 0.0f);
-    return 0.0f;
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const float m = vm::hmax(mx[r]);
+    const bool none = !(m > kNegInf);
+    vmx[r] = vm::c<VF>(none ? 0.0f : m);
+    lim[r] = none ? 0.0f : float(n[r]);
+    sum[r] = zero;
   }
-  const VF vmx = vm::c<VF>(m);
-  VF sum = vm::c<VF>(0.0f);
   for (int64_t j = 0; j < nw; j += kW) {
-    const auto vis = lanes < vm::c<VF>(float(n - j));
-    const VF p = vm::select(vis, vm::exp(vm::loadv<VF>(s + j) - vmx), vm::c<VF>(0.0f));
-    vm::store(s + j, p);
-    sum = sum + p;
+    KILN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      float* x = S + r * lds + j;
+      const VF p = vm::select(lanes < vm::c<VF>(lim[r] - float(j)),
+                              vm::exp(vm::loadv<VF>(x) - vmx[r]), zero);
+      vm::store(x, p);
+      sum[r] = sum[r] + p;
+    }
   }
-  return 1.0f / vm::hsum(sum);
+  KILN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const float l = vm::hsum(sum[r]);
+    inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
 }
 
 inline float dot(const float* a, const float* b, int64_t e) {
@@ -303,9 +338,10 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
       float* o = f32_out ? reinterpret_cast<float*>(orows) : obuf;
       with_rows(nr, [&]<int R>() {
         scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, S, ldk);
+        int64_t n[R];
         KILN_UNROLL
-        for (int r = 0; r < R; ++r)
-          inv[r] = softmax_row(S + r * ldk, visible(i0 + r, D.tq, D.tk, p.causal), nvk * kW);
+        for (int r = 0; r < R; ++r) n[r] = visible(i0 + r, D.tq, D.tk, p.causal);
+        softmax_rows<R>(S, ldk, n, nvk * kW, inv);
         weighted<R>(S, ldk, 1, vr.p, vr.ld, 0, n_max, e, inv, o, e);
       });
       if (!f32_out)
@@ -325,16 +361,16 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW);
-  float* kt = static_cast<float*>(
-      t.scratch(size_t(2 * e * ldk + 2 * tk * e + 2 * tq * e + 2 * tq * ldk + e) * sizeof(float)));
+  float* kt = static_cast<float*>(t.scratch(
+      size_t(2 * e * ldk + 2 * tk * e + 2 * tq * e + 2 * tq * ldk + tq * e) * sizeof(float)));
   float* vt = kt + e * ldk;
   float* kbuf = vt + e * ldk;
   float* vbuf = kbuf + tk * e;
   float* qbuf = vbuf + tk * e;
   float* gbuf = qbuf + tq * e;
-  float* P = gbuf + tq * e;  // tq x ldk: the head's softmax weights
-  float* dS = P + tq * ldk;  // tq x ldk: dO v^T, then scale * ds
-  float* obuf = dS + tq * ldk;
+  float* P = gbuf + tq * e;     // tq x ldk: the head's softmax weights
+  float* dS = P + tq * ldk;     // tq x ldk: dO v^T, then scale * ds
+  float* obuf = dS + tq * ldk;  // tq x e: O as f32
   float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const Rows kr = f32_rows(head_of(k, h), tk, e, kbuf);
@@ -342,7 +378,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
     transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
     const Rows qr = f32_rows(head_of(q, h), tq, e, qbuf);
     const Rows gr = f32_rows(head_of(dout, h), tq, e, gbuf);
-    const HeadMat oh = head_of(o, h);
+    const Rows orows = f32_rows(head_of(o, h), tq, e, obuf);
     float* dq = out + h * tq * e;
     float* dk = out + nq + h * tk * e;
     float* dv = out + nq + nk + h * tk * e;
@@ -363,37 +399,42 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       with_rows(nr, [&]<int R>() {
         scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, Pt, ldk);
         scores<R>(gr.row(i0), gr.ld, vt, ldk, nvk, e, 1.0f, dSt, ldk);  // dp = dO v^T
-      });
-      for (int r = 0; r < nr; ++r) {
-        float* pr = Pt + r * ldk;
-        float* dr = dSt + r * ldk;
-        const int64_t n = visible(i0 + r, tq, tk, p.causal);
-        const float il = softmax_row(pr, n, nw);
-        if (il == 0.0f) {
-          std::fill(pr, pr + ldk, 0.0f);
-          std::fill(dr, dr + ldk, 0.0f);
-          continue;
+        int64_t n[R];
+        float inv[R], dsum[R];
+        KILN_UNROLL
+        for (int r = 0; r < R; ++r) {
+          n[r] = visible(i0 + r, tq, tk, p.causal);
+          dsum[r] = dot(gr.row(i0 + r), orows.row(i0 + r), e);  // dO . O
         }
-        const float dsum = dot(gr.row(i0 + r), oh.row(i0 + r, e, obuf), e);
-        const VF vi = vm::c<VF>(il), vd = vm::c<VF>(dsum), vs = vm::c<VF>(p.scale);
+        softmax_rows<R>(Pt, ldk, n, nw, inv);
+        const VF lanes = vm::loadv<VF>(kLanes), vs = vm::c<VF>(p.scale), zero = vm::c<VF>(0.0f);
         for (int64_t j = 0; j < nw; j += kW) {
-          const VF pj = vm::loadv<VF>(pr + j) * vi;
-          vm::store(pr + j, pj);
-          vm::store(dr + j, pj * (vm::loadv<VF>(dr + j) - vd) * vs);
+          KILN_UNROLL
+          for (int r = 0; r < R; ++r) {
+            float* pr = Pt + r * ldk + j;
+            float* dr = dSt + r * ldk + j;
+            const VF pj = vm::loadv<VF>(pr) * vm::c<VF>(inv[r]);
+            const VF ds = pj * (vm::loadv<VF>(dr) - vm::c<VF>(dsum[r])) * vs;
+            vm::store(pr, pj);
+            // p is 0 past the visible keys, where dp may be anything
+            vm::store(dr, vm::select(lanes < vm::c<VF>(float(n[r] - j)), ds, zero));
+          }
         }
-        std::fill(dr + n, dr + ldk, 0.0f);  // p is 0 there; dp may be anything
-        std::fill(pr + nw, pr + ldk, 0.0f);
-      }
-      with_rows(nr, [&]<int R>() {
+        for (int r = 0; r < R; ++r)
+          for (int64_t j = nw; j < ldk; j += kW) {
+            vm::store(Pt + r * ldk + j, zero);
+            vm::store(dSt + r * ldk + j, zero);
+          }
         weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
       });
     }
     // Per key tile: dk = dS^T q and dv = P^T dO over the rows that see its
     // first key (later keys of the tile have weight 0 in rows that do not).
-    for (int64_t j0 = 0; j0 < tk; j0 += kR) {
-      const int nj = int(std::min<int64_t>(kR, tk - j0));
+    const int rk = e <= 2 * kW ? kRK : kR;
+    for (int64_t j0 = 0; j0 < tk; j0 += rk) {
+      const int nj = int(std::min<int64_t>(rk, tk - j0));
       const int64_t i_lo = p.causal ? std::clamp<int64_t>(j0 - (tk - tq), 0, tq) : 0;
-      with_rows(nj, [&]<int R>() {
+      with_n<kRK>(nj, [&]<int R>() {
         weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
         weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
       });
