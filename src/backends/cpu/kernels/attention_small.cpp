@@ -47,6 +47,27 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // load and a store per FMA).
 #define KILN_UNROLL _Pragma("GCC unroll 16")
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define KILN_SMALL_PAIRS 1
+constexpr bool kHavePairs = true;
+#else
+constexpr bool kHavePairs = false;
+#endif
+
+// Whether t's heads can be read as rows of bf16 pairs (32-bit words): bf16,
+// unit column stride, an even E, every other stride and the data 4-aligned.
+// Products of bf16 are exact in f32, so QK^T and dO V^T on these pairs
+// (vdpbf16ps) differ from the f32 FMA path only in the order of the sums.
+bool bf16_pairs(const TensorNode* t) {
+  const int nd = t->shape.ndim();
+  if (!kHavePairs || t->dtype != DType::bf16 || t->stride[nd - 1] != 2 || t->shape[nd - 1] % 2 != 0)
+    return false;
+  if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) return false;
+  for (int d = 0; d + 1 < nd; ++d)
+    if (t->stride[d] % 4 != 0) return false;
+  return true;
+}
+
 bool small_heads(const Dims& D) {
   return D.tq <= kMaxT && D.tk >= 1 && D.tk <= kMaxT && D.e >= 1 && D.e <= kMaxE;
 }
@@ -70,6 +91,9 @@ struct Rows {
   int64_t ld;
   const float* row(int64_t i) const { return p + i * ld; }
 };
+
+// A head of bf16 pairs (bf16_pairs holds) as rows of 32-bit words.
+Rows word_rows(const HeadMat& x) { return {reinterpret_cast<const float*>(x.base), x.rs / 4}; }
 
 // n rows of x: the memory itself when it already is f32 with unit column
 // stride, else converted into buf (ld e).
@@ -151,7 +175,9 @@ void transpose(const Rows& x, int64_t n, int64_t e, int64_t ld, float* dst) {
 
 // S[r * lds + j0 + ...] = scale * sum_c a[r * lda + c] bt[c * ldb + j0 + ...]
 // for r < R and NV whole vectors of keys from j0.
-template <int R, int NV>
+// kPairs: a and bt hold pairs of bf16 (32-bit words, a row's elements 2c and
+// 2c + 1 in word c; e counts words), each pair product one vdpbf16ps lane.
+template <int R, int NV, bool kPairs>
 void scores_at(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t j0, int64_t e,
                float scale, float* S, int64_t lds) {
   VF acc[R][NV];
@@ -166,7 +192,15 @@ void scores_at(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_
     for (int r = 0; r < R; ++r) {
       const VF x = vm::c<VF>(a[r * lda + c]);
       KILN_UNROLL
-      for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(x, b[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) {
+#if defined(KILN_SMALL_PAIRS)
+        if constexpr (kPairs) {
+          acc[r][v].v = _mm512_dpbf16_ps(acc[r][v].v, (__m512bh)x.v, (__m512bh)b[v].v);
+          continue;
+        }
+#endif
+        acc[r][v] = vm::madd(x, b[v], acc[r][v]);
+      }
     }
   }
   const VF vs = vm::c<VF>(scale);
@@ -176,14 +210,25 @@ void scores_at(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_
 }
 
 // The scores of R rows against the first nvk vectors of keys.
-template <int R>
+template <int R, bool kPairs = false>
 void scores(const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t nvk, int64_t e,
             float scale, float* S, int64_t lds) {
   int64_t v0 = 0;
-  for (; v0 + kNV <= nvk; v0 += kNV) scores_at<R, kNV>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds);
+  for (; v0 + kNV <= nvk; v0 += kNV)
+    scores_at<R, kNV, kPairs>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds);
   if (v0 < nvk)
-    with_n<kNV>(int(nvk - v0),
-                [&]<int NV>() { scores_at<R, NV>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds); });
+    with_n<kNV>(int(nvk - v0), [&]<int NV>() {
+      scores_at<R, NV, kPairs>(a, lda, bt, ldb, v0 * kW, e, scale, S, lds);
+    });
+}
+
+// Scores of a tile on pairs (pairs: a and bt as bf16 pairs, e counting
+// words) or on f32.
+template <int R>
+void tile_scores(bool pairs, const float* a, int64_t lda, const float* bt, int64_t ldb, int64_t nvk,
+                 int64_t e, float scale, float* S, int64_t lds) {
+  if (kHavePairs && pairs) scores<R, true>(a, lda, bt, ldb, nvk, e, scale, S, lds);
+  else scores<R, false>(a, lda, bt, ldb, nvk, e, scale, S, lds);
 }
 
 // out[r * ldo + c0 + ...] = f[r] * sum over j in [j0, j1) of
@@ -310,6 +355,8 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 2 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, ldk = round_up(D.tk, kW);
+  const bool pairs = bf16_pairs(q) && bf16_pairs(k);
+  const int64_t ew = pairs ? e / 2 : e;  // words of a q or k row
   float* kt = static_cast<float*>(t.scratch(
       size_t(e * ldk + 2 * D.tk * e + D.tq * e + kR * ldk + kR * e + kR) * sizeof(float)));
   float* kbuf = kt + e * ldk;
@@ -322,10 +369,11 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
   const int64_t osz = int64_t(dtype_size(dst->dtype));
   char* out = static_cast<char*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
-    const Rows kr = f32_rows(head_of(k, h), D.tk, e, kbuf);
-    transpose(kr, D.tk, e, ldk, kt);
+    // Scores on bf16 pairs (k^T as words, q read in place) or on f32.
+    if (pairs) transpose(word_rows(head_of(k, h)), D.tk, ew, ldk, kt);
+    else transpose(f32_rows(head_of(k, h), D.tk, e, kbuf), D.tk, e, ldk, kt);
+    const Rows qr = pairs ? word_rows(head_of(q, h)) : f32_rows(head_of(q, h), D.tq, e, qbuf);
     const Rows vr = f32_rows(head_of(v, h), D.tk, e, vbuf);
-    const Rows qr = f32_rows(head_of(q, h), D.tq, e, qbuf);
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
       char* orows = out + (h * D.tq + i0) * e * osz;
@@ -337,7 +385,7 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
       const int64_t nvk = (n_max + kW - 1) / kW;
       float* o = f32_out ? reinterpret_cast<float*>(orows) : obuf;
       with_rows(nr, [&]<int R>() {
-        scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, S, ldk);
+        tile_scores<R>(pairs, qr.row(i0), qr.ld, kt, ldk, nvk, ew, p.scale, S, ldk);
         int64_t n[R];
         KILN_UNROLL
         for (int r = 0; r < R; ++r) n[r] = visible(i0 + r, D.tq, D.tk, p.causal);
@@ -361,6 +409,8 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW);
+  const bool pairs = bf16_pairs(q) && bf16_pairs(k) && bf16_pairs(v) && bf16_pairs(dout);
+  const int64_t ew = pairs ? e / 2 : e;  // words of a q, k, v or dO row
   float* kt = static_cast<float*>(t.scratch(
       size_t(2 * e * ldk + 2 * tk * e + 2 * tq * e + 2 * tq * ldk + tq * e) * sizeof(float)));
   float* vt = kt + e * ldk;
@@ -374,10 +424,20 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const Rows kr = f32_rows(head_of(k, h), tk, e, kbuf);
-    transpose(kr, tk, e, ldk, kt);
-    transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
     const Rows qr = f32_rows(head_of(q, h), tq, e, qbuf);
     const Rows gr = f32_rows(head_of(dout, h), tq, e, gbuf);
+    // The scores' operands: bf16 pairs (k^T, v^T as words, q and dO read in
+    // place) or the f32 rows.
+    Rows qs = qr, gs = gr;
+    if (pairs) {
+      transpose(word_rows(head_of(k, h)), tk, ew, ldk, kt);
+      transpose(word_rows(head_of(v, h)), tk, ew, ldk, vt);
+      qs = word_rows(head_of(q, h));
+      gs = word_rows(head_of(dout, h));
+    } else {
+      transpose(kr, tk, e, ldk, kt);
+      transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
+    }
     const Rows orows = f32_rows(head_of(o, h), tq, e, obuf);
     float* dq = out + h * tq * e;
     float* dk = out + nq + h * tk * e;
@@ -397,8 +457,8 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       }
       const int64_t nvk = (n_max + kW - 1) / kW, nw = nvk * kW;
       with_rows(nr, [&]<int R>() {
-        scores<R>(qr.row(i0), qr.ld, kt, ldk, nvk, e, p.scale, Pt, ldk);
-        scores<R>(gr.row(i0), gr.ld, vt, ldk, nvk, e, 1.0f, dSt, ldk);  // dp = dO v^T
+        tile_scores<R>(pairs, qs.row(i0), qs.ld, kt, ldk, nvk, ew, p.scale, Pt, ldk);
+        tile_scores<R>(pairs, gs.row(i0), gs.ld, vt, ldk, nvk, ew, 1.0f, dSt, ldk);  // dp = dO v^T
         int64_t n[R];
         float inv[R], dsum[R];
         KILN_UNROLL
