@@ -95,6 +95,51 @@ struct Rows {
 // A head of bf16 pairs (bf16_pairs holds) as rows of 32-bit words.
 Rows word_rows(const HeadMat& x) { return {reinterpret_cast<const float*>(x.base), x.rs / 4}; }
 
+#if defined(KILN_SMALL_PAIRS)
+inline __m512i widen(__m256i h) { return _mm512_cvtepu16_epi32(h); }
+inline __m256i to_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
+// Rows 2p and 2p + 1 of a bf16 head (bf16_pairs) interleaved into words:
+// dst[p * e + c] = x[2p][c] | x[2p + 1][c] << 16 for 2p < n (a missing odd
+// row is 0).
+void interleave_rows(const HeadMat& x, int64_t n, int64_t e, float* dst) {
+  for (int64_t p = 0; 2 * p < n; ++p)
+    for (int64_t c = 0; c < e; c += 16) {
+      const __mmask16 m = vm::tail_mask(int(e - c));
+      const char* r0 = x.base + 2 * p * x.rs + c * 2;
+      const __m512i lo = widen(_mm256_maskz_loadu_epi16(m, r0));
+      const __m512i hi =
+          2 * p + 1 < n ? widen(_mm256_maskz_loadu_epi16(m, r0 + x.rs)) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(dst + p * e + c, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+// Two f32 rows (n floats, a multiple of 16) rounded to bf16 and interleaved:
+// dst[j] = bf16(a[j]) | bf16(b[j]) << 16 (b null: 0).
+void interleave_f32(const float* a, const float* b, int64_t n, float* dst) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m512i lo = widen(to_bf16(_mm512_loadu_ps(a + j)));
+    const __m512i hi = b ? widen(to_bf16(_mm512_loadu_ps(b + j))) : _mm512_setzero_si512();
+    _mm512_storeu_si512(dst + j, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+}
+
+// An f32 row (n floats, a multiple of 16) rounded to bf16 pairs along itself:
+// dst[p] = bf16(a[2p]) | bf16(a[2p + 1]) << 16.
+void pairs_along(const float* a, int64_t n, float* dst) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32)
+    _mm512_storeu_ps(dst + j / 2, (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(a + j + 16),
+                                                              _mm512_loadu_ps(a + j)));
+  if (j < n)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j / 2), to_bf16(_mm512_loadu_ps(a + j)));
+}
+#else
+void interleave_rows(const HeadMat&, int64_t, int64_t, float*) {}
+void interleave_f32(const float*, const float*, int64_t, float*) {}
+void pairs_along(const float*, int64_t, float*) {}
+#endif
+
 // n rows of x: the memory itself when it already is f32 with unit column
 // stride, else converted into buf (ld e).
 Rows f32_rows(const HeadMat& x, int64_t n, int64_t e, float* buf) {
@@ -233,8 +278,9 @@ void tile_scores(bool pairs, const float* a, int64_t lda, const float* bt, int64
 
 // out[r * ldo + c0 + ...] = f[r] * sum over j in [j0, j1) of
 // w[r * wr + j * wj] x[j * ldx + c0 + ...] for r < R and NV vectors of columns
-// from c0, the last one m lanes wide (f null: factor 1).
-template <int R, int NV>
+// from c0, the last one m lanes wide (f null: factor 1). kPairs: w and x hold
+// bf16 pairs (words), j counts pairs and x's word c pairs two rows' column c.
+template <int R, int NV, bool kPairs>
 void weighted_at(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ldx, int64_t j0,
                  int64_t j1, int64_t c0, int m, const float* f, float* out, int64_t ldo) {
   VF acc[R][NV];
@@ -251,7 +297,15 @@ void weighted_at(const float* w, int64_t wr, int64_t wj, const float* x, int64_t
     for (int r = 0; r < R; ++r) {
       const VF s = vm::c<VF>(w[r * wr + j * wj]);
       KILN_UNROLL
-      for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(s, b[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) {
+#if defined(KILN_SMALL_PAIRS)
+        if constexpr (kPairs) {
+          acc[r][v].v = _mm512_dpbf16_ps(acc[r][v].v, (__m512bh)s.v, (__m512bh)b[v].v);
+          continue;
+        }
+#endif
+        acc[r][v] = vm::madd(s, b[v], acc[r][v]);
+      }
     }
   }
   KILN_UNROLL
@@ -266,18 +320,18 @@ void weighted_at(const float* w, int64_t wr, int64_t wj, const float* x, int64_t
 
 // The weighted sums of R rows over all e columns, kNV vectors at a time.
 // (More than kR rows: at most 2 vectors at a time, 24 accumulators.)
-template <int R>
+template <int R, bool kPairs = false>
 void weighted(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ldx, int64_t j0,
               int64_t j1, int64_t e, const float* f, float* out, int64_t ldo) {
   constexpr int kMaxNV = R > kR ? 2 : kNV;
   int64_t c0 = 0;
   for (; c0 + kMaxNV * kW <= e; c0 += kMaxNV * kW)
-    weighted_at<R, kMaxNV>(w, wr, wj, x, ldx, j0, j1, c0, int(kW), f, out, ldo);
+    weighted_at<R, kMaxNV, kPairs>(w, wr, wj, x, ldx, j0, j1, c0, int(kW), f, out, ldo);
   if (c0 == e) return;
   const int64_t rest = e - c0, nvec = (rest + kW - 1) / kW;
   const int m = int(rest - (nvec - 1) * kW);
   with_n<kMaxNV>(int(nvec), [&]<int NV>() {
-    weighted_at<R, NV>(w, wr, wj, x, ldx, j0, j1, c0, m, f, out, ldo);
+    weighted_at<R, NV, kPairs>(w, wr, wj, x, ldx, j0, j1, c0, m, f, out, ldo);
   });
 }
 
@@ -354,26 +408,36 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
   if (dst->numel() == 0) return true;
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 2 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
-  const int64_t e = D.e, ldk = round_up(D.tk, kW);
-  const bool pairs = bf16_pairs(q) && bf16_pairs(k);
+  const int64_t e = D.e, ldk = round_up(D.tk, kW), ldp = ldk / 2;
+  // bf16 q, k, v: every product on bf16 pairs (P rounded to bf16 for P V).
+  const bool pairs = bf16_pairs(q) && bf16_pairs(k) && bf16_pairs(v);
   const int64_t ew = pairs ? e / 2 : e;  // words of a q or k row
-  float* kt = static_cast<float*>(t.scratch(
-      size_t(e * ldk + 2 * D.tk * e + D.tq * e + kR * ldk + kR * e + kR) * sizeof(float)));
+  float* kt = static_cast<float*>(
+      t.scratch(size_t(e * ldk + 2 * D.tk * e + D.tq * e + kR * ldk + kR * ldp + kR * e + kR) *
+                sizeof(float)));
   float* kbuf = kt + e * ldk;
-  float* vbuf = kbuf + D.tk * e;
+  float* vbuf = kbuf + D.tk * e;  // v as f32, or its row pairs interleaved
   float* qbuf = vbuf + D.tk * e;
-  float* S = qbuf + D.tq * e;  // kR x ldk: scores, then exp(s - max)
-  float* obuf = S + kR * ldk;  // kR x e: output rows before a conversion
-  float* inv = obuf + kR * e;  // kR: 1 / each row's sum
+  float* S = qbuf + D.tq * e;   // kR x ldk: scores, then exp(s - max)
+  float* P2 = S + kR * ldk;     // kR x ldp: those as bf16 pairs
+  float* obuf = P2 + kR * ldp;  // kR x e: output rows before a conversion
+  float* inv = obuf + kR * e;   // kR: 1 / each row's sum
   const bool f32_out = dst->dtype == DType::f32;
   const int64_t osz = int64_t(dtype_size(dst->dtype));
   char* out = static_cast<char*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
-    // Scores on bf16 pairs (k^T as words, q read in place) or on f32.
-    if (pairs) transpose(word_rows(head_of(k, h)), D.tk, ew, ldk, kt);
-    else transpose(f32_rows(head_of(k, h), D.tk, e, kbuf), D.tk, e, ldk, kt);
-    const Rows qr = pairs ? word_rows(head_of(q, h)) : f32_rows(head_of(q, h), D.tq, e, qbuf);
-    const Rows vr = f32_rows(head_of(v, h), D.tk, e, vbuf);
+    // k^T as words of bf16 pairs (q read in place, v's row pairs interleaved)
+    // or as f32.
+    Rows qr{}, vr{};
+    if (pairs) {
+      transpose(word_rows(head_of(k, h)), D.tk, ew, ldk, kt);
+      qr = word_rows(head_of(q, h));
+      interleave_rows(head_of(v, h), D.tk, e, vbuf);
+    } else {
+      transpose(f32_rows(head_of(k, h), D.tk, e, kbuf), D.tk, e, ldk, kt);
+      qr = f32_rows(head_of(q, h), D.tq, e, qbuf);
+      vr = f32_rows(head_of(v, h), D.tk, e, vbuf);
+    }
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
       char* orows = out + (h * D.tq + i0) * e * osz;
@@ -390,7 +454,12 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
         KILN_UNROLL
         for (int r = 0; r < R; ++r) n[r] = visible(i0 + r, D.tq, D.tk, p.causal);
         softmax_rows<R>(S, ldk, n, nvk * kW, inv);
-        weighted<R>(S, ldk, 1, vr.p, vr.ld, 0, n_max, e, inv, o, e);
+        if (kHavePairs && pairs) {
+          for (int r = 0; r < R; ++r) pairs_along(S + r * ldk, nvk * kW, P2 + r * ldp);
+          weighted<R, true>(P2, ldp, 1, vbuf, e, 0, (n_max + 1) / 2, e, inv, o, e);
+        } else {
+          weighted<R>(S, ldk, 1, vr.p, vr.ld, 0, n_max, e, inv, o, e);
+        }
       });
       if (!f32_out)
         convert(reinterpret_cast<const char*>(obuf), DType::f32, 4, orows, dst->dtype, osz, nr * e);
@@ -408,35 +477,48 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   const int64_t nq = q->numel(), nk = k->numel();
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
-  const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW);
+  const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW), ldp = ldk / 2;
+  const int64_t tq2 = (tq + 1) / 2;  // query row pairs
+  // bf16 q, k, v, dO: every product on bf16 pairs (P and dS rounded to bf16).
   const bool pairs = bf16_pairs(q) && bf16_pairs(k) && bf16_pairs(v) && bf16_pairs(dout);
   const int64_t ew = pairs ? e / 2 : e;  // words of a q, k, v or dO row
-  float* kt = static_cast<float*>(t.scratch(
-      size_t(2 * e * ldk + 2 * tk * e + 2 * tq * e + 2 * tq * ldk + tq * e) * sizeof(float)));
+  float* kt =
+      static_cast<float*>(t.scratch(size_t(2 * e * ldk + 2 * tk * e + 2 * (tq + 1) * e +
+                                           2 * tq * ldk + tq * e + kR * ldp + 2 * tq2 * ldk) *
+                                    sizeof(float)));
   float* vt = kt + e * ldk;
-  float* kbuf = vt + e * ldk;
+  float* kbuf = vt + e * ldk;  // k as f32, or its row pairs interleaved
   float* vbuf = kbuf + tk * e;
-  float* qbuf = vbuf + tk * e;
-  float* gbuf = qbuf + tq * e;
-  float* P = gbuf + tq * e;     // tq x ldk: the head's softmax weights
-  float* dS = P + tq * ldk;     // tq x ldk: dO v^T, then scale * ds
-  float* obuf = dS + tq * ldk;  // tq x e: O as f32
+  float* qbuf = vbuf + tk * e;        // q as f32, or its row pairs interleaved
+  float* gbuf = qbuf + (tq + 1) * e;  // dO as f32
+  float* g2 = gbuf + tq * e;          // dO's row pairs interleaved
+  float* P = g2 + (tq + 1) * e;       // tq x ldk: the head's softmax weights
+  float* dS = P + tq * ldk;           // tq x ldk: dO v^T, then scale * ds
+  float* obuf = dS + tq * ldk;        // tq x e: O as f32
+  float* ds2 = obuf + tq * e;         // kR x ldp: a tile's dS as pairs over keys
+  float* dSp = ds2 + kR * ldp;        // tq2 x ldk: dS as pairs over rows
+  float* Pp = dSp + tq2 * ldk;        // tq2 x ldk: P as pairs over rows
   float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
-    const Rows kr = f32_rows(head_of(k, h), tk, e, kbuf);
-    const Rows qr = f32_rows(head_of(q, h), tq, e, qbuf);
+    // f32 rows, or for pairs k^T, v^T as words (q, dO read in place for the
+    // scores) and the row pairs of k, q, dO interleaved for the other products.
     const Rows gr = f32_rows(head_of(dout, h), tq, e, gbuf);
-    // The scores' operands: bf16 pairs (k^T, v^T as words, q and dO read in
-    // place) or the f32 rows.
-    Rows qs = qr, gs = gr;
+    Rows kr{}, qr{}, qs{}, gs{};
     if (pairs) {
       transpose(word_rows(head_of(k, h)), tk, ew, ldk, kt);
       transpose(word_rows(head_of(v, h)), tk, ew, ldk, vt);
       qs = word_rows(head_of(q, h));
       gs = word_rows(head_of(dout, h));
+      interleave_rows(head_of(k, h), tk, e, kbuf);
+      interleave_rows(head_of(q, h), tq, e, qbuf);
+      interleave_rows(head_of(dout, h), tq, e, g2);
     } else {
+      kr = f32_rows(head_of(k, h), tk, e, kbuf);
+      qr = f32_rows(head_of(q, h), tq, e, qbuf);
       transpose(kr, tk, e, ldk, kt);
       transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
+      qs = qr;
+      gs = gr;
     }
     const Rows orows = f32_rows(head_of(o, h), tq, e, obuf);
     float* dq = out + h * tq * e;
@@ -485,9 +567,22 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
             vm::store(Pt + r * ldk + j, zero);
             vm::store(dSt + r * ldk + j, zero);
           }
-        weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
+        if (kHavePairs && pairs) {
+          for (int r = 0; r < R; ++r) pairs_along(dSt + r * ldk, nw, ds2 + r * ldp);
+          weighted<R, true>(ds2, ldp, 1, kbuf, e, 0, (n_max + 1) / 2, e, nullptr, dq + i0 * e, e);
+        } else {
+          weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
+        }
       });
     }
+    if (pairs)  // dS and P over row pairs, for dS^T q and P^T dO
+      for (int64_t ip = 0; ip < tq2; ++ip) {
+        const bool odd = 2 * ip + 1 < tq;
+        interleave_f32(dS + 2 * ip * ldk, odd ? dS + (2 * ip + 1) * ldk : nullptr, ldk,
+                       dSp + ip * ldk);
+        interleave_f32(P + 2 * ip * ldk, odd ? P + (2 * ip + 1) * ldk : nullptr, ldk,
+                       Pp + ip * ldk);
+      }
     // Per key tile: dk = dS^T q and dv = P^T dO over the rows that see its
     // first key (later keys of the tile have weight 0 in rows that do not).
     const int rk = e <= 2 * kW ? kRK : kR;
@@ -495,8 +590,13 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       const int nj = int(std::min<int64_t>(rk, tk - j0));
       const int64_t i_lo = p.causal ? std::clamp<int64_t>(j0 - (tk - tq), 0, tq) : 0;
       with_n<kRK>(nj, [&]<int R>() {
-        weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
-        weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
+        if (kHavePairs && pairs) {
+          weighted<R, true>(dSp + j0, 1, ldk, qbuf, e, i_lo / 2, tq2, e, nullptr, dk + j0 * e, e);
+          weighted<R, true>(Pp + j0, 1, ldk, g2, e, i_lo / 2, tq2, e, nullptr, dv + j0 * e, e);
+        } else {
+          weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
+          weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
+        }
       });
     }
   }
