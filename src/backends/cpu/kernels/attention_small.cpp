@@ -47,7 +47,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // load and a store per FMA).
 #define KILN_UNROLL _Pragma("GCC unroll 16")
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
 #define KILN_SMALL_PAIRS 1
 constexpr bool kHavePairs = true;
 #else
@@ -145,7 +146,7 @@ void pairs_along(const float*, int64_t, float*) {}
 Rows f32_rows(const HeadMat& x, int64_t n, int64_t e, float* buf) {
   if (x.dt == DType::f32 && (x.cs == 4 || e == 1) && x.rs % 4 == 0)
     return {reinterpret_cast<const float*>(x.base), x.rs / 4};
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
   if (x.dt == DType::bf16 && x.cs == 2) {  // bf16 is the high half of an f32
     for (int64_t i = 0; i < n; ++i)
       for (int64_t c = 0; c < e; c += 16) {
