@@ -483,10 +483,13 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   // bf16 q, k, v, dO: every product on bf16 pairs (P and dS rounded to bf16).
   const bool pairs = bf16_pairs(q) && bf16_pairs(k) && bf16_pairs(v) && bf16_pairs(dout);
   const int64_t ew = pairs ? e / 2 : e;  // words of a q, k, v or dO row
-  float* kt =
-      static_cast<float*>(t.scratch(size_t(2 * e * ldk + 2 * tk * e + 2 * (tq + 1) * e +
-                                           2 * tq * ldk + tq * e + kR * ldp + 2 * tq2 * ldk) *
-                                    sizeof(float)));
+  // Scratch: k^T, v^T (e x ldk each), k, v (tk x e), q ((tq + 1) x e: room
+  // for an odd row's pair), dO (tq x e) and its pairs ((tq + 1) x e), P and
+  // dS (tq x ldk each), O (tq x e), a tile's dS pairs (kR x ldp), dS and P
+  // over row pairs (tq2 x ldk each).
+  const int64_t floats = 2 * e * ldk + 2 * tk * e + (tq + 1) * e + tq * e + (tq + 1) * e +
+                         2 * tq * ldk + tq * e + kR * ldp + 2 * tq2 * ldk;
+  float* kt = static_cast<float*>(t.scratch(size_t(floats) * sizeof(float)));
   float* vt = kt + e * ldk;
   float* kbuf = vt + e * ldk;  // k as f32, or its row pairs interleaved
   float* vbuf = kbuf + tk * e;
