@@ -6,18 +6,23 @@
 // split, so results are the same for any thread count) and a head's whole
 // score tile stays in L1:
 //   - q, k, v, dO as f32 rows: the memory itself when it is f32 with unit
-//     column stride, else converted once per head (bf16 inputs); k^T (and v^T
-//     backward) transposed into E x ldk, zero past Tk;
+//     column stride, else converted once per head; k^T (and v^T backward)
+//     transposed into E x ldk by 16 x 16 register transposes, zero past Tk;
 //   - per tile of kR query rows, the scores are a register-blocked micro-kernel
 //     (kR rows x up to kNV vectors of keys, FMA chains over E) over the key
 //     vectors the tile's last row can see (the causal triangle is skipped in
-//     whole vectors), then one softmax pass per row, then P V (forward) or
-//     dq = scale ds k (backward) as a second micro-kernel;
+//     whole vectors), then the softmax of the tile's rows together, then P V
+//     (forward) or dq = scale ds k (backward) as a second micro-kernel;
 //   - backward keeps the head's P and dS ([Tq, ldk], 32 KiB at T = 64) and
-//     forms dk = dS^T q and dv = P^T dO per tile of kR keys over the rows that
-//     see them, so every output row is written once (no accumulation passes).
-// The forward saves nothing for the backward, which recomputes P (the row max
-// and sum are a fraction of a head's work at this size).
+//     forms dk = dS^T q and dv = P^T dO per tile of kRK keys over the rows
+//     that see them, so every output row is written once.
+// With bf16 q, k, v (and dO) on AVX512_BF16 builds every product is a
+// vdpbf16ps chain on bf16 pairs (32-bit words): QK^T and dO V^T pair over E
+// (q and dO read in place, k^T and v^T transposed as words; exact products),
+// P V and dS K pair over keys, dS^T q and P^T dO over query rows, with P and
+// dS rounded to bf16 as attention_bf16.cpp does. The forward saves nothing for
+// the backward, which recomputes P (its row max and sum are a small part of a
+// head's work at this size).
 #include "backends/cpu/kernels/attention_small.h"
 
 #include <algorithm>
@@ -57,8 +62,6 @@ constexpr bool kHavePairs = false;
 
 // Whether t's heads can be read as rows of bf16 pairs (32-bit words): bf16,
 // unit column stride, an even E, every other stride and the data 4-aligned.
-// Products of bf16 are exact in f32, so QK^T and dO V^T on these pairs
-// (vdpbf16ps) differ from the f32 FMA path only in the order of the sums.
 bool bf16_pairs(const TensorNode* t) {
   const int nd = t->shape.ndim();
   if (!kHavePairs || t->dtype != DType::bf16 || t->stride[nd - 1] != 2 || t->shape[nd - 1] % 2 != 0)
