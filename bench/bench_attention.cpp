@@ -5,13 +5,24 @@
 // GPT example's n_embd 128), causal, B*T = 768 tokens per step:
 //   B=12 T=64 (the default model), B=3 T=256, B=1 T=768.
 //
+// gpt/{f32,bf16}/{fwd,fwd_bwd}: the fused op alone at the default model's shape
+// (B=12, H=4, T=64, E=32, causal), f32 or bf16 q, k, v (the bf16 policy's
+// casts are outside the timed graph), forward or forward + ATTENTION_BACK;
+// the argument is the thread count (1: CPU time is the work even on a busy
+// machine).
+// llama/{f32,bf16}/fwd: a SmolLM2 prefill layer's attention (9 heads against 3
+// KV heads broadcast, T=512, E=64), the long-sequence kernels' shape.
+//
 //   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <bit>
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "kiln/ext/alloc.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -58,6 +69,86 @@ BENCHMARK_CAPTURE(BM_attention, composite, false)
     ->Arg(64)
     ->Arg(256)
     ->Arg(768)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The ATTENTION (and with `backward` ATTENTION_BACK) node alone on inputs of
+// `dt`: q [B * Hkv, G, T, E] against k, v [B * Hkv, 1 -> G, T, E].
+void run_attention(benchmark::State& st, DType dt, bool backward, int64_t B, int64_t Hkv, int64_t G,
+                   int64_t T, int64_t E) {
+  Context ctx;
+  const Shape s{B * Hkv, G, T, E};
+  Tensor q = ctx.input(dt, s, "q"), k = ctx.input(dt, {B * Hkv, 1, T, E}, "k"),
+         v = ctx.input(dt, {B * Hkv, 1, T, E}, "v");
+  Tensor o = attention(q, k.expand(s), v.expand(s), {0.0f, true});
+  Tensor dout = ctx.input(dt, s, "dout"), out = o;
+  if (backward) {
+    const AttentionParams p{1.0f / std::sqrt(float(E)), true};
+    out = detail::make_op(Op::ATTENTION_BACK, DType::f32, Shape{3 * q.numel()},
+                          {q, k.expand(s), v.expand(s), o, dout}, p);
+  }
+  Graph g = Graph::forward(out);
+  CpuBackend cpu(int(st.range(0)));
+  GraphAllocator galloc(cpu.buffer_type());
+  galloc.alloc(g);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (Tensor t : {q, k, v, dout}) {
+    if (!t.has_data()) continue;  // dout without backward
+    std::vector<float> x(size_t(t.numel()));
+    for (float& e : x) e = u(rng);
+    if (dt == f32) {
+      t.set<float>(x);
+      continue;
+    }
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = uint16_t(std::bit_cast<uint32_t>(x[i]) >> 16);
+    t.set<uint16_t>(h);
+  }
+  for (auto _ : st) cpu.compute(g);
+  st.counters["tokens_per_s"] =
+      benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_gpt(benchmark::State& st, DType dt, bool backward) {
+  run_attention(st, dt, backward, 12, 4, 1, 64, 32);
+}
+void BM_llama(benchmark::State& st, DType dt) { run_attention(st, dt, false, 1, 3, 3, 512, 64); }
+
+BENCHMARK_CAPTURE(BM_gpt, f32_fwd, f32, false)
+    ->Name("gpt/f32/fwd")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpt, f32_fwd_bwd, f32, true)
+    ->Name("gpt/f32/fwd_bwd")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpt, bf16_fwd, bf16, false)
+    ->Name("gpt/bf16/fwd")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_gpt, bf16_fwd_bwd, bf16, true)
+    ->Name("gpt/bf16/fwd_bwd")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_llama, f32_fwd, f32)
+    ->Name("llama/f32/fwd")
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_llama, bf16_fwd, bf16)
+    ->Name("llama/bf16/fwd")
+    ->Arg(1)
+    ->Arg(2)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

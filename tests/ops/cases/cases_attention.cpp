@@ -182,6 +182,89 @@ void add_attention(std::vector<Case>& cs, Sz z) {
   }
 }
 
+// The small-head kernels (attention_small.cpp: Tq, Tk <= 64 and E <= 64, whole
+// heads per thread) at kiln-gpt's shape (T = 64, E = 32) and around it, and the
+// tiled kernels' backward just past that bound (Tk = 70), which the small
+// shapes of add_attention no longer reach.
+void add_attention_small(std::vector<Case>& cs) {
+  const Gen g = gen::uniform(-1.5, 1.5);
+  auto bfa = [](Input x) { return as(x, DType::bf16); };
+  auto back = [](bool causal, float scale) {
+    return [causal, scale](Context&, X x) {
+      const AttentionParams p{scale, causal};
+      Tensor o = attention(x[0], x[1], x[2], {scale, causal});
+      const int64_t n = x[0].numel() + x[1].numel() + x[2].numel();
+      return detail::make_op(Op::ATTENTION_BACK, DType::f32, Shape{n}, {x[0], x[1], x[2], o, x[3]},
+                             p);
+    };
+  };
+  for (const bool causal : {true, false}) {
+    const std::string sfx = causal ? "_causal" : "_full";
+    // Finite differences through a few row tiles, a partial last tile (13 =
+    // 2 x 6 + 1) and E with a partial vector.
+    cs.push_back(make_case(
+        "attention_small" + sfx, {Op::ATTENTION},
+        {in("q", {1, 3, 13, 20}, g), in("k", {1, 3, 13, 20}, g), in("v", {1, 3, 13, 20})},
+        [causal](Context&, X x) {
+          return attention(x[0], x[1], x[2], {0.0f, causal});
+        },
+        true));
+    // The GPT shape (8 heads, so 2 and 3 threads split them differently):
+    // gradients against the reference's backward graph.
+    cs.push_back(no_fd(make_case(
+        "attention_small_gpt" + sfx, {Op::ATTENTION},
+        {in("q", {2, 4, 64, 32}, g), in("k", {2, 4, 64, 32}, g), in("v", {2, 4, 64, 32})},
+        [causal](Context&, X x) {
+          return attention(x[0], x[1], x[2], {0.0f, causal});
+        },
+        true)));
+    // Whole 4-vector rows (E = 64) and fewer queries than keys (a KV cache).
+    cs.push_back(no_fd(make_case(
+        "attention_small_e64_kv" + sfx, {Op::ATTENTION},
+        {with(in("q", {2, 3, 50, 64}, g), Layout::permuted), in("k", {2, 3, 64, 64}, g),
+         in("v", {2, 3, 64, 64})},
+        [causal](Context&, X x) {
+          return attention(x[0], x[1], x[2], {0.3f, causal});
+        },
+        true)));
+    Case bf = make_case(
+        "attention_small_gpt_bf16" + sfx, {Op::ATTENTION},
+        {bfa(in("q", {2, 4, 64, 32}, g)), bfa(in("k", {2, 4, 64, 32}, g)),
+         bfa(in("v", {2, 4, 64, 32}))},
+        [causal](Context&, X x) {
+          return attention(x[0], x[1], x[2], {0.0f, causal});
+        },
+        false);
+    bf.tol = {8e-3, 8e-3};
+    cs.push_back(bf);
+    Case b = make_case("attention_back_small_gpt" + sfx, {Op::ATTENTION_BACK},
+                       {in("q", {2, 4, 64, 32}, g), in("k", {2, 4, 64, 32}, g),
+                        in("v", {2, 4, 64, 32}), in("dout", {2, 4, 64, 32})},
+                       back(causal, 0.17677669f), false);
+    b.tol = {1e-5, 1e-5};
+    cs.push_back(b);
+    Case bb = make_case("attention_back_small_gpt_bf16" + sfx, {Op::ATTENTION_BACK},
+                        {bfa(in("q", {2, 4, 64, 32}, g)), bfa(in("k", {2, 4, 64, 32}, g)),
+                         bfa(in("v", {2, 4, 64, 32})), bfa(in("dout", {2, 4, 64, 32}))},
+                        back(causal, 0.17677669f), false);
+    bb.tol = {1e-2, 1e-2};
+    cs.push_back(bb);
+    // Past the small kernels' bound: the tiled backward, f32 and bf16.
+    Case tl = make_case("attention_back_tiled" + sfx, {Op::ATTENTION_BACK},
+                        {in("q", {1, 2, 66, 24}, g), in("k", {1, 2, 70, 24}, g),
+                         in("v", {1, 2, 70, 24}), in("dout", {1, 2, 66, 24})},
+                        back(causal, 0.4f), false);
+    tl.tol = {1e-5, 1e-5};
+    cs.push_back(tl);
+    Case tb = make_case("attention_back_tiled_bf16" + sfx, {Op::ATTENTION_BACK},
+                        {bfa(in("q", {1, 2, 66, 24}, g)), bfa(in("k", {1, 2, 70, 24}, g)),
+                         bfa(in("v", {1, 2, 70, 24})), bfa(in("dout", {1, 2, 66, 24}))},
+                        back(causal, 0.4f), false);
+    tb.tol = {1e-2, 1e-2};
+    cs.push_back(tb);
+  }
+}
+
 // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
 std::string rope_spec(const std::vector<RefValue>& in, const RefValue& out) {
   const RefValue &x = in[0], &c = in[1], &s = in[2];
@@ -250,6 +333,7 @@ void add_rope(std::vector<Case>& cs, Sz z) {
 
 void add_attention_cases(std::vector<Case>& cs, Sz z) {
   add_attention(cs, z);
+  add_attention_small(cs);
   add_rope(cs, z);
 }
 

@@ -17,6 +17,7 @@
 
 #include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/attention_head.h"
+#include "backends/cpu/kernels/attention_small.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_ops.h"
@@ -222,7 +223,8 @@ void pack_tile(const HeadMat& src, int64_t i0, int nr, int64_t e, float* dst) {
 }  // namespace
 
 void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
-  if (attention_bf16_backward(dst, t)) return;  // bf16 inputs on vdpbf16ps
+  if (attention_small_backward(dst, t)) return;  // small heads: whole heads per thread
+  if (attention_bf16_backward(dst, t)) return;   // bf16 inputs on vdpbf16ps
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
   const TensorNode *o = dst->src[3], *dout = dst->src[4];
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);

@@ -28,6 +28,7 @@
 
 #include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/attention_head.h"
+#include "backends/cpu/kernels/attention_small.h"
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/row_ops.h"
@@ -230,7 +231,8 @@ UnitRange unit_range(const ThreadCtx& t, int64_t blocks, int64_t tiles, const Gr
 }  // namespace
 
 void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
-  if (attention_bf16_forward(dst, t)) return;  // bf16 inputs on vdpbf16ps
+  if (attention_small_forward(dst, t)) return;  // small heads: whole heads per thread
+  if (attention_bf16_forward(dst, t)) return;   // bf16 inputs on vdpbf16ps
   const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
   const AttentionParams p = op_params<Op::ATTENTION>(*dst);
   const Dims D = dims_of(q, k);
