@@ -19,6 +19,8 @@
 //   gelu_erf, gelu_tanh: < 4e-7 relative for x >= -1; below, the rounding of
 //            the input dominates (relative error ~2.5e-7 x^2, as in any float
 //            implementation: 1e-6 at x = -2, 2.5e-5 at x = -10).
+//   gelu_erf_grad, gelu_tanh_grad (the derivatives): absolute error < 4e-7
+//            (tests/cpu/test_vec_math.cpp); the same input rounding applies.
 //   sin/cos  absolute error < 2e-7 for |x| <= 1e4 (Cody-Waite reduction by
 //            pi/2); larger |x|, inf and NaN lanes fall back to std::sin/cos.
 // The vector and scalar forms run the same operation sequence; they may still
@@ -238,6 +240,31 @@ inline V gelu_tanh(V x) {
   V u2 = c<V>(2.0f * 0.7978845608028654f) * madd(c<V>(0.044715f) * x * x, x, x);
   return x * sigmoid(u2);
 }
+// d/dx gelu_erf = Phi(x) + x phi(x): the cdf as erfc (no cancellation for x << 0),
+// the pdf e^{-x^2/2} / sqrt(2 pi); where the pdf is 0 so is x phi(x) (not inf * 0).
+template <Vec V>
+inline V gelu_erf_grad(V x) {
+  const V cdf = c<V>(0.5f) * erfc(x * c<V>(-0.70710678118654752f));
+  const V pdf = exp(x * x * c<V>(-0.5f));
+  return select(pdf > c<V>(0.0f), madd(x * c<V>(0.3989422804014327f), pdf, cdf), cdf);
+}
+// d/dx x s, s = sigmoid(2u): s + x 2u' s (1 - s), u' = sqrt(2/pi)(1 + 3 0.044715 x^2).
+// With e = e^{-|2u|}: s = 1/(1+e) (or e/(1+e) for u < 0) and s(1-s) = e/(1+e)^2
+// for either sign, so no 1 - s cancels; where s(1-s) is 0 the second term is 0
+// (not 0 * inf for huge |x|).
+template <Vec V>
+inline V gelu_tanh_grad(V x) {
+  constexpr float k2c = 2.0f * 0.7978845608028654f;
+  const V x2 = x * x;
+  const V u2 = c<V>(k2c) * madd(c<V>(0.044715f) * x2, x, x);
+  const V e = exp(-abs(u2));
+  const V r = c<V>(1.0f) / (c<V>(1.0f) + e);
+  const V s = select(u2 >= c<V>(0.0f), r, e * r);
+  const V ds = e * r * r;
+  const V du2 = c<V>(k2c) * madd(c<V>(3.0f * 0.044715f), x2, c<V>(1.0f));
+  const V term = select(ds > c<V>(0.0f), x * du2 * ds, c<V>(0.0f));
+  return s + term;
+}
 
 // ---------------------------------------------------------------- sin, cos
 // x = j pi/2 + r (three-part pi/2, exact for |j| < 2^13 with FMA), then the
@@ -299,6 +326,8 @@ inline float erf(float x) { return erf(SF{x}).v; }
 inline float erfc(float x) { return erfc(SF{x}).v; }
 inline float gelu_erf(float x) { return gelu_erf(SF{x}).v; }
 inline float gelu_tanh(float x) { return gelu_tanh(SF{x}).v; }
+inline float gelu_erf_grad(float x) { return gelu_erf_grad(SF{x}).v; }
+inline float gelu_tanh_grad(float x) { return gelu_tanh_grad(SF{x}).v; }
 inline float sin(float x) { return sin(SF{x}).v; }
 inline float cos(float x) { return cos(SF{x}).v; }
 
