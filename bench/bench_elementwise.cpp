@@ -14,8 +14,8 @@
 // counter ns_per_node = time per run / 10k.
 // BM_gpt_node/<op>: kiln-gpt's per-layer norm and activation (layer_norm with
 // weight and bias over [768, 128], gelu erf or tanh over [768, 512]) forward and
-// backward, 2 threads, node by node: counter <op name> = microseconds per run
-// of that node (the minimum over the runs: the machine is shared).
+// backward, 2 threads (KILN_BENCH_THREADS sets others), node by node: counter <op name> =
+// microseconds per run of that node (the minimum over the runs: the machine is shared).
 //
 //   bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // (aggregates: mean, median, stddev, cv, and min / max of every value).
@@ -185,7 +185,8 @@ const char* const kGptNames[] = {"layer_norm", "gelu_erf", "gelu_tanh"};
 void BM_gpt_node(benchmark::State& state) {
   const GptOp w = GptOp(state.range(0));
   kiln::Context ctx;
-  kiln::CpuBackend backend(2);
+  const char* threads = std::getenv("KILN_BENCH_THREADS");
+  kiln::CpuBackend backend(threads && *threads ? std::atoi(threads) : 2);
   const int64_t d = w == GptOp::layer_norm ? 128 : 512;
   kiln::Tensor x = ctx.param(kiln::f32, {768, d}, "x");
   kiln::Tensor r = ctx.input(kiln::f32, {768, d}, "r");
