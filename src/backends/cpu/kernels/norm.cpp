@@ -282,8 +282,8 @@ void kernel_LAYER_NORM_BACK_AFFINE(TensorNode* dst, ThreadCtx& t) {
   for (int64_t blk = rb.mine.begin; blk < rb.mine.end; ++blk) {
     const int64_t i0 = blk * kAffineRows, nr = std::min(rb.rows, i0 + kAffineRows) - i0;
     for (int64_t r = 0; r < nr; ++r) {
-      xr[r] = row_of(x, i0 + r, d, xbuf + r * d);
-      dyr[r] = row_of(dy, i0 + r, d, dybuf + r * d);
+      xr[r] = row_of(x, i0 + r, d, conv_x ? xbuf + r * d : nullptr);
+      dyr[r] = row_of(dy, i0 + r, d, conv_dy ? dybuf + r * d : nullptr);
       const RowStats s = row_stats(xr[r], d, p.eps);
       mean[r] = s.mean;
       rstd[r] = s.rstd;
