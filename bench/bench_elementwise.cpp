@@ -12,6 +12,10 @@
 // for the kernels). The kernel/triad ratio at 2 threads is the figure of merit.
 // BM_graph_overhead: 10k chained adds of [4]-element tensors in one graph;
 // counter ns_per_node = time per run / 10k.
+// BM_gpt_node/<op>: kiln-gpt's per-layer norm and activation (layer_norm with
+// weight and bias over [768, 128], gelu erf or tanh over [768, 512]) forward and
+// backward, 2 threads (KILN_BENCH_THREADS sets others), node by node: counter <op name> =
+// microseconds per run of that node (the minimum over the runs: the machine is shared).
 //
 //   bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // (aggregates: mean, median, stddev, cv, and min / max of every value).
@@ -20,13 +24,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/thread_pool.h"
 #include "kiln/backend.h"
 #include "kiln/context.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 
@@ -169,6 +177,57 @@ BENCHMARK(BM_graph_overhead)
     ->ArgName("threads")
     ->Apply(with_stats)
     ->Unit(benchmark::kMicrosecond);
+
+// ---------------------------------------------------------------- gpt nodes
+enum class GptOp { layer_norm, gelu_erf, gelu_tanh };
+const char* const kGptNames[] = {"layer_norm", "gelu_erf", "gelu_tanh"};
+
+void BM_gpt_node(benchmark::State& state) {
+  const GptOp w = GptOp(state.range(0));
+  kiln::Context ctx;
+  const char* threads = std::getenv("KILN_BENCH_THREADS");
+  kiln::CpuBackend backend(threads && *threads ? std::atoi(threads) : 2);
+  const int64_t d = w == GptOp::layer_norm ? 128 : 512;
+  kiln::Tensor x = ctx.param(kiln::f32, {768, d}, "x");
+  kiln::Tensor r = ctx.input(kiln::f32, {768, d}, "r");
+  kiln::Tensor y;
+  kiln::Tensor wt, bs;
+  if (w == GptOp::layer_norm) {
+    wt = ctx.param(kiln::f32, {d}, "w");
+    bs = ctx.param(kiln::f32, {d}, "b");
+    y = kiln::layer_norm(x, wt, bs);
+  } else {
+    y = kiln::gelu(x, w == GptOp::gelu_erf ? kiln::GeluApprox::none : kiln::GeluApprox::tanh);
+  }
+  const kiln::Tensor loss = kiln::sum(y * r);
+  kiln::Graph g = kiln::Graph::forward(loss);
+  g.backward(loss);
+  auto buf = kiln::allocate_tensors(ctx, backend);
+  std::vector<float> v(size_t(768 * d));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 1000) * 0.004f - 2.0f;
+  x.set(v);
+  r.set(v);
+  if (wt.defined()) {
+    wt.set(std::vector<float>(size_t(d), 1.5f));
+    bs.set(std::vector<float>(size_t(d), 0.25f));
+  }
+  std::map<std::string, double> best;  // op name -> fastest run, microseconds
+  const auto& nodes = g.nodes();
+  for (auto _ : state) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto t0 = Clock::now();
+      backend.compute(std::span<kiln::TensorNode* const>(&nodes[i], 1));
+      const double us = seconds_since(t0) * 1e6;
+      const std::string key = std::string(i < g.n_forward() ? "f." : "b.") +
+                              kiln::op_name(nodes[i]->op) + "#" + std::to_string(i);
+      auto [it, fresh] = best.try_emplace(key, us);
+      if (!fresh) it->second = std::min(it->second, us);
+    }
+  }
+  state.SetLabel(kGptNames[state.range(0)]);
+  for (auto& [k, us] : best) state.counters[k] = us;
+}
+BENCHMARK(BM_gpt_node)->DenseRange(0, 2)->ArgName("op")->UseRealTime()->Iterations(200);
 
 }  // namespace
 

@@ -89,6 +89,31 @@ TEST(VecMath, ErfErfcGeluAccuracy) {
   EXPECT_LT(max_rel_err(gt, gelu_tanh_ref, -12.0f, -3.0f), 2.5e-5);
 }
 
+// GELU's derivatives (the fused GELU_BACK / GELU_ERF_BACK kernels): absolute
+// error (they lie in [-0.17, 1.13]); huge |x| gives exactly 0 or 1, never NaN.
+TEST(VecMath, GeluGradAbsoluteError) {
+  auto erf_grad_ref = [](long double x) {
+    return 0.5L * erfcl(-x / sqrtl(2.0L)) + x * expl(-0.5L * x * x) / sqrtl(2.0L * M_PIl);
+  };
+  auto tanh_grad_ref = [](long double x) {
+    const long double c = sqrtl(2.0L / M_PIl), k = 0.044715L;
+    const long double t = tanhl(c * (x + k * x * x * x));
+    return 0.5L * (1 + t) + 0.5L * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+  };
+  auto ge = [](auto x) { return vm::gelu_erf_grad(x); };
+  auto gt = [](auto x) { return vm::gelu_tanh_grad(x); };
+  EXPECT_LT(max_rel_err(ge, erf_grad_ref, -30.0f, 30.0f, 1.0), 4e-7);
+  EXPECT_LT(max_rel_err(gt, tanh_grad_ref, -30.0f, 30.0f, 1.0), 4e-7);
+  for (float x : {1e30f, kInf, 1e8f}) {
+    EXPECT_EQ(vm::gelu_erf_grad(x), 1.0f) << x;
+    EXPECT_EQ(vm::gelu_tanh_grad(x), 1.0f) << x;
+    EXPECT_EQ(vm::gelu_tanh_grad(-x), 0.0f) << -x;
+  }
+  EXPECT_EQ(vm::gelu_erf_grad(-1e8f), 0.0f);
+  EXPECT_TRUE(std::isnan(vm::gelu_erf_grad(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::gelu_tanh_grad(kNaN)));
+}
+
 TEST(VecMath, SinCosAbsoluteError) {
   EXPECT_LT(SWEEP(sin, vm::sin(x), sinl(x), -1e4f, 1e4f, 1.0), 2e-7);
   EXPECT_LT(SWEEP(cos, vm::cos(x), cosl(x), -1e4f, 1e4f, 1.0), 2e-7);

@@ -1,4 +1,5 @@
-// Unary math: NEG .. SOFTPLUS, one Unary<Op> specialisation per op (the math
+// Unary math: NEG .. SOFTPLUS, one Unary<Op> specialisation per op, and GELU's
+// fused gradients (UnaryBack<Op>: dy * f'(x)) (the math
 // follows the CPU kernels' definitions: NaN rules of sign, clamp, relu,
 // softplus; the stable sigmoid; gelu's tanh form as x * sigmoid(2u); libdevice's
 // expf/logf/tanhf/erff are within a few ulp).
@@ -95,10 +96,42 @@ struct Unary<Op::GELU> : NoArgs {
   }
 };
 
+// The fused gradients GELU_BACK and GELU_ERF_BACK: dy * f'(x), as the CPU's
+// vm::gelu_tanh_grad / vm::gelu_erf_grad (s(1-s) as e/(1+e)^2, no cancellation).
+template <Op O>
+struct UnaryBack;
+template <>
+struct UnaryBack<Op::GELU_BACK> {
+  __device__ static float df(float x) {
+    const float k2c = 2.0f * 0.7978845608028654f;
+    const float x2 = x * x;
+    const float u2 = k2c * fmaf(0.044715f * x2, x, x);
+    const float e = expf(-fabsf(u2));
+    const float r = 1.0f / (1.0f + e);
+    const float s = u2 >= 0.0f ? r : e * r;
+    const float ds = e * r * r;
+    const float du2 = k2c * fmaf(3.0f * 0.044715f, x2, 1.0f);
+    return s + (ds > 0.0f ? x * du2 * ds : 0.0f);
+  }
+};
+template <>
+struct UnaryBack<Op::GELU_ERF_BACK> {
+  __device__ static float df(float x) {
+    const float cdf = 0.5f * erfcf(x * -0.70710678118654752f);
+    const float pdf = expf(x * x * -0.5f);
+    return pdf > 0.0f ? fmaf(x * 0.3989422804014327f, pdf, cdf) : cdf;
+  }
+};
+
 // Does op O have a Unary specialisation (a complete type)?
 template <Op O>
 constexpr bool has_unary = requires {
   sizeof(Unary<O>);
+};
+
+template <Op O>
+constexpr bool has_unary_back = requires {
+  sizeof(UnaryBack<O>);
 };
 
 template <Op O>
@@ -116,14 +149,32 @@ void launch_unary(TensorNode* dst, const Launch& L) {
   check_launch(op_name(O));
 }
 
+// src0 dy, src1 x.
+template <Op O>
+__global__ void k_unary_back(char* d, Idx di, const char* g, Idx gi, const char* s, Idx si,
+                             int64_t n) {
+  KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = ldf(g, gi.off(i)) * UnaryBack<O>::df(ldf(s, si.off(i)));
+}
+
+template <Op O>
+void launch_unary_back(TensorNode* dst, const Launch& L) {
+  const int64_t n = dst->numel();
+  const TensorNode *dy = dst->src[0], *x = dst->src[1];
+  k_unary_back<O><<<grid_for(n), kThreads, 0, L.stream>>>(
+      static_cast<char*>(dst->data), idx_of(dst), static_cast<const char*>(dy->data),
+      bcast_idx(dy, dst->shape), static_cast<const char*>(x->data), bcast_idx(x, dst->shape), n);
+  check_launch(op_name(O));
+}
+
 }  // namespace
 
 // The entries of the ops with a Unary specialisation, generated from ops.def.
 OpKernel unary_kernel(Op op) {
   switch (op) {
-#define KILN_OP(e, family, kind, inplace, grad)                            \
-  case Op::e:                                                              \
-    if constexpr (has_unary<Op::e>) return {all_f32, launch_unary<Op::e>}; \
+#define KILN_OP(e, family, kind, inplace, grad)                                      \
+  case Op::e:                                                                        \
+    if constexpr (has_unary<Op::e>) return {all_f32, launch_unary<Op::e>};           \
+    if constexpr (has_unary_back<Op::e>) return {all_f32, launch_unary_back<Op::e>}; \
     return {};
 #include "kiln/ops.def"
 #undef KILN_OP

@@ -27,7 +27,6 @@ Tensor step(Tensor x, float lo, bool strict) {
 }
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 constexpr float kTwoOverSqrtPi = 1.1283791670955126f;
 constexpr float kGeluC = 0.044715f;
@@ -117,23 +116,43 @@ void backward_SILU(GradCtx& g) {
 void backward_ERF(GradCtx& g) {
   g.add(0, g.grad() * scale(exp(scale(sqr(g.src(0)), -1.0f)), kTwoOverSqrtPi));
 }
-void backward_GELU_ERF(GradCtx& g) {
-  // Phi(x) + x*phi(x)
-  const Tensor x = g.src(0);
-  const Tensor cdf = scale(erf(scale(x, kInvSqrt2)), 0.5f, 0.5f);
-  const Tensor pdf = scale(exp(scale(sqr(x), -0.5f)), kInvSqrt2Pi);
-  g.add(0, g.grad() * (cdf + x * pdf));
+namespace {
+
+// dy * GELU'(x) in one fused node (GELU_BACK or GELU_ERF_BACK): one pass instead
+// of the ten-odd elementwise nodes and temporaries of the derivative's formula.
+Tensor gelu_back(Op op, Tensor dy, Tensor x) {
+  return Tensor(new_op(op, f32, x.shape(), {dy.node(), x.node()}));
 }
-void backward_GELU(GradCtx& g) {
-  // y = 0.5x(1+t), t = tanh(c(x + k x^3)):
-  // y' = 0.5(1+t) + 0.5x(1-t^2) c (1 + 3k x^2)
-  const Tensor x = g.src(0);
-  const Tensor x2 = sqr(x);
-  const Tensor t = tanh(scale(x + scale(x2 * x, kGeluC), kSqrt2OverPi));
-  const Tensor left = scale(t, 0.5f, 0.5f);
-  const Tensor right =
-      scale(x * scale(sqr(t), -1.0f, 1.0f) * scale(x2, 3.0f * kGeluC, 1.0f), 0.5f * kSqrt2OverPi);
-  g.add(0, g.grad() * (left + right));
+
+}  // namespace
+
+void backward_GELU_ERF(GradCtx& g) { g.add(0, gelu_back(Op::GELU_ERF_BACK, g.grad(), g.src(0))); }
+void backward_GELU(GradCtx& g) { g.add(0, gelu_back(Op::GELU_BACK, g.grad(), g.src(0))); }
+
+// The fused gradients are linear in dy: d/d dy is the same op on the incoming
+// gradient; d/dx is dy * GELU''(x), written with kiln ops (double backward only).
+void backward_GELU_ERF_BACK(GradCtx& g) {
+  const Tensor dy = g.src(0), x = g.src(1);
+  if (g.needs(0)) g.add(0, gelu_back(Op::GELU_ERF_BACK, g.grad(), x));
+  if (g.needs(1)) {
+    // d/dx (Phi(x) + x phi(x)) = phi(x) (2 - x^2)
+    const Tensor x2 = sqr(x);
+    const Tensor pdf = scale(exp(scale(x2, -0.5f)), kInvSqrt2Pi);
+    g.add(1, g.grad() * dy * (pdf * scale(x2, -1.0f, 2.0f)));
+  }
+}
+void backward_GELU_BACK(GradCtx& g) {
+  const Tensor dy = g.src(0), x = g.src(1);
+  if (g.needs(0)) g.add(0, gelu_back(Op::GELU_BACK, g.grad(), x));
+  if (g.needs(1)) {
+    // y' = 0.5(1+t) + 0.5x(1-t^2)u', t = tanh(u), u = c(x + k x^3), u' = c(1 + 3k x^2):
+    // y'' = (1-t^2) (u' - x t u'^2 + 3ck x^2)
+    const Tensor x2 = sqr(x);
+    const Tensor t = tanh(scale(x + scale(x2 * x, kGeluC), kSqrt2OverPi));
+    const Tensor du = scale(x2, 3.0f * kGeluC * kSqrt2OverPi, kSqrt2OverPi);
+    const Tensor inner = du - x * t * sqr(du) + scale(x2, 3.0f * kGeluC * kSqrt2OverPi);
+    g.add(1, g.grad() * dy * (scale(sqr(t), -1.0f, 1.0f) * inner));
+  }
 }
 
 }  // namespace detail

@@ -51,6 +51,22 @@ void add_layer_norm(std::vector<Case>& cs, Sz z) {
         },
         false));
   }
+  // Strided rows (converted into scratch) in several blocks of rows and a partial
+  // one (the kernels take rows' statistics a block at a time).
+  const int64_t RB = z(41, 768);
+  cs.push_back(
+      make_case("layer_norm_fused_strided_blocks", {Op::LAYER_NORM},
+                {with(in("x", {RB, D}), Layout::transposed), in("w", {D}, wg), in("b", {D})},
+                ln(true, true, 1e-5f), false));
+  cs.push_back(make_case(
+      "layer_norm_back_strided_blocks", {Op::LAYER_NORM_BACK},
+      {with(in("dy", {RB, D}), Layout::transposed),
+       with(in("x", {RB, D}, gen::uniform(-2, 2)), Layout::transposed), in("w", {D}, wg)},
+      [](Context&, X x) {
+        return detail::make_op(Op::LAYER_NORM_BACK, DType::f32, x[1].shape(), {x[0], x[1], x[2]},
+                               LayerNormParams{1e-5f, true, false});
+      },
+      false));
   for (const int64_t rows : {R, RM}) {
     Case c = make_case(
         rows == R ? "layer_norm_back_affine" : "layer_norm_back_affine_mt",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "kiln/ext/op_params.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -126,6 +127,25 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
       "sign_strided", {Op::SIGN}, {with(in("x", {R, C}, gen::uniform(-1, 1)), Layout::transposed)},
       [](Context&, X x) { return kiln::sign(x[0]); }, false));
 
+  // GELU's fused gradients directly (their own gradients are the double-backward
+  // rules): contiguous, transposed views, and dy broadcast along rows.
+  for (const Op op : {Op::GELU_BACK, Op::GELU_ERF_BACK}) {
+    const std::string name = op == Op::GELU_BACK ? "gelu_back" : "gelu_erf_back";
+    const Shape xs{R, C};
+    auto back = [op, xs](Context&, X x) {
+      return detail::make_op(op, DType::f32, xs, {x[0], x[1]});
+    };
+    cs.push_back(
+        make_case(name, {op}, {in("dy", xs), in("x", xs, gen::uniform(-4, 4))}, back, true));
+    cs.push_back(make_case(name + "_strided", {op, Op::PERMUTE},
+                           {with(in("dy", xs), Layout::transposed),
+                            with(in("x", xs, gen::uniform(-4, 4)), Layout::transposed)},
+                           back, true));
+    cs.push_back(make_case(name + "_expanded", {op, Op::EXPAND},
+                           {expanded(in("dy", xs), {1, C}), in("x", xs, gen::uniform(-4, 4))}, back,
+                           true));
+  }
+
   // Extreme inputs: the stable formulations must not overflow or give NaN.
   const Gen extreme = gen::values({-100, -30, -20, -5, 0, 5, 20, 30, 100, -88, 88, 1e-3});
   struct Ext {
@@ -146,6 +166,15 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
     auto f = e.f;
     cs.push_back(make_case(
         e.name, {e.op}, {in("x", {3, 4}, extreme)}, [f](Context&, X x) { return f(x[0]); }, false));
+  }
+  for (const Op op : {Op::GELU_BACK, Op::GELU_ERF_BACK}) {
+    const std::string name = op == Op::GELU_BACK ? "gelu_back_extreme" : "gelu_erf_back_extreme";
+    cs.push_back(make_case(
+        name, {op}, {in("dy", {3, 4}, gen::uniform(0.5, 2)), in("x", {3, 4}, extreme)},
+        [op](Context&, X x) {
+          return detail::make_op(op, DType::f32, {3, 4}, {x[0], x[1]});
+        },
+        false));
   }
 }
 

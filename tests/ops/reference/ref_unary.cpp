@@ -88,6 +88,35 @@ RefValue ref_GELU_ERF(const RefArgs& a) {
   return unary(a, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2)); });
 }
 
+namespace {
+
+// dy * f'(x) for the fused gradients: src0 dy, src1 x of one shape.
+RefValue unary_back(const RefArgs& a, const std::function<double(double)>& df) {
+  const RefValue& dy = a.in(0);
+  const RefValue& x = a.in(1);
+  RefValue r = ref_out(a.node, x.shape);
+  ref_check_shape(a.node, dy.shape);
+  for (size_t k = 0; k < r.v.size(); ++k) r.v[k] = dy.v[k] * df(x.v[k]);
+  return r;
+}
+
+}  // namespace
+
+RefValue ref_GELU_BACK(const RefArgs& a) {
+  return unary_back(a, [](double x) {
+    const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
+    const double t = std::tanh(c * (x + k * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x);
+  });
+}
+
+RefValue ref_GELU_ERF_BACK(const RefArgs& a) {
+  return unary_back(a, [](double x) {
+    const double cdf = 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2));
+    return cdf + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+  });
+}
+
 RefValue ref_ERF(const RefArgs& a) {
   return unary(a, [](double x) { return std::erf(x); });
 }

@@ -1,5 +1,6 @@
 // Elementwise unary kernels: NEG ABS SIGN SQR SQRT RSQRT EXP LOG SIN COS POW SCALE
-// CLAMP RELU LEAKY_RELU GELU GELU_ERF ERF SILU SIGMOID TANH SOFTPLUS.
+// CLAMP RELU LEAKY_RELU GELU GELU_ERF ERF SILU SIGMOID TANH SOFTPLUS, and the
+// fused gradients GELU_BACK GELU_ERF_BACK (dy * f'(x), two same-shape sources).
 //
 // Each op is one generic lambda over vm::VF / vm::SF (vec_math.h). Dense runs
 // use the vector form (masked tail, so every element of a dense tensor goes
@@ -40,6 +41,33 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
 }
 
 constexpr int64_t kCheap = 1, kMid = 4, kHeavy = 8;
+
+// dst = src0 * f(src1) elementwise (dy times a derivative at x), any strides;
+// as run_unary, dst may be src0 itself.
+template <class F>
+void run_unary_back(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
+  const TensorNode* dy = dst->src[0];
+  const TensorNode* x = dst->src[1];
+  const int64_t n = dst->numel();
+  Range r = thread_range(t, n, cost);
+  if (r.empty()) return;
+  const Shape& s = dst->shape;
+  auto L = make_layout<3>(s, {dst->stride, bcast_strides(dy, s), bcast_strides(x, s)});
+  const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
+  for_each_run(L, {(char*)dst->data, (char*)dy->data, (char*)x->data}, r.begin, r.end,
+               [&](const Ptrs<3>& p, int64_t len, const Steps<3>& st) {
+                 float* d = (float*)p[0];
+                 const float* g = (const float*)p[1];
+                 const float* xs = (const float*)p[2];
+                 if (st[0] == 4 && st[1] == 4 && st[2] == 4)
+                   return map_dense(d, len, stream, [&](int64_t i, int m) {
+                     return load_lanes(g, i, m) * f(load_lanes(xs, i, m));
+                   });
+                 const int64_t sd = st[0] / 4, sg = st[1] / 4, sx = st[2] / 4;
+                 for (int64_t i = 0; i < len; ++i)
+                   d[i * sd] = (SF{g[i * sg]} * f(SF{xs[i * sx]})).v;
+               });
+}
 
 template <class V>
 inline V zero() {
@@ -146,6 +174,12 @@ void kernel_GELU(TensorNode* dst, ThreadCtx& t) {
 }
 void kernel_GELU_ERF(TensorNode* dst, ThreadCtx& t) {
   run_unary(dst, t, kHeavy, [](auto x) { return vm::gelu_erf(x); });
+}
+void kernel_GELU_BACK(TensorNode* dst, ThreadCtx& t) {
+  run_unary_back(dst, t, kHeavy, [](auto x) { return vm::gelu_tanh_grad(x); });
+}
+void kernel_GELU_ERF_BACK(TensorNode* dst, ThreadCtx& t) {
+  run_unary_back(dst, t, kHeavy, [](auto x) { return vm::gelu_erf_grad(x); });
 }
 void kernel_ERF(TensorNode* dst, ThreadCtx& t) {
   run_unary(dst, t, kHeavy, [](auto x) { return vm::erf(x); });

@@ -19,6 +19,8 @@
 //   gelu_erf, gelu_tanh: < 4e-7 relative for x >= -1; below, the rounding of
 //            the input dominates (relative error ~2.5e-7 x^2, as in any float
 //            implementation: 1e-6 at x = -2, 2.5e-5 at x = -10).
+//   gelu_erf_grad, gelu_tanh_grad (the derivatives): absolute error < 4e-7
+//            (tests/cpu/test_vec_math.cpp); the same input rounding applies.
 //   sin/cos  absolute error < 2e-7 for |x| <= 1e4 (Cody-Waite reduction by
 //            pi/2); larger |x|, inf and NaN lanes fall back to std::sin/cos.
 // The vector and scalar forms run the same operation sequence; they may still
@@ -184,9 +186,9 @@ inline V erf_small(V x) {
   p = madd(p, z, c<V>(1.128379158e+00f));
   return x * p;
 }
+// R(1/a) for a = min(10.5, |x|) (erfc is 0 in float beyond 10.5).
 template <Vec V>
-inline V erfc_large(V a) {                   // a >= 0.875, +inf or NaN
-  a = min(c<V>(10.5f), a);                   // erfc is 0 in float beyond; keeps NaN, avoids inf*inf
+inline V erfc_large_r(V a) {
   V u = c<V>(1.0f) / a - c<V>(0.62044818f);  // centred: better conditioned
   V r = c<V>(-3.848280345e-02f);
   r = madd(r, u, c<V>(3.592303772e-02f));
@@ -199,11 +201,21 @@ inline V erfc_large(V a) {                   // a >= 0.875, +inf or NaN
   r = madd(r, u, c<V>(-1.729911329e-01f));
   r = madd(r, u, c<V>(3.838562021e-01f));
   r = madd(r, u, c<V>(3.042093382e-01f));
+  return r;
+}
+// e^{-a^2} with a^2 = hi + lo split exactly, for a <= 10.5 (or NaN).
+template <Vec V>
+inline V exp_neg_sqr(V a) {
   V hi = a * a;
   V lo = sqr_lo(a, hi);
   V e = exp(-hi);
-  e = madd(-e, lo, e);
-  return e * r;
+  return madd(-e, lo, e);
+}
+template <Vec V>
+inline V erfc_large(V a) {  // a >= 0.875, +inf or NaN
+  a = min(c<V>(10.5f), a);  // erfc is 0 in float beyond; keeps NaN, avoids inf*inf
+  V r = erfc_large_r(a);
+  return exp_neg_sqr(a) * r;
 }
 template <Vec V>
 inline V erf(V x) {
@@ -237,6 +249,41 @@ template <Vec V>
 inline V gelu_tanh(V x) {
   V u2 = c<V>(2.0f * 0.7978845608028654f) * madd(c<V>(0.044715f) * x * x, x, x);
   return x * sigmoid(u2);
+}
+// d/dx gelu_erf = Phi(x) + x phi(x), Phi(x) = erfc(z)/2 with z = -x/sqrt2 (no
+// cancellation for x << 0), phi(x) = e^{-z^2} / sqrt(2 pi): one e^{-z^2} serves
+// both (erfc's large branch is e^{-z^2} R(1/|z|)). Beyond |z| = 10.5 e^{-z^2} is 0
+// in float, and so is x phi(x) (not inf * 0).
+template <Vec V>
+inline V gelu_erf_grad(V x) {
+  const V z = x * c<V>(-0.70710678118654752f);
+  const V a = min(c<V>(10.5f), abs(z));  // keeps NaN
+  const V e = exp_neg_sqr(a);
+  typename V::M small = a < c<V>(0.875f);
+  V erfc_z = c<V>(1.0f) - erf_small(z);
+  if (!all(small)) {
+    const V t = e * erfc_large_r(a);
+    erfc_z = select(small, erfc_z, select(z > c<V>(0.0f), t, c<V>(2.0f) - t));
+  }
+  const V cdf = c<V>(0.5f) * erfc_z;
+  return select(e > c<V>(0.0f), madd(x * c<V>(0.3989422804014327f), e, cdf), cdf);
+}
+// d/dx x s, s = sigmoid(2u): s + x 2u' s (1 - s), u' = sqrt(2/pi)(1 + 3 0.044715 x^2).
+// With e = e^{-|2u|}: s = 1/(1+e) (or e/(1+e) for u < 0) and s(1-s) = e/(1+e)^2
+// for either sign, so no 1 - s cancels; where s(1-s) is 0 the second term is 0
+// (not 0 * inf for huge |x|).
+template <Vec V>
+inline V gelu_tanh_grad(V x) {
+  constexpr float k2c = 2.0f * 0.7978845608028654f;
+  const V x2 = x * x;
+  const V u2 = c<V>(k2c) * madd(c<V>(0.044715f) * x2, x, x);
+  const V e = exp(-abs(u2));
+  const V r = c<V>(1.0f) / (c<V>(1.0f) + e);
+  const V s = select(u2 >= c<V>(0.0f), r, e * r);
+  const V ds = e * r * r;
+  const V du2 = c<V>(k2c) * madd(c<V>(3.0f * 0.044715f), x2, c<V>(1.0f));
+  const V term = select(ds > c<V>(0.0f), x * du2 * ds, c<V>(0.0f));
+  return s + term;
 }
 
 // ---------------------------------------------------------------- sin, cos
@@ -299,6 +346,8 @@ inline float erf(float x) { return erf(SF{x}).v; }
 inline float erfc(float x) { return erfc(SF{x}).v; }
 inline float gelu_erf(float x) { return gelu_erf(SF{x}).v; }
 inline float gelu_tanh(float x) { return gelu_tanh(SF{x}).v; }
+inline float gelu_erf_grad(float x) { return gelu_erf_grad(SF{x}).v; }
+inline float gelu_tanh_grad(float x) { return gelu_tanh_grad(SF{x}).v; }
 inline float sin(float x) { return sin(SF{x}).v; }
 inline float cos(float x) { return cos(SF{x}).v; }
 
