@@ -6,6 +6,7 @@
 //     between checkpoints (core/recompute.h).
 // Gradients are ordinary graph nodes (flagged kFlagGrad) and never get
 // gradients themselves; nothing is built for nodes off the param->loss paths.
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/autodiff.h"
@@ -25,6 +26,47 @@ void detail::GradCtx::add(int i, Tensor g) {
   if (!needs_[i]) return;
   added_[i] = added_[i].defined() ? kiln::add(added_[i], g) : g;
 }
+
+namespace {
+
+// The one dim a zero PAD pads (-1 when it pads several, none, or not with 0).
+int padded_dim(const TensorNode* n) {
+  if (n->op != Op::PAD) return -1;
+  const PadParams p = op_params<Op::PAD>(*n);
+  if (p.value != 0.0f) return -1;
+  int dim = -1;
+  for (int d = 0; d < n->shape.ndim(); ++d)
+    if (p.before[size_t(d)] != 0 || p.after[size_t(d)] != 0) {
+      if (dim >= 0) return -1;
+      dim = d;
+    }
+  return dim;
+}
+
+// The sum of two gradient contributions. Slices' gradients (narrow's rule: the
+// slice's gradient padded with zeros) of adjacent ranges of one dim are joined
+// into one padded concat instead of padded twice and added: q, k and v split
+// from one projection get one gradient tensor written once.
+Tensor sum_grads(Tensor a, Tensor b) {
+  const int d = padded_dim(a.node());
+  if (d < 0 || d != padded_dim(b.node()) || a.dtype() != b.dtype()) return add(a, b);
+  PadParams pa = op_params<Op::PAD>(*a.node()), pb = op_params<Op::PAD>(*b.node());
+  const auto i = size_t(d);
+  if (pa.before[i] > pb.before[i]) {
+    std::swap(a, b);
+    std::swap(pa, pb);
+  }
+  const Tensor x(a.node()->src[0]), y(b.node()->src[0]);
+  if (pa.before[i] + x.shape()[d] != pb.before[i]) return add(a, b);  // not adjacent
+  const Tensor xy = concat({x, y}, d);
+  if (pa.before[i] == 0 && pb.after[i] == 0) return xy;
+  PadParams p;
+  p.before[i] = pa.before[i];
+  p.after[i] = pb.after[i];
+  return Tensor(detail::new_op(Op::PAD, xy.dtype(), a.shape(), {xy.node()}, p));
+}
+
+}  // namespace
 
 void Graph::backward(Tensor loss) {
   check_alive();
@@ -94,10 +136,17 @@ void Graph::backward(Tensor loss) {
       TensorNode* s = n->src[i];
       KILN_ASSERT(gi.shape() == s->shape);
       auto [pos, fresh] = grads_.emplace(s, gi.node());
-      if (!fresh) pos->second = add(Tensor(pos->second), gi).node();
+      if (!fresh) pos->second = sum_grads(Tensor(pos->second), gi).node();
     }
   }
-  for (size_t i = first_new; i < ctx.size(); ++i) ctx.node(i)->flags |= kFlagGrad;
+  // How many backward nodes read each node: a gradient product read only by
+  // its accumulation is computed into the accumulator (detail::accumulate_grad).
+  std::unordered_map<const TensorNode*, int> readers;
+  for (size_t i = first_new; i < ctx.size(); ++i) {
+    TensorNode* n = ctx.node(i);
+    n->flags |= kFlagGrad;
+    for (int j = 0; j < n->n_src; ++j) ++readers[n->src[j]];
+  }
 
   // 3. accumulators: acc += grad, so gradients sum over runs until reset_grads().
   // Visited in reverse order of the params' first use, so the backward nodes come
@@ -111,12 +160,15 @@ void Graph::backward(Tensor loss) {
     auto it = grads_.find(p);
     if (it == grads_.end()) continue;
     Tensor gp(it->second);
-    if (gp.dtype() != f32) gp = gp.to(f32);
+    const size_t first_acc_node = ctx.size();
     Tensor acc = ctx.tensor(f32, p->shape, p->name.empty() ? "grad" : p->name + ".grad");
     acc.node()->flags |= kFlagGrad | kFlagGradAcc;
-    TensorNode* upd = detail::new_op(Op::ACCUMULATE, f32, p->shape, {acc.node(), gp.node()});
-    upd->view_src = acc.node();
-    upd->flags |= kFlagGrad | kFlagOutput;
+    const TensorNode* prod = gp.node()->op == Op::PERMUTE ? gp.node()->src[0] : gp.node();
+    const bool shared = readers[gp.node()] > 0 || (prod != gp.node() && readers[prod] > 1) ||
+                        !(prod->flags & kFlagGrad);
+    TensorNode* upd = detail::accumulate_grad(acc.node(), gp, shared);
+    for (size_t i = first_acc_node; i < ctx.size(); ++i) ctx.node(i)->flags |= kFlagGrad;
+    upd->flags |= kFlagOutput;
     accumulators_.emplace_back(p, acc.node());
     visit(upd);
   }

@@ -49,6 +49,12 @@ using BackwardFn = void (*)(GradCtx&);
 #undef KILN_BACKWARD_0
 #undef KILN_BACKWARD_1
 
+// acc += g, the accumulation of a param's gradient g into its accumulator acc
+// (an ALIAS node viewing acc): MATMUL_ACC when g is a 2-D product (or its
+// transpose) that nothing else reads (`g_shared` false), else ACCUMULATE.
+// Defined with matmul's rule (src/core/ops/matmul.cpp).
+TensorNode* accumulate_grad(TensorNode* acc, Tensor g, bool g_shared);
+
 // The rule table (nullptr for ops without gradient). Tests may replace an entry to
 // prove the op-test harness catches a wrong rule.
 BackwardFn& backward_rule(Op op);

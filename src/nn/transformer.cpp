@@ -45,10 +45,13 @@ Tensor CausalSelfAttention::forward(Tensor x) {
     fail("nn", "CausalSelfAttention '", path(), "' expects [B, T, ", dim_, "] but got ",
          x.shape().str());
   const int64_t B = x.size(0), T = x.size(1), H = n_head_, D = dim_ / n_head_;
-  Tensor qkv = c_attn(x);  // [B, T, 3 dim]
-  auto head = [&](int i) {
-    return qkv.narrow(2, i * dim_, dim_).reshape({B, T, H, D}).permute({0, 2, 1, 3});
-  };
+  // c_attn's output [B, T, 3 dim] read as [B, T, 3H, D]: q, k and v are heads
+  // [iH, (i+1)H) permuted to [B, H, T, D], strided views that attention reads in
+  // place (nothing copied). Under the bf16 policy attention would cast each
+  // head; the whole output is cast once instead, one contiguous conversion.
+  Tensor qkv = c_attn(x).reshape({B, T, 3 * H, D});
+  if (qkv.ctx().matmul_precision() == bf16 && qkv.dtype() == f32) qkv = qkv.to(bf16);
+  auto head = [&](int i) { return qkv.narrow(2, i * H, H).permute({0, 2, 1, 3}); };
   SdpaOptions o;
   o.causal = true;
   o.dropout = dropout_;

@@ -167,7 +167,7 @@ void StepProgram::find_ready_order() {
   for (size_t i = 0; i < grads.size(); ++i) index_of[grads[i].node()] = i;
   for (size_t k = n_fwd; k < n_bwd; ++k) {
     const TensorNode* n = graph.nodes()[k];
-    if (n->op != Op::ACCUMULATE) continue;
+    if (n->op != Op::ACCUMULATE && n->op != Op::MATMUL_ACC) continue;
     auto it = index_of.find(n->view_src);
     if (it == index_of.end()) continue;
     ready.push_back(it->second);

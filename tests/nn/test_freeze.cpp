@@ -47,7 +47,8 @@ TEST(NnFreeze, GradientsFlowThroughFrozenWeights) {
     EXPECT_EQ(g.grad(m.fc3.weight()).defined(), !frozen);
     EXPECT_TRUE(g.grad(m.fc3.bias()).defined());  // only fc3's weight is frozen
     size_t accumulators = 0;
-    for (const TensorNode* n : g.nodes()) accumulators += n->op == Op::ACCUMULATE;
+    for (const TensorNode* n : g.nodes())
+      accumulators += n->op == Op::ACCUMULATE || n->op == Op::MATMUL_ACC;
     EXPECT_EQ(accumulators, frozen ? 3u : 6u);
     EXPECT_EQ(m.trainable_parameters().size(), frozen ? 3u : 6u);
     EXPECT_EQ(m.parameters().size(), 6u);  // frozen params are still params
@@ -98,7 +99,7 @@ TEST(NnFreeze, ErrorsNameTheFrozenParams) {
 }
 
 // An OptContext over a model with frozen layers: no gradients or optimizer
-// state for them (less static memory, a smaller planned buffer), the frozen
+// state for them (less static memory, no larger a planned buffer), the frozen
 // weights unchanged by steps, the trainable ones stepped as without freezing.
 TEST(NnFreeze, OptContextKeepsNoStateForFrozenParams) {
   struct Run {
@@ -143,7 +144,9 @@ TEST(NnFreeze, OptContextKeepsNoStateForFrozenParams) {
   // fc2 and fc3: (64*64 + 64) + (4*64 + 4) floats without gradient, m and v.
   const size_t frozen_floats = 64 * 64 + 64 + 4 * 64 + 4;
   EXPECT_GE(full.static_bytes - frozen.static_bytes, 3 * 4 * frozen_floats);
-  EXPECT_LT(frozen.plan_bytes, full.plan_bytes);
+  // Weight gradients go straight into their accumulators (MATMUL_ACC), so
+  // neither run plans temporaries for them: freezing plans no more.
+  EXPECT_LE(frozen.plan_bytes, full.plan_bytes);
   EXPECT_EQ(frozen.fc3_after, frozen.fc3_before);
   EXPECT_NE(full.fc3_after, full.fc3_before);
   // fc1's step does not depend on whether the layers above train.

@@ -193,11 +193,13 @@ TEST(Blas, SchedulesMlpTrainingLikeTheCpu) {
   }
   int matmuls = 0;
   for (const TensorNode* n : m.graph.nodes())
-    if (n->op == Op::MATMUL) {
+    if (n->op == Op::MATMUL || n->op == Op::MATMUL_ACC) {
       ++matmuls;
       EXPECT_EQ(both.backend_of(n), &blas) << both.dump();
     }
-  EXPECT_EQ(matmuls, 5);  // 2 forward, 3 backward (x needs no gradient)
+  // 2 forward, 3 backward (x needs no gradient; the 2 weight gradients are
+  // MATMUL_ACC, sgemm with beta 1 into the accumulators).
+  EXPECT_EQ(matmuls, 5);
   EXPECT_EQ(both.n_copies(), 0u);
   EXPECT_GE(both.n_splits(), 3u);
   EXPECT_LE(rel_diff(values(ref.loss), values(m.loss)), kTol);
@@ -220,7 +222,7 @@ TEST(Blas, SchedulesCnnTrainingLikeTheCpu) {
   both.compute(m.graph);
   int on_blas = 0;
   for (const TensorNode* n : m.graph.nodes())
-    on_blas += both.backend_of(n) == &blas && n->op == Op::MATMUL;
+    on_blas += both.backend_of(n) == &blas && (n->op == Op::MATMUL || n->op == Op::MATMUL_ACC);
   // The dense layer's forward, d input and d weight products (the convolutions
   // are CONV2D nodes, which only the CPU backend runs).
   EXPECT_EQ(on_blas, 3) << both.dump();

@@ -1,4 +1,5 @@
-// BlasBackend: MATMUL through cblas_sgemm (kiln/blas.h).
+// BlasBackend: MATMUL through cblas_sgemm (kiln/blas.h), and MATMUL_ACC (the
+// product added into a gradient accumulator) with beta = 1.
 //
 // A matrix operand with element strides (rs, cs) is passed to row-major sgemm as
 //   NoTrans, ld = rs   when cs == 1 (rows are contiguous), or
@@ -57,12 +58,20 @@ struct Gemm {
   int M, N, K;
   Operand a, b;
   int ldc;
+  bool accumulate;  // MATMUL_ACC: C += A B
 };
+
+// The product's operands: MATMUL's src0 and src1, MATMUL_ACC's src1 and src2 (its
+// src0 is the accumulator C, which the node aliases).
+const TensorNode* operand(const TensorNode* n, int i) {
+  return n->src[n->op == Op::MATMUL_ACC ? i + 1 : i];
+}
 
 // The sgemm description of a MATMUL node, or nothing when sgemm cannot run it.
 std::optional<Gemm> plan_gemm(const TensorNode* n) {
-  if (n->op != Op::MATMUL || n->n_src < 2) return std::nullopt;
-  const TensorNode *a = n->src[0], *b = n->src[1];
+  const bool acc = n->op == Op::MATMUL_ACC;
+  if ((n->op != Op::MATMUL && !acc) || n->n_src < (acc ? 3 : 2)) return std::nullopt;
+  const TensorNode *a = operand(n, 0), *b = operand(n, 1);
   if (a->dtype != DType::f32 || b->dtype != DType::f32 || n->dtype != DType::f32)
     return std::nullopt;
   const int nd = n->shape.ndim(), na = a->shape.ndim(), nb = b->shape.ndim();
@@ -76,7 +85,7 @@ std::optional<Gemm> plan_gemm(const TensorNode* n) {
   auto la = operand_layout(M, K, a->stride[na - 2] / 4, a->stride[na - 1] / 4);
   auto lb = operand_layout(K, N, b->stride[nb - 2] / 4, b->stride[nb - 1] / 4);
   if (!la || !lb) return std::nullopt;
-  return Gemm{int(M), int(N), int(K), *la, *lb, int(std::max<int64_t>(M > 1 ? ldc : N, 1))};
+  return Gemm{int(M), int(N), int(K), *la, *lb, int(std::max<int64_t>(M > 1 ? ldc : N, 1)), acc};
 }
 
 // Byte stride of src's batch dim for each of dst's nb batch dims (0: broadcast).
@@ -101,7 +110,7 @@ constexpr double kParallelWork = 64.0 * 64 * 64;
 // cut must not depend on the thread count for the bits not to. Products too
 // small to cut are dealt out whole, batch by batch.
 void run_sgemm(TensorNode* n, const Gemm& g, int ith, int nth, bool cut) {
-  const TensorNode *a = n->src[0], *b = n->src[1];
+  const TensorNode *a = operand(n, 0), *b = operand(n, 1);
   const bool by_rows = g.M >= g.N;
   const int64_t total = by_rows ? g.M : g.N;
   const bool whole = !cut || double(g.M) * g.N * std::max(g.K, 1) < kParallelWork;
@@ -131,6 +140,7 @@ void run_sgemm(TensorNode* n, const Gemm& g, int ith, int nth, bool cut) {
       float* c =
           reinterpret_cast<float*>(static_cast<char*>(n->data) + oc) + (by_rows ? lo * g.ldc : lo);
       if (g.K == 0) {
+        if (g.accumulate) continue;  // C += 0
         // Empty sum: C = 0 (rows may be padded by ldc, so row by row).
         for (int r = 0; r < m; ++r) std::memset(c + int64_t(r) * g.ldc, 0, size_t(nn) * 4);
         continue;
@@ -140,7 +150,7 @@ void run_sgemm(TensorNode* n, const Gemm& g, int ith, int nth, bool cut) {
                   reinterpret_cast<const float*>(static_cast<const char*>(a->data) + oa) + off_a,
                   g.a.ld,
                   reinterpret_cast<const float*>(static_cast<const char*>(b->data) + ob) + off_b,
-                  g.b.ld, 0.0f, c, g.ldc);
+                  g.b.ld, g.accumulate ? 1.0f : 0.0f, c, g.ldc);
     }
     for (int d = nbd - 1; d >= 0; --d) {  // next batch index, last dim fastest
       if (++idx[size_t(d)] < n->shape[d]) break;

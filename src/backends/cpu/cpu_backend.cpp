@@ -40,7 +40,10 @@ int64_t work_of(const TensorNode* n) {
   int64_t w = n->numel();
   for (int i = 0; i < n->n_src; ++i)
     if (n->src[i]) w = std::max(w, n->src[i]->numel());
-  if (n->op == Op::MATMUL) w *= n->src[0]->shape[n->src[0]->shape.ndim() - 1];
+  if (n->op == Op::MATMUL || n->op == Op::MATMUL_ACC) {
+    const TensorNode* a = n->src[n->op == Op::MATMUL ? 0 : 1];
+    w *= a->shape[a->shape.ndim() - 1];
+  }
   return w;
 }
 

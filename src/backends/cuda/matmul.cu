@@ -1,5 +1,5 @@
-// MATMUL on cuBLAS (cublasGemmStridedBatchedEx), and the GEMM helper conv.cu
-// shares.
+// MATMUL and MATMUL_ACC (beta = 1) on cuBLAS (cublasGemmStridedBatchedEx), and
+// the GEMM helper conv.cu shares.
 //
 // kiln's matrices are row-major views with element strides (rs, cs); cuBLAS is
 // column-major. C = A @ B (row-major, M x N) is computed as C^T = B^T @ A^T
@@ -127,8 +127,14 @@ bool readable(const TensorNode* t) {
          gemm_layout_readable(t->shape[nd - 2], t->shape[nd - 1], rs / es, cs / es);
 }
 
+// The product's operands: MATMUL's src0 and src1, MATMUL_ACC's src1 and src2
+// (its src0 is the accumulator C, which dst aliases).
+const TensorNode* operand(const TensorNode* dst, int i) {
+  return dst->src[dst->op == Op::MATMUL_ACC ? i + 1 : i];
+}
+
 MatmulPrep prep_of(const TensorNode* dst) {
-  const TensorNode *a = dst->src[0], *b = dst->src[1];
+  const TensorNode *a = operand(dst, 0), *b = operand(dst, 1);
   return matmul_prep(a->dtype, readable(a), b->dtype, readable(b));
 }
 
@@ -143,11 +149,13 @@ size_t copy_bytes(const TensorNode* t, Prep p) {
 
 size_t matmul_workspace(const TensorNode* dst) {
   const MatmulPrep p = prep_of(dst);
-  return copy_bytes(dst->src[0], p.a) + copy_bytes(dst->src[1], p.b);
+  return copy_bytes(operand(dst, 0), p.a) + copy_bytes(operand(dst, 1), p.b);
 }
 
+// MATMUL (C = A @ B) and MATMUL_ACC (C += A @ B, C the accumulator dst aliases).
 void matmul_op(TensorNode* dst, const Launch& L) {
-  const TensorNode *a = dst->src[0], *b = dst->src[1];
+  const TensorNode *a = operand(dst, 0), *b = operand(dst, 1);
+  const bool acc = dst->op == Op::MATMUL_ACC;
   const int nd = dst->shape.ndim();
   const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[a->shape.ndim() - 1];
   if (dst->numel() == 0) return;
@@ -179,7 +187,7 @@ void matmul_op(TensorNode* dst, const Launch& L) {
   const Batch bt = batch_dims(dst, a, b, sta, stb);
   float* C = static_cast<float*>(dst->data);
   const int64_t ldc = M > 1 ? dst->stride[size_t(nd - 2)] / 4 : N;
-  if (bt.n == 0) return gemm(L, M, N, K, 1, A, B, C, ldc, 0);
+  if (bt.n == 0) return gemm(L, M, N, K, 1, A, B, C, ldc, 0, acc);
   // cuBLAS's batch = the innermost merged dim; outer ones loop.
   const int last = bt.n - 1;
   int64_t outer = 1;
@@ -199,15 +207,15 @@ void matmul_op(TensorNode* dst, const Launch& L) {
     Bi.p = static_cast<const char*>(B.p) + ob * int64_t(eb);
     Ai.batch_stride = bt.sa[last];
     Bi.batch_stride = bt.sb[last];
-    gemm(L, M, N, K, bt.size[last], Ai, Bi, C + oc, ldc, bt.sc[last]);
+    gemm(L, M, N, K, bt.size[last], Ai, Bi, C + oc, ldc, bt.sc[last], acc);
   }
 }
 
 OpKernel matmul_kernel(Op op) {
-  if (op != Op::MATMUL) return {};
+  if (op != Op::MATMUL && op != Op::MATMUL_ACC) return {};
   return {[](const TensorNode* n) {
-            return n->dtype == DType::f32 && is_float(n->src[0]->dtype) &&
-                   is_float(n->src[1]->dtype) && n->shape.ndim() >= 2 &&
+            return n->dtype == DType::f32 && is_float(operand(n, 0)->dtype) &&
+                   is_float(operand(n, 1)->dtype) && n->shape.ndim() >= 2 &&
                    n->stride[size_t(n->shape.ndim() - 1)] == 4;
           },
           matmul_op, matmul_workspace};

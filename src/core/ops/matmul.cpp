@@ -107,5 +107,38 @@ void backward_MATMUL(GradCtx& g) {
   }
 }
 
+// A param's gradient g added into its accumulator acc. A gradient that is a 2-D
+// product (a weight's dW = x^T dY, or its transpose W^T's) is added by the GEMM
+// itself (MATMUL_ACC, C += A @ B), so it is never written to a temporary and
+// read back; a transposed product is computed transposed, (A B)^T = B^T A^T, as
+// views. `g_shared`: something else reads g's product, so it is computed anyway.
+TensorNode* accumulate_grad(TensorNode* acc, Tensor g, bool g_shared) {
+  TensorNode* mm = g.node();
+  bool transposed = false;
+  if (mm->op == Op::PERMUTE && mm->shape.ndim() == 2) {
+    transposed = op_params<Op::PERMUTE>(*mm).axes[0] == 1;  // else the identity
+    mm = mm->src[0];
+  }
+  const bool fusable = !g_shared && mm->op == Op::MATMUL && mm->shape.ndim() == 2 &&
+                       mm->src[0]->shape.ndim() == 2 && mm->src[1]->shape.ndim() == 2 &&
+                       !is_quantized(mm->src[1]->dtype);
+  TensorNode* upd;
+  if (fusable) {
+    Tensor a(mm->src[0]), b(mm->src[1]);
+    if (transposed) {
+      const Tensor a0 = a;
+      a = b.T();
+      b = a0.T();
+    }
+    KILN_ASSERT(a.size(0) == acc->shape[0] && b.size(1) == acc->shape[1]);
+    upd = new_op(Op::MATMUL_ACC, f32, acc->shape, {acc, a.node(), b.node()});
+  } else {
+    if (g.dtype() != f32) g = g.to(f32);
+    upd = new_op(Op::ACCUMULATE, f32, acc->shape, {acc, g.node()});
+  }
+  upd->view_src = acc;
+  return upd;
+}
+
 }  // namespace detail
 }  // namespace kiln

@@ -43,4 +43,25 @@ RefValue ref_MATMUL(const RefArgs& a) {
   return r;
 }
 
+// MATMUL_ACC: src0 + src1 @ src2, all 2-D (ref_eval also stores the result as
+// src0's value, the accumulator updated in place).
+RefValue ref_MATMUL_ACC(const RefArgs& a) {
+  const RefValue& acc = a.in(0);
+  const RefValue& x = a.in(1);
+  const RefValue& y = a.in(2);
+  if (acc.shape.ndim() != 2 || x.shape.ndim() != 2 || y.shape.ndim() != 2)
+    ref_fail(a.node, "matmul_acc needs 2-D tensors");
+  const int64_t M = x.shape[0], K = x.shape[1], N = y.shape[1];
+  if (y.shape[0] != K || acc.shape[0] != M || acc.shape[1] != N)
+    ref_fail(a.node, acc.shape.str() + " += " + x.shape.str() + " @ " + y.shape.str());
+  RefValue r = ref_out(a.node, acc.shape);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += x.v[size_t(i * K + k)] * y.v[size_t(k * N + j)];
+      r.v[size_t(i * N + j)] = acc.v[size_t(i * N + j)] + s;
+    }
+  return r;
+}
+
 }  // namespace kiln::test

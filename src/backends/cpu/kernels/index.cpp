@@ -219,36 +219,33 @@ void kernel_SCATTER_ADD_ROWS(TensorNode* dst, ThreadCtx& t) {
   }
 }
 
+// Two strided copies: src0 into dst's first na slices of dim, src1 into the
+// rest, each walked as runs (dims merged where both sides are contiguous), the
+// elements of both split over the threads as one range.
 void kernel_CONCAT(TensorNode* dst, ThreadCtx& t) {
-  const TensorNode* a = dst->src[0];
-  const TensorNode* b = dst->src[1];
-  const int nd = dst->shape.ndim(), dim = int(op_params<Op::CONCAT>(*dst).dim);
-  const int64_t cols = last_dim(dst), rows = dst->numel() / std::max<int64_t>(cols, 1);
-  const int64_t na = a->shape[dim];
-  const size_t es = dst->elem_size();
-  const auto [r0, r1] = items(t, rows, cols);
-  int64_t idx[kMaxDims] = {};
-  for (int64_t r = r0; r < r1; ++r) {
-    row_index(dst->shape, r, idx);
-    char* d = static_cast<char*>(dst->data) + r * cols * int64_t(es);
-    if (dim == nd - 1) {
-      int64_t oa = 0, ob = 0;
-      for (int k = 0; k < nd - 1; ++k) {
-        oa += idx[k] * a->stride[k];
-        ob += idx[k] * b->stride[k];
-      }
-      copy_elems(d, static_cast<const char*>(a->data) + oa, na, a->stride[nd - 1], es);
-      copy_elems(d + na * int64_t(es), static_cast<const char*>(b->data) + ob, cols - na,
-                 b->stride[nd - 1], es);
-    } else {
-      // Decide by position, not by pointer: concat({x, x}) has a == b.
-      const bool from_b = idx[dim] >= na;
-      const TensorNode* s = from_b ? b : a;
-      if (from_b) idx[dim] -= na;
-      int64_t off = 0;
-      for (int k = 0; k < nd - 1; ++k) off += idx[k] * s->stride[k];
-      copy_elems(d, static_cast<const char*>(s->data) + off, cols, s->stride[nd - 1], es);
+  const int dim = int(op_params<Op::CONCAT>(*dst).dim);
+  const int64_t es = int64_t(dst->elem_size());
+  const Strides ds = dense_strides(dst->shape, es);
+  const TensorNode* part[2] = {dst->src[0], dst->src[1]};
+  const int64_t n = part[0]->numel() + part[1]->numel();
+  const Range r = thread_range(t, n, 1, 64);
+  if (r.empty()) return;
+  int64_t start = 0;  // the part's first element in the split range
+  for (int k = 0; k < 2; ++k) {
+    const TensorNode* x = part[k];
+    const int64_t lo = std::max(r.begin, start), hi = std::min(r.end, start + x->numel());
+    if (lo < hi) {
+      char* base = static_cast<char*>(dst->data) + (k == 0 ? 0 : part[0]->shape[dim] * ds[dim]);
+      const auto L = make_layout<2>(x->shape, {ds, x->stride});
+      for_each_run(L, {base, static_cast<char*>(x->data)}, lo - start, hi - start,
+                   [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
+                     if (st[0] == es && st[1] == es) std::memcpy(p[0], p[1], size_t(len * es));
+                     else
+                       for (int64_t i = 0; i < len; ++i)
+                         std::memcpy(p[0] + i * st[0], p[1] + i * st[1], size_t(es));
+                   });
     }
+    start += x->numel();
   }
 }
 

@@ -1,6 +1,7 @@
 // MATMUL: dst [..., M, N] (f32) = src0 [..., M, K] @ src1 [..., K, N], batch
 // dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides; or src1
 // a quantized (q8_0/q4_0) matrix, W.T() or W, read as stored (qmatmul.h).
+// MATMUL_ACC: the same product added into src0 in place (a gradient accumulator).
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
 // rs = 1, so x.T() needs no copy). Small products, and batches that split evenly
@@ -78,11 +79,9 @@ void matmul_quantized(TensorNode* dst, ThreadCtx& t) {
 // Work (multiply-adds) below which one thread does a whole batch by itself.
 constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
 
-}  // namespace
-
-void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
-  if (is_quantized(dst->src[1]->dtype)) return matmul_quantized(dst, t);
-  const TensorNode *a = dst->src[0], *b = dst->src[1];
+// dst (=, or += when `accumulate`) a @ b; dst gives the shape, strides and memory.
+void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool accumulate,
+                ThreadCtx& t) {
   const int nd = dst->shape.ndim(), na = a->shape.ndim(), nb_ = b->shape.ndim();
   KILN_ASSERT(nd >= 2 && na >= 2 && nb_ >= 2);
   const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[na - 1];
@@ -94,6 +93,7 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea};
   g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb};
   g.ldc = dst->stride[nd - 2] / 4;
+  g.accumulate = accumulate;
 
   // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
   const int nbd = nd - 2;
@@ -135,7 +135,7 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
       }
       GemmOperand wb = w;
       wb.data = p[2];
-      gemv_rows(wb, x, K, reinterpret_cast<float*>(p[0]), rows.begin, rows.end, false);
+      gemv_rows(wb, x, K, reinterpret_cast<float*>(p[0]), rows.begin, rows.end, accumulate);
     });
     return;
   }
@@ -151,6 +151,18 @@ void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
     return;
   }
   batches(0, nbatch, [&](const Ptrs<3>& p) { gemm(at(p), t); });
+}
+
+}  // namespace
+
+void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
+  if (is_quantized(dst->src[1]->dtype)) return matmul_quantized(dst, t);
+  run_matmul(dst, dst->src[0], dst->src[1], false, t);
+}
+
+// The accumulator (src0, which dst aliases) += src1 @ src2: the GEMM adds into C.
+void kernel_MATMUL_ACC(TensorNode* dst, ThreadCtx& t) {
+  run_matmul(dst, dst->src[1], dst->src[2], true, t);
 }
 
 }  // namespace kiln::cpu
