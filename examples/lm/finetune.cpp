@@ -48,7 +48,7 @@ struct FinetuneOptions {
   float lr = 2e-4f, min_lr = 0, weight_decay = 0, clip = 0, val_split = 0.1f;
   uint64_t seed = 1;
   int threads = 0;
-  std::string quantize;  // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
+  std::string quantize;           // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
   std::string precision = "f32";  // matmul precision (Context::set_matmul_precision)
 };
 
@@ -106,11 +106,10 @@ std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM&
   // The batches of step s come from --seed and s, the learning rate from the
   // schedule: both must be the run's own for the resumed steps to be its steps.
   s << " batch=" << o.batch << " seq=" << o.seq << " grad_accum=" << o.grad_accum
-    << " quantize=" << (o.quantize.empty() ? "none" : o.quantize)
-    << " precision=" << o.precision << " seed=" << o.seed
-    << " steps=" << o.steps << " lr=" << o.lr << " min_lr=" << o.min_lr << " warmup=" << o.warmup
-    << " weight_decay=" << o.weight_decay << " clip=" << o.clip << " val_split=" << o.val_split
-    << " base=" << kiln::models::config_json(model.config());
+    << " quantize=" << (o.quantize.empty() ? "none" : o.quantize) << " precision=" << o.precision
+    << " seed=" << o.seed << " steps=" << o.steps << " lr=" << o.lr << " min_lr=" << o.min_lr
+    << " warmup=" << o.warmup << " weight_decay=" << o.weight_decay << " clip=" << o.clip
+    << " val_split=" << o.val_split << " base=" << kiln::models::config_json(model.config());
   return s.str();
 }
 

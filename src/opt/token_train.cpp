@@ -147,8 +147,7 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
   // A run too short to leave its first 10 iterations out is timed whole.
   const int64_t timed_from = rate_start < 0 ? r.first_iter : rate_start;
   const double timed_s = since(rate_start < 0 ? t0 : t_rate);
-  r.tokens_per_s =
-      timed_s > 0 ? double((r.end_iter - timed_from) * K * B * T) / timed_s : 0.0;
+  r.tokens_per_s = timed_s > 0 ? double((r.end_iter - timed_from) * K * B * T) / timed_s : 0.0;
   r.val_loss = std::isnan(last_val) ? eval.loss(val, o.eval_windows) : last_val;
   return r;
 }
