@@ -83,24 +83,33 @@ void with_vectors(int64_t nvec, F&& f) {
 // S[r * lds + (j - j0)] = scale * sum_c a[r * e + c] bt[c * ld + j] for r < R,
 // j in [j0, j1): R rows of a (row-major) times columns of bt (E x ld). One call
 // covers NV vectors of columns from j, the last one m lanes wide.
+// (The pragmas unroll the register tile's loops before GCC's scalar
+// replacement; otherwise acc lives on the stack, a load and a store per FMA.)
 template <int R, int NV>
 void tile_scores_at(const float* a, const float* bt, int64_t ld, int64_t e, int64_t j, int m,
                     float scale, float* S, int64_t lds) {
   VF acc[R][NV];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = vm::c<VF>(0.0f);
   for (int64_t c = 0; c < e; ++c) {
     VF b[NV];
     const float* bc = bt + c * ld + j;
+#pragma GCC unroll 16
     for (int v = 0; v + 1 < NV; ++v) b[v] = vm::loadv<VF>(bc + v * kW);
     b[NV - 1] = vm::loadv<VF>(bc + (NV - 1) * kW, m);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const VF ar = vm::c<VF>(a[r * e + c]);
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] = vm::madd(ar, b[v], acc[r][v]);
     }
   }
   const VF vs = vm::c<VF>(scale);
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
     for (int v = 0; v + 1 < NV; ++v) vm::store(S + r * lds + v * kW, acc[r][v] * vs);
     vm::store(S + r * lds + (NV - 1) * kW, acc[r][NV - 1] * vs, m);
   }
