@@ -18,7 +18,7 @@ namespace lm {
 namespace {
 
 struct GenerateOptions {
-  std::string model, adapter, prompt, prompt_ids;
+  std::string model, adapter, prompt, prompt_ids, precision = "f32";
   int64_t max_tokens = 128, ctx = 0, top_k = 40;
   float temperature = 0.8f, top_p = 0.95f;
   uint64_t seed = 0;
@@ -29,7 +29,8 @@ struct GenerateOptions {
 int run(GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty())
     kiln::fail("kiln-lm generate", "give exactly one of --prompt and --prompt-ids");
-  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx, o.adapter);
+  std::unique_ptr<LoadedModel> m =
+      load_model_with_precision(o.model, o.threads, o.ctx, o.adapter, o.precision);
   const bool ids_out = o.print_ids || !m->tokenizer;
   std::vector<int32_t> prompt;
   if (!o.prompt_ids.empty()) {
@@ -117,6 +118,7 @@ Command add_generate(CLI::App& app) {
   s->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's end-of-sequence ids");
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  add_precision_option(s, o->precision);
   return {s, [o] { return run(*o); }};
 }
 

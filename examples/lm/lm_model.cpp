@@ -56,6 +56,28 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, in
   return m;
 }
 
+std::unique_ptr<LoadedModel> load_model_with_precision(const std::string& path, int threads,
+                                                       int64_t max_seq_len,
+                                                       const std::string& adapter,
+                                                       const std::string& precision) {
+  using WD = kiln::models::ModelOptions::WeightDType;
+  if (precision != "bf16") return load_model(path, threads, max_seq_len, adapter);
+  // A quantized file keeps its blocks (the quantized products have their own path).
+  const bool quantized = !fs::is_directory(path) && fs::exists(path) && has_quantized_tensors(path);
+  std::unique_ptr<LoadedModel> m =
+      load_model(path, threads, max_seq_len, adapter, quantized ? WD::f32 : WD::bf16);
+  m->ctx.set_matmul_precision(kiln::bf16);  // before any graph is built
+  return m;
+}
+
+void add_precision_option(CLI::App* app, std::string& precision) {
+  app->add_option("--precision", precision,
+                  "f32, or bf16: matrices held in bf16 (half the memory and bytes per token), "
+                  "products on bf16 operands with f32 accumulation")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
   std::vector<int32_t> ids;
   std::string cur;

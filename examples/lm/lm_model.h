@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "kiln/cpu.h"
 #include "kiln/generate.h"
 #include "kiln/tokenizer.h"
@@ -32,6 +34,18 @@ struct LoadedModel {
 std::unique_ptr<LoadedModel> load_model(
     const std::string& path, int threads, int64_t max_seq_len = 0, const std::string& adapter = "",
     kiln::models::ModelOptions::WeightDType weights = kiln::models::ModelOptions::WeightDType::f32);
+
+// --precision of generate and perplexity: "bf16" loads the matrices as bf16
+// (WeightDType::bf16: half the memory and bytes per token) and runs the
+// products on bf16 operands with f32 accumulation (Context::set_matmul_precision);
+// "f32" (the default) changes nothing. A quantized GGUF stays quantized.
+std::unique_ptr<LoadedModel> load_model_with_precision(const std::string& path, int threads,
+                                                       int64_t max_seq_len,
+                                                       const std::string& adapter,
+                                                       const std::string& precision);
+
+// Adds --precision f32|bf16 (load_model_with_precision) to an inference subcommand.
+void add_precision_option(CLI::App* app, std::string& precision);
 
 // "1,2,3" (commas and/or spaces) -> ids; `what` names the option in errors.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what);

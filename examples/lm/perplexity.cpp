@@ -14,7 +14,7 @@ namespace lm {
 namespace {
 
 struct PerplexityOptions {
-  std::string model, adapter, text, ids;
+  std::string model, adapter, text, ids, precision = "f32";
   int64_t ctx = 0;
   int threads = 0;
 };
@@ -22,7 +22,8 @@ struct PerplexityOptions {
 int run(const PerplexityOptions& o) {
   if (o.text.empty() == o.ids.empty())
     kiln::fail("kiln-lm perplexity", "give exactly one of --text and --ids");
-  std::unique_ptr<LoadedModel> m = load_model(o.model, o.threads, o.ctx, o.adapter);
+  std::unique_ptr<LoadedModel> m =
+      load_model_with_precision(o.model, o.threads, o.ctx, o.adapter, o.precision);
   std::vector<int32_t> ids;
   if (!o.ids.empty()) {
     ids = parse_ids(read_text(o.ids, "kiln-lm perplexity"), "--ids " + o.ids);
@@ -57,6 +58,7 @@ Command add_perplexity(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  add_precision_option(s, o->precision);
   return {s, [o] { return run(*o); }};
 }
 

@@ -208,7 +208,12 @@ struct ModelOptions {
   // biases and GPT-2's position embedding stay f32. matmul reads the blocks as
   // they are (x @ W^T and, for LoRA, dy @ W), embedding dequantizes the rows
   // it gathers.
-  enum class WeightDType { f32, stored, q8_0, q4_0 };
+  // bf16: matrices (as `stored` names them) converted to bf16 as they load
+  // (rounded to nearest even; bf16 files kept as stored), half of f32's memory
+  // and bytes per decoded token; 1-D params f32. For inference (kiln-lm
+  // generate --precision bf16): kiln's optimizers update f32 params only.
+  // Loading only.
+  enum class WeightDType { f32, stored, q8_0, q4_0, bf16 };
   WeightDType weight_dtype = WeightDType::f32;
 };
 

@@ -29,6 +29,13 @@ inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType stored
   return out;
 }
 
+// f32 values rounded (to nearest even) to `half` (f16 or bf16) bits.
+inline std::vector<uint16_t> to_half(const std::vector<float>& v, DType half) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = half == f16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+  return out;
+}
+
 // A param's values as f32 (f32, or f16/bf16/q8_0/q4_0 weights kept as stored).
 inline std::vector<float> values_f32(Tensor t) {
   if (t.dtype() == f32 || is_quantized(t.dtype())) return t.get<float>();  // dequantized

@@ -281,6 +281,9 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     for (Item& it : plan)
       if (it.param.ndim() >= 2 && !it.info->quantized() && it.info->dtype != f32)
         it.param = model->set_parameter_dtype(it.name, it.info->dtype);
+  if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
+    for (Item& it : plan)
+      if (it.param.ndim() >= 2) it.param = model->set_parameter_dtype(it.name, bf16);
   // Quantized Linear weights: Q8_0 / Q4_0 tensors kept as stored (rows moved as
   // bytes), other dtypes quantized as they load (ModelOptions::WeightDType).
   const std::optional<DType> q = detail::quantized_weight_dtype(opt);
@@ -323,6 +326,9 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     } else if (it.param.dtype() == f32 || is_quantized(it.param.dtype())) {
       // f32, f16, bf16, Q8_0, Q4_0 -> f32 (quantized again by set<float> for a q param)
       set_param(it.param, gguf_dequantize(*it.info, raw), it.layout, it.heads, it.info->shape);
+    } else if (it.param.dtype() != it.info->dtype) {  // weight_dtype bf16: rounded
+      set_param(it.param, detail::to_half(gguf_dequantize(*it.info, raw), it.param.dtype()),
+                it.layout, it.heads, it.info->shape);
     } else {  // kept as stored: the same 16-bit values
       std::vector<uint16_t> v(raw.size() / 2);
       std::memcpy(v.data(), raw.data(), v.size() * 2);

@@ -141,6 +141,9 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
       for (Item& it : plan)
         if (it.param.ndim() >= 2 && it.loc.info->dtype != f32)
           it.param = model.set_parameter_dtype(it.name, it.loc.info->dtype);
+    if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
+      for (Item& it : plan)
+        if (it.param.ndim() >= 2) it.param = model.set_parameter_dtype(it.name, bf16);
     if (const std::optional<DType> q = detail::quantized_weight_dtype(opt)) {
       if (!detail::can_map(*backend))
         fail("models", dir, ": weight_dtype ", dtype_name(*q),
@@ -176,6 +179,9 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
     if (it.mapped) continue;
     if (ti.dtype == it.param.dtype()) {
       it.loc.file->read(ti.name, it.param);  // straight into the param's memory
+    } else if (it.param.dtype() == f16 || it.param.dtype() == bf16) {  // weight_dtype bf16
+      it.param.set(detail::to_half(detail::to_f32(it.loc.file->read_bytes(ti.name), ti.dtype),
+                                   it.param.dtype()));
     } else {
       it.param.set(detail::to_f32(it.loc.file->read_bytes(ti.name), ti.dtype));
     }

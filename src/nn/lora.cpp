@@ -12,6 +12,25 @@ namespace kiln::nn {
 
 namespace {
 
+// A weight's values as f32 and back: f16/bf16 weights (ModelOptions::weight_dtype
+// stored / bf16) are merged in f32 and rounded back to their dtype.
+std::vector<float> values_f32(Tensor W) {
+  if (W.dtype() != f16 && W.dtype() != bf16) return W.get<float>();
+  const std::vector<uint16_t> h = W.get<uint16_t>();
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    v[i] = W.dtype() == f16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
+  return v;
+}
+
+void set_values(Tensor W, const std::vector<float>& v) {
+  if (W.dtype() != f16 && W.dtype() != bf16) return W.set(v);
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = W.dtype() == f16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+  W.set(h);
+}
+
 // Every module of the tree outside adapters, with its path relative to root.
 void walk(const Module& m, const std::string& path,
           std::vector<std::pair<std::string, Module*>>& out) {
@@ -116,7 +135,7 @@ void LinearBase::add_delta(const Lora& a, double sign, const MergeOptions& opt,
   Tensor W = weight();
   for (Tensor t : {W, a.A->weight(), a.B->weight()})
     if (!t.has_data()) fail("lora", "param '", t.name(), "' has no memory: allocate the model");
-  std::vector<float> w = W.get<float>();
+  std::vector<float> w = values_f32(W);
   const std::vector<float> A = a.A->weight().get<float>();  // [r, in]
   const std::vector<float> B = a.B->weight().get<float>();  // [out, r]
   const double s = sign * double(a.scaling);
@@ -134,7 +153,7 @@ void LinearBase::add_delta(const Lora& a, double sign, const MergeOptions& opt,
     }
   }
   if (!is_quantized(W.dtype()) || sign < 0) {
-    W.set(w);  // (an unmerge re-quantizes a quantized weight: approximate)
+    set_values(W, w);  // (an unmerge re-quantizes a quantized weight: approximate)
     return;
   }
   MergeReport none;

@@ -6,7 +6,7 @@
 # accumulation and checkpointing; and --full) writes the same bytes as an
 # uninterrupted one; LoRA under --precision bf16 learns as f32 does; the
 # adapter lowers the perplexity kiln-lm perplexity computes with --adapter, and
-# kiln-lm generate runs with it.
+# kiln-lm generate runs with it; perplexity and generate --precision bf16 agree.
 #   finetune_check.sh KILN_LM BASE_DIR TEXT OUT_DIR
 set -euo pipefail
 lm=$1 base=$2 text=$3 out=$4
@@ -83,6 +83,16 @@ p0=$(ppl) p1=$(ppl --adapter "$out/adapter")
 echo "perplexity of the text's tail: base $p0, with the adapter $p1"
 awk -v a="$p0" -v b="$p1" 'BEGIN { exit !(b > 0 && b < 0.9 * a) }' ||
   { echo "the adapter does not lower the perplexity"; exit 1; }
+# Inference under --precision bf16 (bf16 matrices, bf16 products): the same
+# perplexity within 2%, with and without the adapter; generate runs.
+p0b=$(ppl --precision bf16) p1b=$(ppl --precision bf16 --adapter "$out/adapter")
+echo "perplexity under --precision bf16: base $p0b, with the adapter $p1b"
+awk -v a="$p0" -v b="$p0b" -v c="$p1" -v d="$p1b" 'BEGIN {
+  exit !(b > 0.98 * a && b < 1.02 * a && d > 0.98 * c && d < 1.02 * c) }' ||
+  { echo "--precision bf16 changes the perplexity by more than 2%"; exit 1; }
+"$lm" generate --model "$base" --precision bf16 --prompt-ids 84,104,101 --print-ids \
+  --temperature 0 --max-tokens 8 --threads 2 | grep -q "new ids: [0-9]" ||
+  { echo "generate --precision bf16 printed no ids"; exit 1; }
 "$lm" generate --model "$base" --adapter "$out/adapter" --prompt-ids 84,104,101 --print-ids \
   --temperature 0 --max-tokens 8 --threads 2 | grep -q "new ids: [0-9]" ||
   { echo "generate --adapter printed no ids"; exit 1; }

@@ -204,5 +204,39 @@ TEST(ModelKeepDtype, OptimizerStepsNeedF32) {
                                   {"is bf16", "optimizers update f32 params"}));
 }
 
+// WeightDType::bf16 rounds f32 files' matrices to bf16 as they load (to
+// nearest even; 1-D params stay f32), from safetensors and from GGUF (through
+// llama.cpp's q/k row order and GPT-2's transposes: the same model bit for bit).
+TEST(ModelKeepDtype, Bf16WeightDtypeRoundsF32Files) {
+  kiln_test::TempDir tmp;
+  for (const char* fixture : {"llama3_gqa", "gpt2"}) {
+    Expected e(fixture);
+    models::ModelOptions to_bf16;
+    to_bf16.weight_dtype = models::ModelOptions::WeightDType::bf16;
+    Context ctx;
+    CpuBackend cpu(1);
+    auto f32_model = models::load_pretrained(ctx, cpu, fixture_dir(fixture));
+    auto hf = models::load_pretrained(ctx, cpu, fixture_dir(fixture), to_bf16);
+    for (const auto& [name, p] : hf->named_parameters()) {
+      const std::vector<float> v = f32_model->parameter(name).get<float>();
+      if (p.ndim() < 2) {
+        EXPECT_EQ(p.dtype(), f32) << fixture << " " << name;
+        EXPECT_EQ(p.get<float>(), v) << fixture << " " << name;
+        continue;
+      }
+      ASSERT_EQ(p.dtype(), bf16) << fixture << " " << name;
+      std::vector<uint16_t> want;
+      for (float x : v) want.push_back(f32_to_bf16(x));
+      EXPECT_EQ(p.get<uint16_t>(), want) << fixture << " " << name;
+    }
+    const std::vector<float> logits = run_logits(ctx, *hf, e);
+    EXPECT_LT(rel_error(logits, e.floats("logits")), 0.05) << fixture;
+    const std::string gguf = tmp.file(std::string(fixture) + ".gguf");
+    models::save_gguf(*f32_model, gguf);
+    auto gg = models::load_gguf(ctx, cpu, gguf, to_bf16);
+    EXPECT_EQ(run_logits(ctx, *gg, e), logits) << fixture << " from GGUF";
+  }
+}
+
 }  // namespace
 }  // namespace kiln::test
