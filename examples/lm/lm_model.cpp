@@ -72,8 +72,9 @@ std::unique_ptr<LoadedModel> load_model_with_precision(const std::string& path, 
 
 void add_precision_option(CLI::App* app, std::string& precision) {
   app->add_option("--precision", precision,
-                  "f32, or bf16: matrices held in bf16 (half the memory and bytes per token), "
-                  "products on bf16 operands with f32 accumulation")
+                  "f32, or bf16: matrices held in bf16 (half the memory and bytes per token; "
+                  "a GGUF file with Q8_0/Q4_0 tensors is loaded as stored), products on bf16 "
+                  "operands with f32 accumulation")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

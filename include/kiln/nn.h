@@ -253,7 +253,7 @@ struct MergeOptions {
 // What merge_lora did to quantized base weights, and the error re-quantizing
 // added: |requantized - merged f32| over every value of the requantized weights.
 struct MergeReport {
-  int64_t kept_f32 = 0, requantized = 0;  // quantized base weights, by outcome
+  int64_t kept_f32 = 0, requantized = 0;  // quantized (or f16/bf16) base weights, by outcome
   double max_error = 0, sum_sq_error = 0, max_abs_merged = 0;
   int64_t values = 0;
   double rms_error() const;

@@ -289,8 +289,8 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   const std::optional<DType> q = detail::quantized_weight_dtype(opt);
   // Only the CPU reads quantized blocks: other backends get f32 (stored) or an error.
   if (q && !detail::can_map(backend))
-    fail("models", path, ": weight_dtype ", dtype_name(*q),
-         " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul kernels");
+    fail("models", path, ": weight_dtype ", dtype_name(*q), " needs a host backend (CPU, BLAS): ",
+         "only the CPU has quantized matmul and embedding kernels");
   if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
     const std::set<std::string> names = detail::quantizable_weight_names(*model);
     for (Item& it : plan) {
@@ -365,9 +365,12 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
   w.set("general.architecture", arch);
   w.set("general.name", "kiln model");
   // llama.cpp's file type (what it prints): all f32 (0), or mostly Q4_0 (2) /
-  // Q8_0 (7), after the quantized dtype most matrices have.
+  // Q8_0 (7), after the quantized dtype most written matrices have (GPT-2's
+  // transposed Conv1D weights are written f32).
   int64_t n4 = 0, n8 = 0;
   for (const auto& [name, t] : model.named_base_parameters()) {
+    int64_t heads = 0;
+    if (layout_of(name, cfg, &heads) == Layout::transposed) continue;
     n4 += t.dtype() == q4_0;
     n8 += t.dtype() == q8_0;
   }

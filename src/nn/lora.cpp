@@ -152,12 +152,20 @@ void LinearBase::add_delta(const Lora& a, double sign, const MergeOptions& opt,
       wi = float(double(wi) + s * row[size_t(i)]);
     }
   }
+  MergeReport none;
+  MergeReport& r = report ? *report : none;
+  // An f16/bf16 weight: the merged one kept f32, as a quantized one is below.
+  // Rounded back to 16 bits it would lose most of a small delta (a bf16 step
+  // at 0.02 is 1.2e-4, about a typical LoRA delta).
+  if ((W.dtype() == f16 || W.dtype() == bf16) && sign > 0) {
+    reallocate_parameter("weight", f32).set(w);
+    r.kept_f32++;
+    return;
+  }
   if (!is_quantized(W.dtype()) || sign < 0) {
     set_values(W, w);  // (an unmerge re-quantizes a quantized weight: approximate)
     return;
   }
-  MergeReport none;
-  MergeReport& r = report ? *report : none;
   if (!opt.requantize) {  // the merged weight in f32: no quantization error added
     reallocate_parameter("weight", f32).set(w);
     r.kept_f32++;

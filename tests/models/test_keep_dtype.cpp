@@ -8,6 +8,7 @@
 
 #include "common/error_check.h"
 #include "common/temp_dir.h"
+#include "kiln/nn/lora.h"
 #include "models_test_util.h"
 
 namespace kiln::test {
@@ -236,6 +237,37 @@ TEST(ModelKeepDtype, Bf16WeightDtypeRoundsF32Files) {
     auto gg = models::load_gguf(ctx, cpu, gguf, to_bf16);
     EXPECT_EQ(run_logits(ctx, *gg, e), logits) << fixture << " from GGUF";
   }
+}
+
+// A LoRA merge onto bf16 weights keeps the merged weight f32: a delta far
+// below the bf16 step of the weight survives (rounded back, it would vanish).
+TEST(ModelKeepDtype, LoraMergeOntoBf16WeightsKeepsF32) {
+  models::ModelOptions to_bf16;
+  to_bf16.weight_dtype = models::ModelOptions::WeightDType::bf16;
+  Context ctx;
+  CpuBackend cpu(1);
+  auto model = models::load_pretrained(ctx, cpu, fixture_dir("llama3_gqa"), to_bf16);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  std::vector<float> before;
+  for (uint16_t h : model->parameter(q).get<uint16_t>()) before.push_back(bf16_to_f32(h));
+  nn::LoraConfig lc;
+  lc.r = 1;
+  lc.alpha = 1;
+  lc.target_modules = {"q_proj"};
+  nn::add_lora(*model, cpu, lc);
+  for (auto [name, p] : model->named_parameters()) {  // delta = 1e-6 * 1 * 1 per value
+    if (name.find("lora_A") != std::string::npos)
+      p.set(std::vector<float>(size_t(p.numel()), 1.0f));
+    if (name.find("lora_B") != std::string::npos)
+      p.set(std::vector<float>(size_t(p.numel()), 1e-6f));
+  }
+  const nn::MergeReport r = nn::merge_lora(*model);
+  EXPECT_EQ(r.kept_f32, 2);  // two layers' q_proj
+  Tensor w = model->parameter(q);
+  ASSERT_EQ(w.dtype(), f32);
+  const std::vector<float> after = w.get<float>();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_NEAR(after[i] - before[i], 1e-6f, 1e-7f) << i;
 }
 
 }  // namespace

@@ -80,7 +80,8 @@ std::string active_lora_adapter(const Module& model);
 // to the original weights up to float rounding). A quantized (q8_0/q4_0) base
 // weight is dequantized and merged in f32, then kept f32 (a new param: build
 // graphs again) or, with opt.requantize, quantized again to its dtype; the
-// report counts both and gives the error re-quantizing added.
+// report counts both and gives the error re-quantizing added. An f16/bf16
+// base weight is merged in f32 and kept f32 (counted in kept_f32; a new param).
 MergeReport merge_lora(Module& model, const MergeOptions& opt = {});
 void unmerge_lora(Module& model);
 

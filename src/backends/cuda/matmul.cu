@@ -173,10 +173,10 @@ void matmul_op(TensorNode* dst, const Launch& L) {
       gather_f32(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->numel(),
                  reinterpret_cast<float*>(ws), L);
     else gather_dense(static_cast<const char*>(t->data), t->dtype, idx_of(t), t->shape, ws, L);
-    int64_t acc = 1;
+    int64_t run = 1;  // dense strides of the gathered copy
     for (int d = tn - 1; d >= 0; --d) {
-      st[d] = acc;
-      acc *= t->shape[d];
+      st[d] = run;
+      run *= t->shape[d];
     }
     GemmView v{ws, cuda_type(prepared_dtype(t->dtype, p)), st[tn - 2], st[tn - 1], 0};
     ws += copy_bytes(t, p);

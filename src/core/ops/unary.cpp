@@ -121,6 +121,7 @@ namespace {
 // dy * GELU'(x) in one fused node (GELU_BACK or GELU_ERF_BACK): one pass instead
 // of the ten-odd elementwise nodes and temporaries of the derivative's formula.
 Tensor gelu_back(Op op, Tensor dy, Tensor x) {
+  if (dy.dtype() != f32) dy = dy.to(f32);  // the kernels read f32 dy and x
   return Tensor(new_op(op, f32, x.shape(), {dy.node(), x.node()}));
 }
 
