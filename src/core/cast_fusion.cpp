@@ -2,6 +2,7 @@
 // source, so the op's kernel rounds on store instead of a second pass over
 // memory (and a second thread-pool dispatch) doing it.
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/context.h"
 #include "kiln/ext/tensor_node.h"
@@ -25,32 +26,65 @@ bool stores_bf16(Op op) {
 constexpr uint32_t kPinned =
     kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
 
-// The cast's source when the cast may take over its op, else null.
-TensorNode* fusable_source(const TensorNode* n) {
+// A cast n = COPY(v) to bf16, where v is the op's result s itself or a
+// contiguous reshape of it (a Linear flattens [B, T, C] to [B*T, C]).
+struct Candidate {
+  TensorNode* n = nullptr;
+  TensorNode* v = nullptr;  // the reshape between s and n, or null
+  TensorNode* s = nullptr;
+};
+
+bool candidate_of(TensorNode* n, Candidate& c) {
   if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
-      !n->is_contiguous())
-    return nullptr;
+      !n->is_contiguous() || !n->src[0])
+    return false;
   TensorNode* s = n->src[0];
-  if (!s || s->dtype != DType::f32 || s->shape != n->shape || s->is_view() || !s->is_contiguous() ||
+  TensorNode* v = nullptr;
+  if (s->is_view()) {
+    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || s->src[0] != s->view_src ||
+        !s->is_contiguous() || (s->flags & kPinned))
+      return false;
+    v = s;
+    s = v->view_src;
+  }
+  if (s->dtype != DType::f32 || s->numel() != n->numel() || s->is_view() || !s->is_contiguous() ||
       (s->flags & kPinned) || !stores_bf16(s->op) || s->ctx != n->ctx)
-    return nullptr;
-  return s;
+    return false;
+  if (v) {
+    // The op runs with n's shape: LayerNorm's rows must stay rows; an
+    // elementwise op reads its sources through reshapes, so they must be
+    // contiguous and of s's shape (no broadcasting).
+    const int nd = s->shape.ndim(), vd = n->shape.ndim();
+    if (s->op == Op::LAYER_NORM) {
+      if (nd == 0 || vd == 0 || s->shape[nd - 1] != n->shape[vd - 1]) return false;
+    } else {
+      for (int k = 0; k < s->n_src; ++k)
+        if (!s->src[k] || s->src[k]->shape != s->shape || !s->src[k]->is_contiguous() ||
+            s->src[k]->dtype != DType::f32)
+          return false;
+    }
+  }
+  c = {n, v, s};
+  return true;
 }
 
 }  // namespace
 
 size_t Graph::fuse_bf16_casts() {
   check_alive();
-  std::unordered_map<const TensorNode*, int> readers;  // candidate source -> readers
-  Context* ctx = nullptr;
-  for (TensorNode* n : nodes_)
-    if (const TensorNode* s = fusable_source(n); s && seen_.count(s)) {
-      readers[s] = 0;
-      ctx = s->ctx;
-    }
-  if (readers.empty() || !ctx) return 0;
+  std::vector<Candidate> cands;
+  std::unordered_map<const TensorNode*, int> readers;  // of each s and v
+  for (TensorNode* n : nodes_) {
+    Candidate c;
+    if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
+    cands.push_back(c);
+    readers[c.s] = 0;
+    if (c.v) readers[c.v] = 0;
+  }
+  if (cands.empty()) return 0;
   // Readers anywhere in the context (other graphs built from the same nodes, the
   // partial-batch tail, recomputed segments), not only in this graph.
+  Context* ctx = cands[0].s->ctx;
   auto count = [&](const TensorNode* s) {
     if (!s) return;
     auto it = readers.find(s);
@@ -59,31 +93,57 @@ size_t Graph::fuse_bf16_casts() {
   for (size_t i = 0; i < ctx->size(); ++i) {
     const TensorNode* c = ctx->node(i);
     for (int k = 0; k < c->n_src; ++k) count(c->src[k]);
-    count(c->view_src);
+    // A view's memory owner is its src too (counted once: skip view_src then).
+    if (!(c->n_src > 0 && c->src[0] == c->view_src)) count(c->view_src);
   }
+  std::unordered_set<const TensorNode*> grad_nodes;
+  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
 
-  std::unordered_map<const TensorNode*, TensorNode*> gone;  // source -> its fused cast
-  for (TensorNode* n : nodes_) {
-    TensorNode* s = fusable_source(n);
-    if (!s) continue;
-    auto it = readers.find(s);
-    if (it == readers.end() || it->second != 1) continue;
-    n->op = s->op;
-    n->params = s->params;
-    n->src = s->src;
-    n->n_src = s->n_src;
-    gone[s] = n;
+  std::unordered_map<const TensorNode*, TensorNode*> replaced;  // s -> the cast it became
+  std::unordered_set<const TensorNode*> gone;                   // s and v
+  std::unordered_map<const TensorNode*, std::vector<TensorNode*>> views_before;  // new views
+  for (const Candidate& c : cands) {
+    if (readers[c.s] != 1 || (c.v && readers[c.v] != 1)) continue;
+    // Graph::grad of t whose gradient was s then returns the bf16 cast: only
+    // when the shapes agree.
+    if (c.v && (grad_nodes.count(c.s) || grad_nodes.count(c.v))) continue;
+    TensorNode* n = c.n;
+    n->op = c.s->op;
+    n->params = c.s->params;
+    n->n_src = c.s->n_src;
+    n->src = c.s->src;
+    if (c.v && c.s->op != Op::LAYER_NORM) {
+      for (int k = 0; k < n->n_src; ++k) {
+        TensorNode* r = Tensor(c.s->src[k]).view(n->shape).node();
+        n->src[size_t(k)] = r;
+        views_before[n].push_back(r);
+        seen_.insert(r);
+      }
+    }
+    replaced[c.s] = n;
+    gone.insert(c.s);
+    if (c.v) gone.insert(c.v);
   }
   if (gone.empty()) return 0;
-  // Graph::grad of an intermediate whose gradient was fused: its bf16 rounding.
   for (auto& [t, g] : grads_)
-    if (auto it = gone.find(g); it != gone.end()) g = it->second;
-  size_t removed_forward = 0;
-  for (size_t i = 0; i < n_forward_; ++i) removed_forward += gone.count(nodes_[i]);
-  std::erase_if(nodes_, [&](const TensorNode* n) { return gone.count(n) > 0; });
-  n_forward_ -= removed_forward;
-  for (const auto& [s, n] : gone) seen_.erase(s);
-  return gone.size();
+    if (auto it = replaced.find(g); it != replaced.end()) g = it->second;
+  std::vector<TensorNode*> kept;
+  size_t n_forward = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    TensorNode* n = nodes_[i];
+    if (gone.count(n)) continue;
+    if (auto it = views_before.find(n); it != views_before.end())
+      for (TensorNode* r : it->second) {
+        kept.push_back(r);
+        n_forward += i < n_forward_;
+      }
+    kept.push_back(n);
+    n_forward += i < n_forward_;
+  }
+  nodes_ = std::move(kept);
+  n_forward_ = n_forward;
+  for (const TensorNode* s : gone) seen_.erase(s);
+  return replaced.size();
 }
 
 }  // namespace kiln

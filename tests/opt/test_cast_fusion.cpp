@@ -39,25 +39,29 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // x -> LayerNorm -> Linear -> GELU (erf or tanh) -> Linear, loss sum(y * t); with
-// `extra_reader`, the LayerNorm result is also summed into the loss.
+// `extra_reader`, the LayerNorm result is also summed into the loss. `batched`:
+// x is [B, T, D] and the norm and GELU run on [B, T, .], each reshaped to
+// [B*T, .] for the products (as nn::Linear does).
 struct Mlp {
-  static constexpr int64_t M = 13, D = 70, H = 45, O = 19;  // M * H > a kernel chunk
+  static constexpr int64_t B = 3, T = 5, M = B * T, D = 70, H = 45, O = 19;  // M * H > 256
   Context ctx;
   Tensor x, lw, lb, w1, w2, t, y, loss;
   Graph graph;
   std::unique_ptr<Buffer> buf;
   size_t fused = 0;
 
-  Mlp(bool fuse, bool extra_reader, GeluApprox approx) {
+  Mlp(bool fuse, bool extra_reader, GeluApprox approx, bool batched = false) {
     ctx.set_matmul_precision(bf16);
-    x = ctx.param(f32, {M, D}, "x");
+    x = batched ? ctx.param(f32, {B, T, D}, "x") : ctx.param(f32, {M, D}, "x");
     lw = ctx.param(f32, {D}, "ln.w");
     lb = ctx.param(f32, {D}, "ln.b");
     w1 = ctx.param(f32, {H, D}, "w1");
     w2 = ctx.param(f32, {O, H}, "w2");
     t = ctx.input(f32, {M, O}, "t");
     Tensor h = layer_norm(x, lw, lb);
-    y = matmul(gelu(matmul(h, w1.T()), approx), w2.T());
+    Tensor a = matmul(h.reshape({M, D}), w1.T());
+    if (batched) a = a.reshape({B, T, H});
+    y = matmul(gelu(a, approx).reshape({M, H}), w2.T());
     loss = sum(y * t);
     if (extra_reader) loss = loss + sum(h);
     graph = Graph::forward(loss);
@@ -109,6 +113,21 @@ TEST(CastFusion, LayerNormAndGeluStoreBf16WithIdenticalResults) {
     fused.run();
     expect_identical(plain, fused);
   }
+}
+
+TEST(CastFusion, ThroughReshapesOfBatchedActivations) {
+  Mlp plain(false, false, GeluApprox::none, true), fused(true, false, GeluApprox::none, true);
+  EXPECT_EQ(casts_of(plain.graph, Op::RESHAPE), 3);  // LayerNorm, GELU, GELU gradient
+  // The forward casts fuse (the norm and GELU write [B*T, .] bf16 directly); the
+  // gradient's stays, as Graph::grad hands out the [B, T, H] f32 gradient.
+  EXPECT_EQ(fused.fused, 2u);
+  EXPECT_EQ(casts_of(fused.graph, Op::RESHAPE), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::LAYER_NORM, bf16), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, bf16), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, f32), 0);
+  plain.run();
+  fused.run();
+  expect_identical(plain, fused);
 }
 
 TEST(CastFusion, SourceWithAnotherReaderIsNotFused) {
