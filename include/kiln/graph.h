@@ -45,6 +45,17 @@ class Graph {
     return leafs_;
   }
   size_t n_forward() const { return n_forward_; }
+
+  // Mixed precision: each COPY f32 -> bf16 (same shape) whose source s is a
+  // contiguous LAYER_NORM, GELU, GELU_ERF, GELU_BACK or GELU_ERF_BACK result that
+  // nothing else reads (no other node of the context; not an output, input,
+  // param, loss or checkpoint) takes over s's op and stores bf16 itself; s leaves
+  // the graph and is no longer computed (grad() of a tensor whose gradient was
+  // s returns the bf16 cast instead). Values are bit-identical to the cast's.
+  // Only the CPU backend's kernels store those ops in bf16: run the graph there.
+  // Call after the graph is complete (backward included), before allocating
+  // it. Returns the casts fused.
+  size_t fuse_bf16_casts();
   size_t size() const { return nodes_.size(); }
   std::string dump() const;
 

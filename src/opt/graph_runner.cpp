@@ -19,6 +19,10 @@ GraphRunner::GraphRunner(const std::vector<Backend*>& backends, int n_threads) {
   backends_ = backends;
 }
 
+bool GraphRunner::cpu_only() const {
+  return backends_.size() == 1 && dynamic_cast<const CpuBackend*>(backends_[0]) != nullptr;
+}
+
 void GraphRunner::allocate(const StepProgram& prog, bool forward_only) {
   prog_ = &prog;
   Backend& be0 = *backends_[0];

@@ -22,6 +22,8 @@ class GraphRunner {
   // `backends` empty: a CpuBackend of its own with n_threads.
   GraphRunner(const std::vector<Backend*>& backends, int n_threads);
   bool several() const { return backends_.size() > 1; }
+  // One backend, a CpuBackend: its kernels run ops with a fused bf16 cast.
+  bool cpu_only() const;
   // Gives every leaf memory and plans the rest; the program must outlive this.
   void allocate(const StepProgram& prog, bool forward_only);
 

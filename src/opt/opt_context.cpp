@@ -116,7 +116,7 @@ OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
   s.schedule = s.cfg.schedule ? s.cfg.schedule : schedule::constant();
   s.lm.build(s.cfg);
   s.B = s.lm.batch();
-  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several());
+  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several(), s.runner->cpu_only());
   if (s.cfg.model && !s.cfg.forward_only) s.dropout_seeds = s.cfg.model->dropout_seeds();
   s.logical = s.cfg.logical_batch > 0 ? s.cfg.logical_batch : s.B;
   if (s.logical % s.B != 0)

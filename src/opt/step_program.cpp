@@ -3,6 +3,7 @@
 #include "opt/step_program.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -12,8 +13,15 @@
 
 namespace kiln {
 
+namespace {
+bool cast_fusion_enabled() {
+  const char* e = std::getenv("KILN_FUSE_CASTS");
+  return !e || std::string(e) != "0";
+}
+}  // namespace
+
 void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-                        bool phase_graphs) {
+                        bool phase_graphs, bool fuse_casts) {
   const char* op = "opt";
   optimizer = cfg.optimizer;
   graph = Graph::forward(lm.loss);
@@ -40,10 +48,17 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
     if (!cfg.params.empty()) params = cfg.params;
     else if (cfg.model) params = cfg.model->parameters();
     state.resize(params.size());
+    if (fuse_casts && cast_fusion_enabled()) {
+      graph.fuse_bf16_casts();
+      n_fwd = n_bwd = graph.size();
+    }
     return;
   }
   if (cfg.checkpointing) auto_checkpoint(graph);
   graph.backward(lm.loss);
+  // The optimizer nodes built below read gradient accumulators only, never a
+  // cast's source: the graph is complete as far as the fusion is concerned.
+  if (fuse_casts && cast_fusion_enabled()) graph.fuse_bf16_casts();
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
   collect_params(cfg);

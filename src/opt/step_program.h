@@ -42,9 +42,11 @@ struct StepProgram {
 
   // Builds the whole program from the loss (and the phase graphs when
   // `phase_graphs`); `schedule` tells whether SGD keeps a momentum buffer (its
-  // step-0 momentum). Throws kiln::Error "[opt] ...".
+  // step-0 momentum). `fuse_casts`: fold bf16 casts into their producers
+  // (Graph::fuse_bf16_casts; only for a program the CPU backend runs alone),
+  // unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt] ...".
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-             bool phase_graphs);
+             bool phase_graphs, bool fuse_casts);
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }
   // Writes every group's hp tensor for optimizer step `step` (0-based).
   void write_hyper(const OptimizerParams& p, int64_t step, float grad_scale);

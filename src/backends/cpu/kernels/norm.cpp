@@ -159,10 +159,14 @@ void kernel_LAYER_NORM(TensorNode* dst, ThreadCtx& t) {
   const Range r = thread_range(t, rows, 6 * d, 1);
   if (r.empty()) return;
   const int64_t cx = conv_floats(x, d);
-  float* buf = static_cast<float*>(t.scratch(size_t(cx + 2 * d) * sizeof(float)));
+  // A bf16 dst (a cast fused into the norm, Graph::fuse_bf16_casts): each row is
+  // computed in f32 into a scratch row, then rounded as a COPY to bf16 would.
+  const bool to_bf16 = dst->dtype == DType::bf16;
+  float* buf = static_cast<float*>(t.scratch(size_t(cx + (to_bf16 ? 3 : 2) * d) * sizeof(float)));
   const float* w = a.w ? vec_of(a.w, d, buf + cx) : nullptr;
   const float* b = a.b ? vec_of(a.b, d, buf + cx + d) : nullptr;
   float* out = static_cast<float*>(dst->data);
+  float* row_f32 = buf + cx + 2 * d;
   RowBlock blk;
   for (int64_t i0 = r.begin; i0 < r.end; i0 += kStatRows) {
     const int64_t nr = std::min(kStatRows, r.end - i0);
@@ -171,7 +175,7 @@ void kernel_LAYER_NORM(TensorNode* dst, ThreadCtx& t) {
     for (int64_t k = 0; k < nr; ++k) {
       const float* xr = blk.row[k];
       const VF vmean = vm::c<VF>(blk.st[k].mean), vr = vm::c<VF>(blk.st[k].rstd);
-      float* y = out + (i0 + k) * d;
+      float* y = to_bf16 ? row_f32 : out + (i0 + k) * d;
       for (int64_t j = 0; j < d; j += kW) {
         const int n = int(std::min(kW, d - j));
         const VF xh = (vm::loadv<VF>(xr + j, n) - vmean) * vr;
@@ -182,6 +186,7 @@ void kernel_LAYER_NORM(TensorNode* dst, ThreadCtx& t) {
         else v = xh;
         vm::store(y + j, v, n);
       }
+      if (to_bf16) f32_to_bf16_n(y, static_cast<uint16_t*>(dst->data) + (i0 + k) * d, d);
     }
   }
 }

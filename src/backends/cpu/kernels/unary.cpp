@@ -7,8 +7,11 @@
 // through the same code for any thread split); strided runs (views) use the
 // scalar form. dst may be src0 itself (in place): element i is read before it
 // is written. Transcendental ops count as `cost` cheap elements when deciding
-// how many threads a tensor is worth.
+// how many threads a tensor is worth. A bf16 dst (a cast fused into its producer,
+// Graph::fuse_bf16_casts) takes the f32 values through a small buffer and the
+// cast's own rounding, so it holds exactly what a COPY to bf16 would.
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -19,6 +22,26 @@ namespace {
 using vm::SF;
 using vm::VF;
 
+// A run of len dst elements (byte step sd) stored as bf16: compute(buf, i0, m)
+// writes the f32 values of elements [i0, i0 + m) to buf, m <= kChunk.
+constexpr int64_t kChunk = 256;
+template <class Compute>
+void store_bf16_run(char* d, int64_t sd, int64_t len, Compute compute) {
+  float buf[kChunk];
+  for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, len - i0);
+    compute(buf, i0, m);
+    if (sd == 2) {
+      f32_to_bf16_n(buf, reinterpret_cast<uint16_t*>(d) + i0, m);
+      continue;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t h = f32_to_bf16(buf[i]);
+      std::memcpy(d + (i0 + i) * sd, &h, sizeof h);
+    }
+  }
+}
+
 template <class F>
 void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const TensorNode* src = dst->src[0];
@@ -28,10 +51,20 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const Shape& s = dst->shape;
   auto L = make_layout<2>(s, {dst->stride, bcast_strides(src, s)});
   const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
+  const bool to_bf16 = dst->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
                [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
                  float* d = (float*)p[0];
                  const float* x = (const float*)p[1];
+                 if (to_bf16)
+                   return store_bf16_run(p[0], st[0], len, [&](float* b, int64_t i0, int64_t m) {
+                     if (st[0] == 2 && st[1] == 4)
+                       return map_dense(b, m, false, [&](int64_t i, int k) {
+                         return f(load_lanes(x + i0, i, k));
+                       });
+                     const int64_t sx = st[1] / 4;
+                     for (int64_t i = 0; i < m; ++i) b[i] = f(SF{x[(i0 + i) * sx]}).v;
+                   });
                  if (st[0] == 4 && st[1] == 4)
                    return map_dense(d, len, stream,
                                     [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
@@ -54,11 +87,22 @@ void run_unary_back(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const Shape& s = dst->shape;
   auto L = make_layout<3>(s, {dst->stride, bcast_strides(dy, s), bcast_strides(x, s)});
   const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
+  const bool to_bf16 = dst->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)dy->data, (char*)x->data}, r.begin, r.end,
                [&](const Ptrs<3>& p, int64_t len, const Steps<3>& st) {
                  float* d = (float*)p[0];
                  const float* g = (const float*)p[1];
                  const float* xs = (const float*)p[2];
+                 if (to_bf16)
+                   return store_bf16_run(p[0], st[0], len, [&](float* b, int64_t i0, int64_t m) {
+                     if (st[0] == 2 && st[1] == 4 && st[2] == 4)
+                       return map_dense(b, m, false, [&](int64_t i, int k) {
+                         return load_lanes(g + i0, i, k) * f(load_lanes(xs + i0, i, k));
+                       });
+                     const int64_t sg = st[1] / 4, sx = st[2] / 4;
+                     for (int64_t i = 0; i < m; ++i)
+                       b[i] = (SF{g[(i0 + i) * sg]} * f(SF{xs[(i0 + i) * sx]})).v;
+                   });
                  if (st[0] == 4 && st[1] == 4 && st[2] == 4)
                    return map_dense(d, len, stream, [&](int64_t i, int m) {
                      return load_lanes(g, i, m) * f(load_lanes(xs, i, m));

@@ -1,0 +1,202 @@
+// Graph::fuse_bf16_casts: under the bf16 matmul policy, the casts of LayerNorm
+// and GELU results (and of GELU's gradient) fold into those ops, which then
+// store bf16 themselves; values and gradients stay bit-identical.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kiln/ext/tensor_node.h"
+#include "kiln/kiln.h"
+
+namespace kiln::test {
+namespace {
+
+std::vector<float> uniform(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Casts to bf16 whose source is computed by `op`.
+int casts_of(const Graph& g, Op op) {
+  int n = 0;
+  for (const TensorNode* t : g.nodes())
+    n += t->op == Op::COPY && t->dtype == bf16 && t->src[0]->op == op;
+  return n;
+}
+int nodes_of(const Graph& g, Op op, DType dt) {
+  int n = 0;
+  for (const TensorNode* t : g.nodes()) n += t->op == op && t->dtype == dt;
+  return n;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// x -> LayerNorm -> Linear -> GELU (erf or tanh) -> Linear, loss sum(y * t); with
+// `extra_reader`, the LayerNorm result is also summed into the loss. `batched`:
+// x is [B, T, D] and the norm and GELU run on [B, T, .], each reshaped to
+// [B*T, .] for the products (as nn::Linear does).
+struct Mlp {
+  static constexpr int64_t B = 3, T = 5, M = B * T, D = 70, H = 45, O = 19;  // M * H > 256
+  Context ctx;
+  Tensor x, lw, lb, w1, w2, t, y, loss;
+  Graph graph;
+  std::unique_ptr<Buffer> buf;
+  size_t fused = 0;
+
+  Mlp(bool fuse, bool extra_reader, GeluApprox approx, bool batched = false) {
+    ctx.set_matmul_precision(bf16);
+    x = batched ? ctx.param(f32, {B, T, D}, "x") : ctx.param(f32, {M, D}, "x");
+    lw = ctx.param(f32, {D}, "ln.w");
+    lb = ctx.param(f32, {D}, "ln.b");
+    w1 = ctx.param(f32, {H, D}, "w1");
+    w2 = ctx.param(f32, {O, H}, "w2");
+    t = ctx.input(f32, {M, O}, "t");
+    Tensor h = layer_norm(x, lw, lb);
+    Tensor a = matmul(h.reshape({M, D}), w1.T());
+    if (batched) a = a.reshape({B, T, H});
+    y = matmul(gelu(a, approx).reshape({M, H}), w2.T());
+    loss = sum(y * t);
+    if (extra_reader) loss = loss + sum(h);
+    graph = Graph::forward(loss);
+    graph.expand(y);
+    graph.backward(loss);
+    if (fuse) fused = graph.fuse_bf16_casts();
+  }
+  void run() {
+    CpuBackend cpu(3);
+    buf = allocate_tensors(ctx, cpu);
+    x.set(uniform(size_t(M * D), 1));
+    lw.set(uniform(size_t(D), 2));
+    lb.set(uniform(size_t(D), 3));
+    w1.set(uniform(size_t(H * D), 4));
+    w2.set(uniform(size_t(O * H), 5));
+    t.set(uniform(size_t(M * O), 6));
+    graph.reset_grads();
+    cpu.compute(graph);
+  }
+};
+
+void expect_identical(Mlp& a, Mlp& b) {
+  EXPECT_TRUE(same_bits(a.y.get<float>(), b.y.get<float>()));
+  EXPECT_TRUE(same_bits(a.loss.get<float>(), b.loss.get<float>()));
+  for (auto p : {&Mlp::x, &Mlp::lw, &Mlp::lb, &Mlp::w1, &Mlp::w2})
+    EXPECT_TRUE(same_bits(a.graph.grad(a.*p).get<float>(), b.graph.grad(b.*p).get<float>()))
+        << (a.*p).label();
+}
+
+TEST(CastFusion, LayerNormAndGeluStoreBf16WithIdenticalResults) {
+  for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
+    const Op fwd = approx == GeluApprox::none ? Op::GELU_ERF : Op::GELU;
+    const Op back = approx == GeluApprox::none ? Op::GELU_ERF_BACK : Op::GELU_BACK;
+    Mlp plain(false, false, approx), fused(true, false, approx);
+    EXPECT_EQ(plain.fused, 0u);
+    EXPECT_EQ(casts_of(plain.graph, Op::LAYER_NORM), 1);
+    EXPECT_EQ(casts_of(plain.graph, fwd), 1);
+    EXPECT_EQ(casts_of(plain.graph, back), 1);
+    // The LayerNorm, GELU and GELU-gradient casts are gone: those ops write bf16.
+    EXPECT_EQ(fused.fused, 3u);
+    EXPECT_EQ(fused.graph.size() + 3, plain.graph.size());
+    EXPECT_EQ(fused.graph.n_forward() + 2, plain.graph.n_forward());
+    for (Op op : {Op::LAYER_NORM, fwd, back}) {
+      EXPECT_EQ(casts_of(fused.graph, op), 0) << op_name(op);
+      EXPECT_EQ(nodes_of(fused.graph, op, bf16), 1) << op_name(op);
+      EXPECT_EQ(nodes_of(fused.graph, op, f32), 0) << op_name(op);
+    }
+    plain.run();
+    fused.run();
+    expect_identical(plain, fused);
+  }
+}
+
+TEST(CastFusion, ThroughReshapesOfBatchedActivations) {
+  Mlp plain(false, false, GeluApprox::none, true), fused(true, false, GeluApprox::none, true);
+  EXPECT_EQ(casts_of(plain.graph, Op::RESHAPE), 3);  // LayerNorm, GELU, GELU gradient
+  // The forward casts fuse (the norm and GELU write [B*T, .] bf16 directly); the
+  // gradient's stays, as Graph::grad hands out the [B, T, H] f32 gradient.
+  EXPECT_EQ(fused.fused, 2u);
+  EXPECT_EQ(casts_of(fused.graph, Op::RESHAPE), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::LAYER_NORM, bf16), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, bf16), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, f32), 0);
+  plain.run();
+  fused.run();
+  expect_identical(plain, fused);
+}
+
+TEST(CastFusion, SourceWithAnotherReaderIsNotFused) {
+  Mlp plain(false, true, GeluApprox::none), fused(true, true, GeluApprox::none);
+  // The LayerNorm result is also summed: it stays f32 and its cast stays.
+  EXPECT_EQ(casts_of(fused.graph, Op::LAYER_NORM), 1);
+  EXPECT_EQ(nodes_of(fused.graph, Op::LAYER_NORM, f32), 1);
+  EXPECT_EQ(fused.fused, 2u);  // GELU and its gradient still fuse
+  plain.run();
+  fused.run();
+  expect_identical(plain, fused);
+}
+
+TEST(CastFusion, OutputsAndF32GraphsAreLeftAlone) {
+  Context ctx;
+  ctx.set_matmul_precision(bf16);
+  Tensor x = ctx.input(f32, {4, 8}, "x"), w = ctx.param(f32, {3, 8}, "w");
+  Tensor h = gelu(x);
+  Tensor y = matmul(h, w.T());
+  Graph g = Graph::forward({y, h});  // h is an output: its f32 values are wanted
+  EXPECT_EQ(g.fuse_bf16_casts(), 0u);
+  EXPECT_EQ(casts_of(g, Op::GELU_ERF), 1);
+
+  Context c32;  // the f32 policy makes no casts
+  Tensor a = c32.input(f32, {4, 8}, "a"), v = c32.param(f32, {3, 8}, "v");
+  Graph g32 = Graph::forward(matmul(layer_norm(a), v.T()));
+  const size_t n = g32.size();
+  EXPECT_EQ(g32.fuse_bf16_casts(), 0u);
+  EXPECT_EQ(g32.size(), n);
+}
+
+// An OptContext on the CPU backend runs the pass: two pre-LN transformer blocks
+// train to bit-identical losses with it and with KILN_FUSE_CASTS=0.
+TEST(CastFusion, OptContextTrainsIdenticallyWithTheCastsFused) {
+  std::vector<double> losses[2];
+  int casts[2] = {0, 0}, bf16_norms[2] = {0, 0};
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    if (!fuse) setenv("KILN_FUSE_CASTS", "0", 1);
+    Context ctx;
+    ctx.set_matmul_precision(bf16);
+    nn::Sequential net(ctx);
+    net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
+    net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
+    Tensor x = ctx.input(f32, {4, 16, 64}, "x");
+    OptConfig cfg;
+    cfg.inputs = x;
+    cfg.outputs = net.forward(x);
+    cfg.loss = LossKind::mse;
+    cfg.model = &net;
+    cfg.n_threads = 2;
+    OptContext opt(cfg);
+    unsetenv("KILN_FUSE_CASTS");
+    for (const TensorNode* n : opt.graph().nodes()) {
+      casts[fuse] += n->op == Op::COPY && n->dtype == bf16;
+      bf16_norms[fuse] += n->op == Op::LAYER_NORM && n->dtype == bf16;
+    }
+    uint32_t seed = 10;
+    for (Tensor p : net.parameters()) p.set(uniform(size_t(p.numel()), seed++));
+    x.set(uniform(size_t(x.numel()), 1));
+    opt.labels().set(uniform(size_t(opt.labels().numel()), 2));
+    for (int step = 0; step < 3; ++step) losses[fuse].push_back(opt.train_batch());
+  }
+  EXPECT_EQ(bf16_norms[0], 0);
+  EXPECT_EQ(bf16_norms[1], 4);  // two norms per block
+  EXPECT_LT(casts[1], casts[0]);
+  EXPECT_EQ(losses[0], losses[1]);        // exact
+  EXPECT_NE(losses[1][0], losses[1][2]);  // it trained
+}
+
+}  // namespace
+}  // namespace kiln::test
