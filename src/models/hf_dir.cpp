@@ -147,7 +147,8 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
     if (const std::optional<DType> q = detail::quantized_weight_dtype(opt)) {
       if (!detail::can_map(*backend))
         fail("models", dir, ": weight_dtype ", dtype_name(*q),
-             " needs a host backend (CPU, BLAS): ", "only the CPU has quantized matmul and embedding kernels");
+             " needs a host backend (CPU, BLAS): ",
+             "only the CPU has quantized matmul and embedding kernels");
       const std::set<std::string> names = detail::quantizable_weight_names(model);
       for (Item& it : plan)
         if (detail::quantizes(names, it.name, it.param))
