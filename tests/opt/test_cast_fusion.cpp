@@ -8,19 +8,14 @@
 #include <random>
 #include <vector>
 
+#include "common/random_values.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
 namespace kiln::test {
 namespace {
 
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using kiln_test::uniform_floats;
 
 // Casts to bf16 whose source is computed by `op`.
 int casts_of(const Graph& g, Op op) {
@@ -73,12 +68,12 @@ struct Mlp {
   void run() {
     CpuBackend cpu(3);
     buf = allocate_tensors(ctx, cpu);
-    x.set(uniform(size_t(M * D), 1));
-    lw.set(uniform(size_t(D), 2));
-    lb.set(uniform(size_t(D), 3));
-    w1.set(uniform(size_t(H * D), 4));
-    w2.set(uniform(size_t(O * H), 5));
-    t.set(uniform(size_t(M * O), 6));
+    x.set(uniform_floats(size_t(M * D), 1));
+    lw.set(uniform_floats(size_t(D), 2));
+    lb.set(uniform_floats(size_t(D), 3));
+    w1.set(uniform_floats(size_t(H * D), 4));
+    w2.set(uniform_floats(size_t(O * H), 5));
+    t.set(uniform_floats(size_t(M * O), 6));
     graph.reset_grads();
     cpu.compute(graph);
   }
@@ -186,9 +181,9 @@ TEST(CastFusion, OptContextTrainsIdenticallyWithTheCastsFused) {
       bf16_norms[fuse] += n->op == Op::LAYER_NORM && n->dtype == bf16;
     }
     uint32_t seed = 10;
-    for (Tensor p : net.parameters()) p.set(uniform(size_t(p.numel()), seed++));
-    x.set(uniform(size_t(x.numel()), 1));
-    opt.labels().set(uniform(size_t(opt.labels().numel()), 2));
+    for (Tensor p : net.parameters()) p.set(uniform_floats(size_t(p.numel()), seed++));
+    x.set(uniform_floats(size_t(x.numel()), 1));
+    opt.labels().set(uniform_floats(size_t(opt.labels().numel()), 2));
     for (int step = 0; step < 3; ++step) losses[fuse].push_back(opt.train_batch());
   }
   EXPECT_EQ(bf16_norms[0], 0);

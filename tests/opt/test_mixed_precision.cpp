@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random_values.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 #include "opt/opt_test_util.h"
@@ -26,13 +27,7 @@ bool is_bf16_cast_of(Tensor t, int i, Tensor of) {
   return from == of.node();
 }
 
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using kiln_test::uniform_floats;
 
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
@@ -122,8 +117,8 @@ TEST(MixedPrecision, ValuesAndGradientsAreThoseOfRoundedOperands) {
   graph.backward(loss);
   CpuBackend cpu(2);
   auto buf = allocate_tensors(ctx, cpu);
-  const auto av = uniform(size_t(M * K), 1), wv = uniform(size_t(N * K), 2),
-             gv = uniform(size_t(M * N), 3);
+  const auto av = uniform_floats(size_t(M * K), 1), wv = uniform_floats(size_t(N * K), 2),
+             gv = uniform_floats(size_t(M * N), 3);
   a.set(av);
   w.set(wv);
   g.set(gv);

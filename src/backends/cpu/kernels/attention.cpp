@@ -212,15 +212,6 @@ void with_rows(int nr, F&& f) {
   }
 }
 
-inline float dot(const float* a, const float* b, int64_t e) {
-  VF acc = vm::c<VF>(0.0f);
-  for (int64_t c = 0; c < e; c += kW) {
-    const int m = int(std::min(kW, e - c));
-    acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
-  }
-  return vm::hsum(acc);
-}
-
 // nr rows of src starting at i0 into dst (row-major, ld e).
 void pack_tile(const HeadMat& src, int64_t i0, int nr, int64_t e, float* dst) {
   for (int r = 0; r < nr; ++r) {

@@ -1,11 +1,12 @@
 // What the ATTENTION forward (attention_forward.cpp) and backward
-// (attention.cpp) kernels share: one head of a [..., T, E] operand, the causal
-// visibility rule and the problem's dims.
+// (attention.cpp, attention_small.cpp) kernels share: one head of a [..., T, E]
+// operand, the causal visibility rule, the problem's dims and a vector dot.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 #include "backends/cpu/kernels/common.h"
+#include "backends/cpu/kernels/vec_math.h"
 
 namespace kiln::cpu::attn {
 
@@ -50,6 +51,17 @@ inline Dims dims_of(const TensorNode* q, const TensorNode* k) {
   const int nd = q->shape.ndim();
   return {q->numel() / std::max<int64_t>(1, q->shape[nd - 2] * q->shape[nd - 1]), q->shape[nd - 2],
           k->shape[nd - 2], q->shape[nd - 1]};
+}
+
+// dot(a, b) over e contiguous floats, vector by vector (a masked tail).
+inline float dot(const float* a, const float* b, int64_t e) {
+  using vm::VF;
+  VF acc = vm::c<VF>(0.0f);
+  for (int64_t c = 0; c < e; c += vm::kW) {
+    const int m = int(std::min<int64_t>(vm::kW, e - c));
+    acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
+  }
+  return vm::hsum(acc);
 }
 
 }  // namespace kiln::cpu::attn

@@ -388,15 +388,6 @@ void softmax_rows(float* S, int64_t lds, const int64_t* n, int64_t nw, float* in
   }
 }
 
-inline float dot(const float* a, const float* b, int64_t e) {
-  VF acc = vm::c<VF>(0.0f);
-  for (int64_t c = 0; c < e; c += kW) {
-    const int m = int(std::min(kW, e - c));
-    acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
-  }
-  return vm::hsum(acc);
-}
-
 template <class F>
 void with_rows(int nr, F&& f) {
   with_n<kR>(nr, std::forward<F>(f));
