@@ -56,6 +56,12 @@ class Graph {
   // Call after the graph is complete (backward included), before allocating
   // it. Returns the casts fused.
   size_t fuse_bf16_casts();
+  // Drops the bf16 casts that only matmuls read (directly or through a
+  // permuted view): the matmuls read the f32 source rounded to bf16 as they
+  // pack it (bit-identical). Only where the source stays alive as long anyway
+  // (a param, or read again later), so no memory is held longer. CPU kernels
+  // only; call after fuse_bf16_casts. Returns the casts dropped.
+  size_t fold_bf16_casts();
   size_t size() const { return nodes_.size(); }
   std::string dump() const;
 

@@ -50,6 +50,7 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
     state.resize(params.size());
     if (fuse_casts && cast_fusion_enabled()) {
       graph.fuse_bf16_casts();
+      graph.fold_bf16_casts();
       n_fwd = n_bwd = graph.size();
     }
     return;
@@ -58,7 +59,10 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
   graph.backward(lm.loss);
   // The optimizer nodes built below read gradient accumulators only, never a
   // cast's source: the graph is complete as far as the fusion is concerned.
-  if (fuse_casts && cast_fusion_enabled()) graph.fuse_bf16_casts();
+  if (fuse_casts && cast_fusion_enabled()) {
+    graph.fuse_bf16_casts();
+    graph.fold_bf16_casts();
+  }
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
   collect_params(cfg);

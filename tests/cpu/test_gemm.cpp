@@ -478,3 +478,93 @@ TEST(Gemm, BF16PackLayouts) {
     }
 }
 #endif
+
+// f32 operands read rounded to bf16 (GemmOperand::round_bf16, the casts that
+// Graph::fold_bf16_casts folds into matmuls): the same bits as the product
+// over bf16 copies of them (rounded alike, same layout), on every path and
+// thread count; an f32 subnormal reads as zero.
+namespace {
+
+struct RoundedPair {
+  std::vector<float> f32;      // the operand, in a strided layout
+  std::vector<uint16_t> bf16;  // its bf16 copy, same layout
+  GemmOperand rounded, copy;
+};
+
+RoundedPair rounded_pair(int64_t rows, int64_t cols, Layout layout, std::mt19937& rng) {
+  const Mat shape = make_mat(rows, cols, GemmType::f32, layout, rng);
+  RoundedPair p;
+  p.f32.assign(shape.store32.size(), std::nanf(""));
+  p.bf16.assign(shape.store32.size(), 0x7fc0);
+  std::uniform_real_distribution<float> u(-2, 2);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t idx = shape.off + i * shape.rs + j * shape.cs;
+      float v = u(rng);
+      if ((i * 7 + j) % 97 == 3) v = 1e-39f;  // an f32 subnormal
+      p.f32[size_t(idx)] = v;
+      p.bf16[size_t(idx)] = kiln::cpu::gemm_detail::f32_to_bf16_daz(v);
+    }
+  p.rounded = {p.f32.data() + shape.off, GemmType::f32, shape.rs, shape.cs, true};
+  p.copy = {p.bf16.data() + shape.off, GemmType::bf16, shape.rs, shape.cs};
+  return p;
+}
+
+}  // namespace
+
+TEST(Gemm, RoundedF32OperandsEqualBf16Copies) {
+  EXPECT_EQ(kiln::cpu::gemm_detail::f32_to_bf16_daz(1e-39f), 0u);
+  EXPECT_EQ(kiln::cpu::gemm_detail::f32_to_bf16_daz(-1e-39f), 0x8000u);
+  EXPECT_EQ(kiln::cpu::gemm_detail::f32_to_bf16_daz(1.00390625f), 0x3f80u);  // tie to even
+  EXPECT_EQ(kiln::cpu::gemm_detail::f32_to_bf16_daz(1.01171875f), 0x3f82u);  // tie to even, up
+  const int64_t shapes[][3] = {{129, 300, 777}, {70, 90, 41}, {3, 150, 67},
+                               {60, 3, 200},    {1, 40, 33},  {14, 32, 512}};
+  const Layout layouts[] = {Layout::row, Layout::col, Layout::strided};
+  std::mt19937 rng(7);
+  for (const auto& s : shapes)
+    for (Layout la : layouts)
+      for (Layout lb : layouts)
+        for (int which = 0; which < 3; ++which) {  // A rounded, B rounded, both
+          const int64_t M = s[0], N = s[1], K = s[2], ldc = N + 1;
+          RoundedPair a = rounded_pair(M, K, la, rng), b = rounded_pair(K, N, lb, rng);
+          const GemmOperand ra = which != 1 ? a.rounded : a.copy;
+          const GemmOperand rb = which != 0 ? b.rounded : b.copy;
+          for (bool acc : {false, true})
+            for (int threads : {0, 2, 3}) {
+              std::vector<float> c1(size_t(M * ldc), 0.5f), c2 = c1;
+              run_gemm({M, N, K, ra, rb, c1.data(), ldc, acc}, threads);
+              run_gemm({M, N, K, a.copy, b.copy, c2.data(), ldc, acc}, threads);
+              EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0)
+                  << M << "x" << N << "x" << K << " layouts " << int(la) << "," << int(lb)
+                  << " rounded " << which << " acc " << acc << " threads " << threads;
+            }
+        }
+}
+
+TEST(Gemm, RoundedPackingEqualsPackingTheCopy) {
+#if defined(KILN_GEMM_BF16)
+  using namespace kiln::cpu::gemm_detail;
+  std::mt19937 rng(3);
+  for (Layout layout : {Layout::row, Layout::col, Layout::strided})
+    for (int64_t kc : {1, 2, 31, 32, 33, 64, 77})
+      for (int64_t mn : {1, 5, 14, 16, 17, 40}) {
+        RoundedPair a = rounded_pair(mn + 2, kc + 3, layout, rng);
+        std::vector<uint16_t> d1(size_t(round_up(mn, MR) * round_up(kc, 2)), 1), d2 = d1;
+        pack_a_bf16_round(a.rounded, 2, 3, mn, kc, d1.data());
+        pack_a_bf16(a.copy, 2, 3, mn, kc, d2.data());
+        EXPECT_EQ(d1, d2) << "A layout " << int(layout) << " kc " << kc << " mc " << mn;
+        RoundedPair b = rounded_pair(kc + 3, mn + 2, layout, rng);
+        const size_t n = size_t(round_up(mn, NR) * round_up(kc, 2));
+        auto buf1 = std::unique_ptr<uint16_t[], decltype(&std::free)>(
+            static_cast<uint16_t*>(std::aligned_alloc(64, n * 2 + 64)), &std::free);
+        auto buf2 = std::unique_ptr<uint16_t[], decltype(&std::free)>(
+            static_cast<uint16_t*>(std::aligned_alloc(64, n * 2 + 64)), &std::free);
+        pack_b_bf16_round(b.rounded, 3, 2, kc, mn, buf1.get());
+        pack_b_bf16(b.copy, 3, 2, kc, mn, buf2.get());
+        EXPECT_EQ(std::memcmp(buf1.get(), buf2.get(), n * 2), 0)
+            << "B layout " << int(layout) << " kc " << kc << " nc " << mn;
+      }
+#else
+  GTEST_SKIP() << "no AVX512_BF16 packing in this build";
+#endif
+}

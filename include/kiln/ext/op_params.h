@@ -93,6 +93,12 @@ struct AttentionParams {
   bool causal = false;
 };
 // IM2COL, COL2IM and the CONV2D ops: kernel, stride, padding, dilation (height, width).
+// MATMUL and MATMUL_ACC: a set bit means that f32 factor (bit 0 the left one,
+// bit 1 the right one) is read rounded to bf16, as if cast first (a cast folded
+// into the product by Graph::fold_bf16_casts; CPU programs only). 0: as stored.
+struct MatmulParams {
+  uint8_t round_bf16 = 0;
+};
 struct Conv2dParams {
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
@@ -140,6 +146,8 @@ KILN_OP_PARAMS(RMS_NORM_BACK, RmsNormParams)
 KILN_OP_PARAMS(RMS_NORM_BACK_WEIGHT, RmsNormParams)
 KILN_OP_PARAMS(ATTENTION, AttentionParams)
 KILN_OP_PARAMS(ATTENTION_BACK, AttentionParams)
+KILN_OP_PARAMS(MATMUL, MatmulParams)
+KILN_OP_PARAMS(MATMUL_ACC, MatmulParams)
 KILN_OP_PARAMS(IM2COL, Conv2dParams)
 KILN_OP_PARAMS(COL2IM, Conv2dParams)
 KILN_OP_PARAMS(CONV2D, Conv2dParams)

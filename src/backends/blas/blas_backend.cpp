@@ -19,6 +19,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "kiln/blas.h"
 #include "kiln/cpu.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 
 // OpenBLAS extensions, declared here as well in case the cblas.h found is not
@@ -74,6 +75,8 @@ std::optional<Gemm> plan_gemm(const TensorNode* n) {
   const TensorNode *a = operand(n, 0), *b = operand(n, 1);
   if (a->dtype != DType::f32 || b->dtype != DType::f32 || n->dtype != DType::f32)
     return std::nullopt;
+  // Factors read rounded to bf16 (Graph::fold_bf16_casts): the CPU kernel's.
+  if (op_params<MatmulParams>(*n).round_bf16 != 0) return std::nullopt;
   const int nd = n->shape.ndim(), na = a->shape.ndim(), nb = b->shape.ndim();
   if (nd < 2 || na < 2 || nb < 2) return std::nullopt;
   const int64_t M = n->shape[nd - 2], N = n->shape[nd - 1], K = a->shape[na - 1];

@@ -18,10 +18,13 @@
 // (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "backends/cpu/gemm.h"
+#include "backends/cpu/gemm_convert.h"
 #include "backends/cpu/gemm_internal.h"
 
 namespace kiln::cpu {
@@ -97,10 +100,12 @@ struct BF16Path {
   using E = uint16_t;
   static constexpr int64_t kKC = KC_BF16, kKStep = 2;
   static void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, E* d) {
-    pack_a_bf16(A, i0, k0, mc, kc, d);
+    if (A.round_bf16) pack_a_bf16_round(A, i0, k0, mc, kc, d);
+    else pack_a_bf16(A, i0, k0, mc, kc, d);
   }
   static void pack_b(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, E* d) {
-    pack_b_bf16(B, k0, j0, kc, nc, d);
+    if (B.round_bf16) pack_b_bf16_round(B, k0, j0, kc, nc, d);
+    else pack_b_bf16(B, k0, j0, kc, nc, d);
   }
   static void kernel(int64_t kc, const E* a, const E* b, float* c, int64_t ldc, int m, int n,
                      bool add_c) {
@@ -286,12 +291,48 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
   }
 }
 
+[[maybe_unused]] bool bf16_operand(const GemmOperand& x) {
+  return x.type == GemmType::bf16 || (x.type == GemmType::f32 && x.round_bf16);
+}
+
 }  // namespace
+
+GemmOperand rounded_bf16_copy(const GemmOperand& x, int64_t rows, int64_t cols, int slot) {
+  thread_local std::vector<uint16_t> copies[2];
+  std::vector<uint16_t>& c = copies[slot];
+  c.resize(size_t(rows * cols));
+  const float* s = static_cast<const float*>(x.data);
+  // x's stride order kept: the copy is laid out as a bf16 cast of x's memory
+  // would be, so the paths (and the result) are those of the cast's.
+  const bool by_rows = std::abs(x.rs) >= std::abs(x.cs) || rows == 1;
+  const int64_t rs = by_rows ? cols : 1, cs = by_rows ? 1 : rows;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      c[size_t(i * rs + j * cs)] = f32_to_bf16_daz(s[i * x.rs + j * x.cs]);
+  return {c.data(), GemmType::bf16, rs, cs};
+}
 
 void gemm(const GemmArgs& g, ThreadCtx& t) {
   const int64_t M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0) return;
   const int nth = t.nth < 1 ? 1 : t.nth, ith = t.ith;
+
+  if (g.A.round_bf16 || g.B.round_bf16) {
+    // The blocked bf16 path packs rounded operands itself; every other path
+    // gets bf16 copies (the same values, so the same result).
+#if defined(KILN_GEMM_BF16)
+    const bool packs_rounded = K > 0 && bf16_operand(g.A) && bf16_operand(g.B) &&
+                               !small_m_applicable(g) && !small_n_applicable(g);
+#else
+    const bool packs_rounded = false;
+#endif
+    if (!packs_rounded) {
+      GemmArgs c = g;
+      if (g.A.round_bf16) c.A = rounded_bf16_copy(g.A, M, K, 0);
+      if (g.B.round_bf16) c.B = rounded_bf16_copy(g.B, K, N, 1);
+      return gemm(c, t);
+    }
+  }
 
   if (K <= 0) {  // C = 0 (or unchanged when accumulating)
     if (!g.accumulate)
@@ -313,7 +354,7 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
       gemm_small_n(g, ith, tn, static_cast<float*>(t.scratch(size_t(N * K) * sizeof(float))));
   } else if (ith < tn) {
 #if defined(KILN_GEMM_BF16)
-    if (g.A.type == GemmType::bf16 && g.B.type == GemmType::bf16) blocked<BF16Path>(g, ith, tn, t);
+    if (bf16_operand(g.A) && bf16_operand(g.B)) blocked<BF16Path>(g, ith, tn, t);
     else blocked<F32Path>(g, ith, tn, t);
 #else
     blocked<F32Path>(g, ith, tn, t);

@@ -12,10 +12,15 @@ enum class GemmType { f32, f16, bf16 };  // element type of A or B (C is always 
 
 // A strided 2-D matrix view; element (i, j) is at data[i*rs + j*cs] (strides in
 // elements, any sign or value: a transposed view is rs = 1, cs = ld).
+// round_bf16 (f32 only): each element is read rounded to bf16 (nearest even,
+// subnormals as zero: gemm_convert.h's f32_to_bf16_daz), so the product is the
+// one over a bf16 copy without the copy (the bf16 path packs the rounded values
+// directly; other paths round into a private copy first).
 struct GemmOperand {
   const void* data;
   GemmType type;
   int64_t rs, cs;
+  bool round_bf16 = false;
 };
 
 struct GemmArgs {
@@ -36,6 +41,11 @@ struct GemmArgs {
 // t.scratch() and t.shared_scratch() for the packing buffers. C must not
 // overlap A or B. Small products (< 2^18 multiply-adds) run on thread 0 alone.
 void gemm(const GemmArgs& args, ThreadCtx& t);
+
+// x (rows x cols, f32 with round_bf16) rounded into a bf16 copy laid out in x's
+// stride order (row- or column-major), in thread-local buffer `slot` (0 or 1),
+// valid until this thread's next call with that slot.
+GemmOperand rounded_bf16_copy(const GemmOperand& x, int64_t rows, int64_t cols, int slot);
 
 // gemm computed by the calling thread alone, on a thread-local context (its own
 // packing buffers, no barriers): for kernels that deal whole products to threads.

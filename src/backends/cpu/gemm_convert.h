@@ -35,6 +35,17 @@ inline float f16_bits_to_f32(uint16_t h) {
 
 inline float bf16_bits_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
 
+// f32 -> bf16 as vcvtneps2bf16 rounds (what the GEMM's round_bf16 operands
+// use on every path): nearest even, NaN quiet, subnormal inputs as signed zero.
+inline uint16_t f32_to_bf16_daz(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0) return uint16_t((u >> 16) & 0x8000u);        // zero or subnormal
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
 // Element idx of an array of type t, as f32.
 inline float load_as_f32(const void* data, GemmType t, int64_t idx) {
   if (t == GemmType::f32) return static_cast<const float*>(data)[idx];

@@ -95,6 +95,11 @@ void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64
                  uint16_t* dst);
 void pack_b_bf16(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
                  uint16_t* dst);
+// The same from f32 operands read rounded (round_bf16; gemm_pack_bf16_round.cpp).
+void pack_a_bf16_round(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc,
+                       uint16_t* dst);
+void pack_b_bf16_round(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
+                       uint16_t* dst);
 #endif
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

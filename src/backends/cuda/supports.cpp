@@ -8,6 +8,7 @@
 #include "backends/cuda/cublas_api.h"
 #include "backends/cuda/launch.h"
 #include "kiln/error.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::cuda {
@@ -55,6 +56,10 @@ bool supported(const TensorNode* n) {
   if (is_quantized(n->dtype)) return false;
   for (int i = 0; i < n->n_src; ++i)
     if (n->src[i] && is_quantized(n->src[i]->dtype)) return false;
+  // Factors read rounded to bf16 (Graph::fold_bf16_casts, CPU programs only).
+  if ((n->op == Op::MATMUL || n->op == Op::MATMUL_ACC) &&
+      op_params<MatmulParams>(*n).round_bf16 != 0)
+    return false;
   const OpKernel& k = kernel_of(n->op);
   return k.run && k.supports && k.supports(n);
 }

@@ -82,6 +82,11 @@ constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
 // dst (=, or += when `accumulate`) a @ b; dst gives the shape, strides and memory.
 void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool accumulate,
                 ThreadCtx& t) {
+  // Factors read rounded to bf16 (a folded cast: MatmulParams).
+  const uint8_t round = op_params<MatmulParams>(*dst).round_bf16;
+  auto rounds = [&](const TensorNode* x, int bit) {
+    return x->dtype == DType::f32 && (round >> bit & 1) != 0;
+  };
   const int nd = dst->shape.ndim(), na = a->shape.ndim(), nb_ = b->shape.ndim();
   KILN_ASSERT(nd >= 2 && na >= 2 && nb_ >= 2);
   const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[na - 1];
@@ -90,8 +95,10 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
 
   GemmArgs g{};
   g.M = M, g.N = N, g.K = K;
-  g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea};
-  g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb};
+  g.A = {nullptr, gemm_type(a->dtype), a->stride[na - 2] / ea, a->stride[na - 1] / ea,
+         rounds(a, 0)};
+  g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb,
+         rounds(b, 1)};
   g.ldc = dst->stride[nd - 2] / 4;
   g.accumulate = accumulate;
 
@@ -124,17 +131,20 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
   // dot products of W's rows as stored with x (gemv.h), the rows split over the
   // threads, instead of packing all of W for a single row.
   if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
-    const GemmOperand w{nullptr, g.B.type, g.B.cs, 1};
+    const GemmOperand w{nullptr, g.B.type, g.B.cs, 1, g.B.round_bf16};
     const Range rows = split_range(N, t.ith, t.nth, 8);
     batches(0, nbatch, [&](const Ptrs<3>& p) {
       const float* x = reinterpret_cast<const float*>(p[1]);
-      if (g.A.type != GemmType::f32) {
+      GemmOperand xa{p[1], g.A.type, K, 1, g.A.round_bf16};
+      if (xa.round_bf16) xa = rounded_bf16_copy(xa, 1, K, 0);
+      if (xa.type != GemmType::f32) {
         float* xs = static_cast<float*>(t.scratch(size_t(K) * sizeof(float)));
-        for (int64_t k = 0; k < K; ++k) xs[k] = gemm_detail::load_as_f32(p[1], g.A.type, k);
+        for (int64_t k = 0; k < K; ++k) xs[k] = gemm_detail::load_as_f32(xa.data, xa.type, k);
         x = xs;
       }
       GemmOperand wb = w;
       wb.data = p[2];
+      if (wb.round_bf16) wb = rounded_bf16_copy(wb, N, K, 1);
       gemv_rows(wb, x, K, reinterpret_cast<float*>(p[0]), rows.begin, rows.end, accumulate);
     });
     return;
