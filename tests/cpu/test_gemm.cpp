@@ -415,6 +415,30 @@ TEST(Gemm, BF16PairsAccumulateAndThreads) {
   EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float)), 0);
 }
 
+// Grids that split N (few rows, many columns: each thread packs the strips of
+// B it computes) with the packing paths of both types: row-major B (pairs of
+// rows interleaved), transposed A (pairs of columns), odd K, tails of M and N,
+// and B in several column panels (long K). Same bits for any thread count.
+TEST(Gemm, ColumnSplitGridsBitIdentical) {
+  const Case cases[] = {
+      {14, 700, 301, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row},
+      {13, 517, 64, GemmType::bf16, GemmType::bf16, Layout::row, Layout::row},
+      {27, 1000, 77, GemmType::bf16, GemmType::bf16, Layout::col, Layout::col, true},
+      {14, 130, 33001, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row},
+      {14, 700, 301, GemmType::f32, GemmType::f32, Layout::col, Layout::row},
+      {6, 1100, 3000, GemmType::f32, GemmType::f32, Layout::row, Layout::row, true},
+  };
+  for (const Case& c : cases) {
+    const auto c1 = check_case(c, 1, 3);
+    for (int threads : {2, 3, 4}) {
+      const auto cn = check_case(c, threads, 3);
+      ASSERT_EQ(c1.size(), cn.size());
+      EXPECT_EQ(std::memcmp(c1.data(), cn.data(), c1.size() * sizeof(float)), 0)
+          << describe(c) << " threads=" << threads;
+    }
+  }
+}
+
 TEST(Gemm, BF16PairsAllValues) {
   // Every bf16 pattern times 1 through the blocked path (M = 17 rows of ones,
   // K = 1: the pair's second k is padding). Normal values, infinities and NaNs

@@ -1,7 +1,9 @@
 // GEMM driver (BLIS-style blocking, loops reordered for work stealing):
 //   for jc in N by ncb:            B[:, jc:jc+ncb] packed for all of K (KC x NR
 //                                  strips), shared by all threads: packed
-//                                  cooperatively, then a barrier
+//                                  cooperatively (each thread strips that
+//                                  its column of the grid computes), then a
+//                                  barrier
 //     for each row chunk (<= MC):  the work units; thread i owns those of its
 //                                  rectangle of C and, when done, takes units
 //                                  of slower threads (atomic counters)
@@ -161,6 +163,24 @@ struct Plan {
     if (nth > 1) r.chunks = std::max(r.chunks, std::min<int64_t>(panels, 4));
     return r;
   }
+
+  // Thread i's share of packing the B panel at column jc (ns strips): items
+  // (strip s0 + it / nkb, K block it % nkb) for it in [it0, it1). The strips
+  // of its column of the grid, split over that column's tm threads: with
+  // tn > 1 each thread's part of B is packed into its own cache (a thread
+  // reading strips another packed takes them from that core's cache).
+  struct PackShare {
+    int64_t s0 = 0, it0 = 0, it1 = 0;
+  };
+  PackShare pack_share(int i, int64_t jc, int64_t ns) const {
+    if (i >= grid.tm * grid.tn) return {};
+    const int ti = i / grid.tn, tj = i % grid.tn;
+    const int64_t s_base = jc / NR;
+    const int64_t s0 = std::clamp<int64_t>(pn * tj / grid.tn - s_base, 0, ns);
+    const int64_t s1 = std::clamp<int64_t>(pn * (tj + 1) / grid.tn - s_base, 0, ns);
+    const int64_t items = (s1 - s0) * nkb;
+    return {s0, items * ti / grid.tm, items * (ti + 1) / grid.tm};
+  }
 };
 
 // Work-unit counters in the shared buffer, one cache line per thread: thread i
@@ -265,10 +285,10 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
     const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
     if (jc > 0 && nth > 1) t.barrier();  // everyone is done with the previous panel
 
-    // Pack this thread's share of B: items (K block p, strip s).
-    const int64_t items = pl.nkb * ns;
-    for (int64_t it = items * ith / nth; it < items * (ith + 1) / nth; ++it) {
-      const int64_t p = it / ns, s = it % ns;
+    // Pack this thread's share of B: items (strip s, K block p).
+    const auto share = pl.pack_share(ith, jc, ns);
+    for (int64_t it = share.it0; it < share.it1; ++it) {
+      const int64_t s = share.s0 + it / pl.nkb, p = it % pl.nkb;
       P::pack_b(g.B, p * pl.kcb, jc + s * NR, pl.kc(p), std::min<int64_t>(NR, nc - s * NR),
                 bbuf + p * pl.kstride * pl.ncb + s * pl.kc_packed(p) * NR);
     }

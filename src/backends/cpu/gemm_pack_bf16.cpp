@@ -4,7 +4,8 @@
 //   - where the two k are adjacent in memory (A row-major, B a transposed view)
 //     the words are read as they are and transposed 16x16 as 32-bit lanes;
 //   - where they are a row stride apart (A a transposed view, B row-major)
-//     two vectors of 16 are zero-extended to 32 bits and merged (lo | hi << 16).
+//     the two lines are interleaved 16 bits at a time by one vpermt2w per 16
+//     words (a full 32-column row pair of B in two).
 // Masked loads read only elements inside the operand; everything past kc, mc
 // or nc in the packed block is written as zero.
 #include "backends/cpu/gemm_internal.h"
@@ -25,14 +26,25 @@ inline __mmask32 lanes32(int64_t n) {
   return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
-// Words (lo[i] | hi[i] << 16) of the first n elements at lo and hi (hi may be
-// null: the pair's second k is past kc); lanes past n are 0.
-inline __m512i pair_words(const uint16_t* lo, const uint16_t* hi, int64_t n) {
+// vpermt2w indices interleaving words of two vectors x, y: x0 y0 x1 y1 ...
+// starting at word `first` of each (bit 5 of an index picks y).
+inline __m512i interleave_index(int first) {
+  alignas(64) uint16_t idx[32];
+  for (int j = 0; j < 16; ++j) {
+    idx[2 * j] = uint16_t(first + j);
+    idx[2 * j + 1] = uint16_t(32 + first + j);
+  }
+  return _mm512_load_si512(idx);
+}
+
+// Words (lo[i] | hi[i] << 16) of the first n (<= 16) elements at lo and hi
+// (hi null: the pair's second k is past kc, so 0); lanes past n are 0.
+inline __m512i pair_words(const uint16_t* lo, const uint16_t* hi, int64_t n, __m512i idx_lo) {
   const __mmask16 m = lanes16(n);
-  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo));
-  if (!hi) return l;
-  const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi));
-  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+  const __m512i l = _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, lo));
+  const __m512i h =
+      hi ? _mm512_zextsi256_si512(_mm256_maskz_loadu_epi16(m, hi)) : _mm512_setzero_si512();
+  return _mm512_permutex2var_epi16(l, idx_lo, h);
 }
 
 // lines (<= 16) lines of kn (<= 32) consecutive bf16 each, line l at src + l*ld:
@@ -71,6 +83,7 @@ void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64
                  uint16_t* dst) {
   const int64_t kc2 = round_up(kc, 2);
   const __mmask16 mr_mask = lanes16(MR);
+  const __m512i idx_lo = interleave_index(0);
   for (int64_t p = 0; p < mc; p += MR, dst += kc2 * MR) {
     const int mv = int(mc - p < MR ? mc - p : MR);
     const uint16_t* src = static_cast<const uint16_t*>(A.data) + (i0 + p) * A.rs + k0 * A.cs;
@@ -82,9 +95,10 @@ void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64
         });
       }
     } else if (A.rs == 1) {  // columns contiguous in i: merge columns k and k+1
+#pragma GCC unroll 2
       for (int64_t k = 0; k < kc; k += 2) {
         const uint16_t* hi = k + 1 < kc ? src + (k + 1) * A.cs : nullptr;
-        _mm512_mask_storeu_epi32(dst + k * MR, mr_mask, pair_words(src + k * A.cs, hi, mv));
+        _mm512_mask_storeu_epi32(dst + k * MR, mr_mask, pair_words(src + k * A.cs, hi, mv, idx_lo));
       }
     } else {
       pack_pairs_any<MR>(src, A.rs, A.cs, mv, kc, dst);
@@ -95,18 +109,28 @@ void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64
 void pack_b_bf16(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,
                  uint16_t* dst) {
   constexpr int NV = NR / 16;
+  static_assert(NR == 32, "the row-major path interleaves one 32-column row pair per k pair");
   const int64_t kc2 = round_up(kc, 2);
+  const __m512i idx_lo = interleave_index(0), idx_hi = interleave_index(16);
   for (int64_t s0 = 0; s0 < nc; s0 += NR, dst += kc2 * NR) {
     const int nv = int(nc - s0 < NR ? nc - s0 : NR);
     const uint16_t* src = static_cast<const uint16_t*>(B.data) + k0 * B.rs + (j0 + s0) * B.cs;
-    if (B.cs == 1) {  // rows contiguous in j: merge rows k and k+1
-      for (int64_t k = 0; k < kc; k += 2) {
+    if (B.cs == 1) {  // rows contiguous in j: merge rows k and k+1, 32 columns at a time
+      const __mmask32 m = lanes32(nv);
+      const int64_t kfull = kc & ~int64_t(1);  // pairs with both k inside kc
+#pragma GCC unroll 2
+      for (int64_t k = 0; k < kfull; k += 2) {
         const uint16_t* lo = src + k * B.rs;
-        const uint16_t* hi = k + 1 < kc ? lo + B.rs : nullptr;
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v)
-          _mm512_store_si512(dst + k * NR + 32 * v,
-                             pair_words(lo + 16 * v, hi ? hi + 16 * v : nullptr, nv - 16 * v));
+        const __m512i l = _mm512_maskz_loadu_epi16(m, lo);
+        const __m512i h = _mm512_maskz_loadu_epi16(m, lo + B.rs);
+        _mm512_store_si512(dst + k * NR, _mm512_permutex2var_epi16(l, idx_lo, h));
+        _mm512_store_si512(dst + k * NR + 32, _mm512_permutex2var_epi16(l, idx_hi, h));
+      }
+      if (kfull < kc) {  // odd kc: the last k paired with 0
+        const __m512i l = _mm512_maskz_loadu_epi16(m, src + kfull * B.rs),
+                      z = _mm512_setzero_si512();
+        _mm512_store_si512(dst + kfull * NR, _mm512_permutex2var_epi16(l, idx_lo, z));
+        _mm512_store_si512(dst + kfull * NR + 32, _mm512_permutex2var_epi16(l, idx_hi, z));
       }
     } else if (B.rs == 1) {  // columns contiguous in k: the pairs are words of each column
       for (int v = 0; v < NV; ++v) {
