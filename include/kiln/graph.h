@@ -62,6 +62,17 @@ class Graph {
   // (a param, or read again later), so no memory is held longer. CPU kernels
   // only; call after fuse_bf16_casts. Returns the casts dropped.
   size_t fold_bf16_casts();
+  // Each ADD of a bias row (f32 [N] or [1, N], contiguous) to a 2-D MATMUL
+  // result [M, N] of 2-D f32/f16/bf16 operands (a Linear: matmul(x, W.T()) + b)
+  // becomes that MATMUL with the bias as a third source, when nothing else reads
+  // the product (no other node of the context; not an output, input, param,
+  // loss, checkpoint or gradient): the ADD node takes over the product's op and
+  // operands and the product leaves the graph. The CPU GEMM adds the bias to C
+  // as it stores it, bit-identical to the separate add. Only the CPU backend
+  // runs such a MATMUL (no other backend may be handed the graph), and it has no
+  // backward rule: call after the graph is complete (backward included), before
+  // allocating it. Returns the adds fused.
+  size_t fuse_matmul_bias();
   size_t size() const { return nodes_.size(); }
   std::string dump() const;
 

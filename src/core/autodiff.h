@@ -17,6 +17,7 @@ class GradCtx {
   // The forward node and its sources (recomputed copies under checkpointing).
   Tensor out() const;
   Tensor src(int i) const;
+  int n_src() const { return node_->n_src; }
   // The forward node's parameters (kiln/ext/op_params.h): g.params<Op::SCALE>().mul.
   template <Op op>
   op_params_t<op> params() const {

@@ -14,14 +14,23 @@
 namespace kiln {
 
 namespace {
-bool cast_fusion_enabled() {
-  const char* e = std::getenv("KILN_FUSE_CASTS");
+bool enabled(const char* env) {
+  const char* e = std::getenv(env);
   return !e || std::string(e) != "0";
+}
+// The CPU-only rewrites of a complete graph: biases into their matmuls, bf16
+// casts into their producers (each turned off by its variable set to 0).
+void fuse_for_cpu(Graph& g) {
+  if (enabled("KILN_FUSE_BIAS")) g.fuse_matmul_bias();
+  if (enabled("KILN_FUSE_CASTS")) {
+    g.fuse_bf16_casts();
+    g.fold_bf16_casts();
+  }
 }
 }  // namespace
 
 void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-                        bool phase_graphs, bool fuse_casts) {
+                        bool phase_graphs, bool cpu_only) {
   const char* op = "opt";
   optimizer = cfg.optimizer;
   graph = Graph::forward(lm.loss);
@@ -48,9 +57,8 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
     if (!cfg.params.empty()) params = cfg.params;
     else if (cfg.model) params = cfg.model->parameters();
     state.resize(params.size());
-    if (fuse_casts && cast_fusion_enabled()) {
-      graph.fuse_bf16_casts();
-      graph.fold_bf16_casts();
+    if (cpu_only) {
+      fuse_for_cpu(graph);
       n_fwd = n_bwd = graph.size();
     }
     return;
@@ -58,11 +66,9 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
   if (cfg.checkpointing) auto_checkpoint(graph);
   graph.backward(lm.loss);
   // The optimizer nodes built below read gradient accumulators only, never a
-  // cast's source: the graph is complete as far as the fusion is concerned.
-  if (fuse_casts && cast_fusion_enabled()) {
-    graph.fuse_bf16_casts();
-    graph.fold_bf16_casts();
-  }
+  // cast's source or a product: the graph is complete as far as the fusions are
+  // concerned.
+  if (cpu_only) fuse_for_cpu(graph);
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
   collect_params(cfg);

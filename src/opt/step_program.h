@@ -42,11 +42,12 @@ struct StepProgram {
 
   // Builds the whole program from the loss (and the phase graphs when
   // `phase_graphs`); `schedule` tells whether SGD keeps a momentum buffer (its
-  // step-0 momentum). `fuse_casts`: fold bf16 casts into their producers
-  // (Graph::fuse_bf16_casts; only for a program the CPU backend runs alone),
-  // unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt] ...".
+  // step-0 momentum). `cpu_only` (the CPU backend runs the program alone):
+  // fold Linear biases into their matmuls (Graph::fuse_matmul_bias) unless
+  // KILN_FUSE_BIAS=0 and bf16 casts into their producers
+  // (Graph::fuse_bf16_casts) unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt] ...".
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-             bool phase_graphs, bool fuse_casts);
+             bool phase_graphs, bool cpu_only);
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }
   // Writes every group's hp tensor for optimizer step `step` (0-based).
   void write_hyper(const OptimizerParams& p, int64_t step, float grad_scale);

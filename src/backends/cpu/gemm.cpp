@@ -15,6 +15,8 @@
 // whichever thread computes it.
 // With A and B both bf16 (and AVX512_BF16) the same driver runs on bf16 pairs
 // (BF16Path: pair-interleaved packing, vdpbf16ps kernel, KC_BF16).
+// An optional bias row is added to each C tile after its last K block (the
+// small paths add it as they store C).
 // Special cases: products under kSoloWork multiply-adds run on thread 0 alone;
 // M <= 4 with row-contiguous B and N <= 4 with row-contiguous A skip packing
 // (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
@@ -183,6 +185,13 @@ struct Plan {
   }
 };
 
+// C[0:m, 0:n] += bias[0:n]: GemmArgs::bias, added to a C tile right after its
+// last K block while the tile is still in L1.
+void add_bias(float* c, int64_t ldc, int64_t m, int64_t n, const float* bias) {
+  for (int64_t i = 0; i < m; ++i, c += ldc)
+    for (int64_t j = 0; j < n; ++j) c[j] += bias[j];
+}
+
 // Work-unit counters in the shared buffer, one cache line per thread: thread i
 // takes its own chunks in order; once done it takes chunks of the others.
 struct alignas(64) UnitCounter {
@@ -223,6 +232,7 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
           P::kernel(pl.kc(p), abuf + p * a_stride + ir * kcp, bp, cp + ir * ldc, ldc, m, n,
                     g.accumulate || p > 0);
         }
+        if (g.bias) add_bias(cp + ir * ldc, ldc, m, n, g.bias + j);
       }
     }
     return;
@@ -230,6 +240,7 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
   for (int64_t p = 0; p < pl.nkb; ++p) {
     const int64_t kc = pl.kc(p), kcp = pl.kc_packed(p);
     const bool add_c = g.accumulate || p > 0;
+    const float* bias = p == pl.nkb - 1 ? g.bias : nullptr;  // after the last K block
     P::pack_a(g.A, i0, p * pl.kcb, mc, kc, abuf);
     const E* bp0 = bbuf + p * pl.kstride * pl.ncb;
     for (int64_t s = s_lo; s < s_hi; ++s) {
@@ -240,6 +251,7 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
       for (int64_t ir = 0; ir < mc; ir += MR) {
         const int m = int(std::min<int64_t>(MR, mc - ir));
         P::kernel(kc, abuf + ir * kcp, bp, cp + ir * ldc, ldc, m, n, add_c);
+        if (bias) add_bias(cp + ir * ldc, ldc, m, n, bias + j);
       }
     }
   }
@@ -354,10 +366,11 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
     }
   }
 
-  if (K <= 0) {  // C = 0 (or unchanged when accumulating)
-    if (!g.accumulate)
-      for (int64_t i = M * ith / nth; i < M * (ith + 1) / nth; ++i)
-        std::memset(g.C + i * g.ldc, 0, size_t(N) * sizeof(float));
+  if (K <= 0) {  // C = 0 (or unchanged when accumulating), plus the bias
+    for (int64_t i = M * ith / nth; i < M * (ith + 1) / nth; ++i) {
+      if (!g.accumulate) std::memset(g.C + i * g.ldc, 0, size_t(N) * sizeof(float));
+      if (g.bias) add_bias(g.C + i * g.ldc, g.ldc, 1, N, g.bias);
+    }
     t.barrier();
     return;
   }

@@ -30,6 +30,10 @@ struct GemmArgs {
   float* C;       // M x N, C(i, j) at C[i*ldc + j]
   int64_t ldc;
   bool accumulate = false;  // C += A@B instead of C = A@B
+  // Optional, N floats: added to every row of C last, C = (A@B [+ C]) + bias,
+  // each add rounded as a separate add pass would (a Linear's bias, folded in
+  // while the C tile is still in cache).
+  const float* bias = nullptr;
 };
 
 // Called by every thread of a pool run, with the same args on all threads (a

@@ -3,8 +3,8 @@
 // channels) with B rows contiguous: no packing of B; B is streamed row by row
 // straight from its storage, once per group of 4 rows of A (a 64-column chunk
 // of B stays in L1/L2 between the groups). Each C element is one FMA chain over
-// k (then one add of the old C when accumulating); threads split N in chunks of
-// 64 columns.
+// k (then one add of the old C when accumulating, then one of the bias); threads
+// split N in chunks of 64 columns.
 #include <algorithm>
 
 #include "backends/cpu/gemm_convert.h"
@@ -63,6 +63,7 @@ void chunk(const GemmArgs& g, const float* a32, int64_t j0, int64_t n) {
       float* c = g.C + i * g.ldc + j0 + 16 * v;
       __m512 x = acc[i][v];
       if (g.accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], c));
+      if (g.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], g.bias + j0 + 16 * v));
       _mm512_mask_storeu_ps(c, mk[v], x);
     }
   }
@@ -122,6 +123,8 @@ void chunk_any(const GemmArgs& g, const float* a32, int64_t j0, int64_t n) {
       for (int64_t j = 0; j < n; ++j) c[j] += acc[i][j];
     else
       for (int64_t j = 0; j < n; ++j) c[j] = acc[i][j];
+    if (g.bias)
+      for (int64_t j = 0; j < n; ++j) c[j] += g.bias[j0 + j];
   }
 }
 

@@ -20,7 +20,8 @@ namespace {
 
 inline void finish(const GemmArgs& g, int64_t i, int64_t j, float dot) {
   float* c = g.C + i * g.ldc + j;
-  *c = g.accumulate ? dot + *c : dot;
+  const float v = g.accumulate ? dot + *c : dot;
+  *c = g.bias ? v + g.bias[j] : v;
 }
 
 #if defined(KILN_GEMM_AVX512)
@@ -129,6 +130,7 @@ void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32) {
     GemmArgs cols = g;
     cols.N = std::min<int64_t>(4, g.N - j0);
     cols.C = g.C + j0;
+    if (g.bias) cols.bias = g.bias + j0;
     do_rows(cols, bcols + j0 * ldb, ldb, g.M * ith / nth, g.M * (ith + 1) / nth);
   }
 }

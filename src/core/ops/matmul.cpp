@@ -89,6 +89,10 @@ void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
   // broadcast batch dims.
   const Tensor a = g.src(0), b = g.src(1);
+  if (g.n_src() > 2)
+    fail("matmul",
+         "a product with a fused bias (Graph::fuse_matmul_bias) has no backward rule: "
+         "fuse only once the graph's backward is built");
   if (is_quantized(b.dtype()) && g.needs(1))
     fail("matmul", "the quantized weight ", b.label(), " ", b.shape().str(), " is ",
          dtype_name(b.dtype()), " and gets no gradient: it must be frozen");

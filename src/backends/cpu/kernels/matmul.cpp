@@ -2,6 +2,9 @@
 // dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides; or src1
 // a quantized (q8_0/q4_0) matrix, W.T() or W, read as stored (qmatmul.h).
 // MATMUL_ACC: the same product added into src0 in place (a gradient accumulator).
+// A 2-D MATMUL may carry a bias src2 (f32, N contiguous floats; only on the CPU,
+// put there by Graph::fuse_matmul_bias): dst = a @ b + bias, the add done by
+// the GEMM as it stores C, bit-identical to a separate ADD.
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
 // rs = 1, so x.T() needs no copy). Small products, and batches that split evenly
@@ -79,9 +82,10 @@ void matmul_quantized(TensorNode* dst, ThreadCtx& t) {
 // Work (multiply-adds) below which one thread does a whole batch by itself.
 constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
 
-// dst (=, or += when `accumulate`) a @ b; dst gives the shape, strides and memory.
+// dst (=, or += when `accumulate`) a @ b (+ bias, N floats, 2-D only); dst gives
+// the shape, strides and memory.
 void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool accumulate,
-                ThreadCtx& t) {
+                const float* bias, ThreadCtx& t) {
   // Factors read rounded to bf16 (a folded cast: MatmulParams).
   const uint8_t round = op_params<MatmulParams>(*dst).round_bf16;
   auto rounds = [&](const TensorNode* x, int bit) {
@@ -101,6 +105,8 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
          rounds(b, 1)};
   g.ldc = dst->stride[nd - 2] / 4;
   g.accumulate = accumulate;
+  g.bias = bias;
+  KILN_ASSERT(!bias || nd == 2);
 
   // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
   const int nbd = nd - 2;
@@ -145,7 +151,10 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
       GemmOperand wb = w;
       wb.data = p[2];
       if (wb.round_bf16) wb = rounded_bf16_copy(wb, N, K, 1);
-      gemv_rows(wb, x, K, reinterpret_cast<float*>(p[0]), rows.begin, rows.end, accumulate);
+      float* y = reinterpret_cast<float*>(p[0]);
+      gemv_rows(wb, x, K, y, rows.begin, rows.end, accumulate);
+      if (bias)
+        for (int64_t j = rows.begin; j < rows.end; ++j) y[j] += bias[j];
     });
     return;
   }
@@ -167,12 +176,16 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
 
 void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   if (is_quantized(dst->src[1]->dtype)) return matmul_quantized(dst, t);
-  run_matmul(dst, dst->src[0], dst->src[1], false, t);
+  const TensorNode* bias = dst->n_src > 2 ? dst->src[2] : nullptr;
+  KILN_ASSERT(!bias || (bias->dtype == DType::f32 && bias->numel() == dst->shape[1] &&
+                        bias->is_contiguous()));
+  run_matmul(dst, dst->src[0], dst->src[1], false,
+             bias ? static_cast<const float*>(bias->data) : nullptr, t);
 }
 
 // The accumulator (src0, which dst aliases) += src1 @ src2: the GEMM adds into C.
 void kernel_MATMUL_ACC(TensorNode* dst, ThreadCtx& t) {
-  run_matmul(dst, dst->src[1], dst->src[2], true, t);
+  run_matmul(dst, dst->src[1], dst->src[2], true, nullptr, t);
 }
 
 }  // namespace kiln::cpu

@@ -1,0 +1,116 @@
+// Graph::fuse_matmul_bias: folds a Linear's bias add into its matmul, so the
+// CPU GEMM adds the bias row to each C tile as it finishes it instead of a
+// second pass over memory (and a second thread-pool dispatch) doing it.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/context.h"
+#include "kiln/ext/tensor_node.h"
+#include "kiln/graph.h"
+
+namespace kiln {
+namespace {
+
+constexpr uint32_t kPinned =
+    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+
+// n = ADD(s, bias) or ADD(bias, s): s a plain 2-D product [M, N] of 2-D float
+// operands, bias f32 [N] or [1, N] with contiguous elements.
+struct Candidate {
+  TensorNode* n = nullptr;
+  TensorNode* s = nullptr;
+  TensorNode* bias = nullptr;
+};
+
+bool is_product(const TensorNode* s, const TensorNode* n) {
+  if (s->op != Op::MATMUL || s->n_src != 2 || s->is_view() || s->dtype != DType::f32 ||
+      s->shape != n->shape || (s->flags & kPinned) || s->ctx != n->ctx)
+    return false;
+  for (int k = 0; k < 2; ++k) {
+    const TensorNode* o = s->src[k];
+    if (!o || o->shape.ndim() != 2 ||
+        (o->dtype != DType::f32 && o->dtype != DType::f16 && o->dtype != DType::bf16))
+      return false;  // (quantized weights take another kernel path)
+  }
+  return true;
+}
+
+bool is_bias_row(const TensorNode* b, int64_t N) {
+  const Shape& sh = b->shape;
+  const bool row = (sh.ndim() == 1 && sh[0] == N) || (sh.ndim() == 2 && sh[0] == 1 && sh[1] == N);
+  return row && b->dtype == DType::f32 && b->is_contiguous();
+}
+
+bool candidate_of(TensorNode* n, Candidate& c) {
+  if (n->op != Op::ADD || n->n_src != 2 || n->is_view() || n->dtype != DType::f32 ||
+      n->shape.ndim() != 2 || !n->is_contiguous() || !n->src[0] || !n->src[1])
+    return false;
+  for (int k = 0; k < 2; ++k) {
+    TensorNode *s = n->src[k], *b = n->src[1 - k];
+    if (s != b && is_product(s, n) && is_bias_row(b, n->shape[1])) {
+      c = {n, s, b};
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+size_t Graph::fuse_matmul_bias() {
+  check_alive();
+  std::vector<Candidate> cands;
+  std::unordered_map<const TensorNode*, int> readers;  // of each product s
+  for (TensorNode* n : nodes_) {
+    Candidate c;
+    if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
+    cands.push_back(c);
+    readers[c.s] = 0;
+  }
+  if (cands.empty()) return 0;
+  // Readers anywhere in the context (other graphs built from the same nodes, the
+  // partial-batch tail, recomputed segments), not only in this graph.
+  Context* ctx = cands[0].s->ctx;
+  auto count = [&](const TensorNode* s) {
+    if (!s) return;
+    auto it = readers.find(s);
+    if (it != readers.end()) ++it->second;
+  };
+  for (size_t i = 0; i < ctx->size(); ++i) {
+    const TensorNode* c = ctx->node(i);
+    for (int k = 0; k < c->n_src; ++k) count(c->src[k]);
+    if (!(c->n_src > 0 && c->src[0] == c->view_src)) count(c->view_src);
+  }
+  std::unordered_set<const TensorNode*> grad_nodes;  // Graph::grad must keep finding them
+  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
+
+  std::unordered_set<const TensorNode*> gone;
+  for (const Candidate& c : cands) {
+    if (readers[c.s] != 1 || grad_nodes.count(c.s)) continue;
+    // The ADD node becomes the product with the bias as its third source; its
+    // consumers, flags and memory stay as they were.
+    TensorNode* n = c.n;
+    n->op = Op::MATMUL;
+    n->params = c.s->params;
+    n->n_src = 3;
+    n->src = {};
+    n->src[0] = c.s->src[0];
+    n->src[1] = c.s->src[1];
+    n->src[2] = c.bias;
+    gone.insert(c.s);
+  }
+  if (gone.empty()) return 0;
+  std::vector<TensorNode*> kept;
+  size_t n_forward = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (gone.count(nodes_[i])) continue;
+    kept.push_back(nodes_[i]);
+    n_forward += i < n_forward_;
+  }
+  nodes_ = std::move(kept);
+  n_forward_ = n_forward;
+  for (const TensorNode* s : gone) seen_.erase(s);
+  return gone.size();
+}
+
+}  // namespace kiln
