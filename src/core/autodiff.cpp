@@ -43,6 +43,25 @@ int padded_dim(const TensorNode* n) {
   return dim;
 }
 
+// x and y, adjacent along d (x first, at start), as one view when both are
+// views of one tensor laid out as a contiguous tensor of the padded shape
+// `full`, at their places in it: the slices' gradients of ATTENTION_BACK when
+// q, k and v are slices of one tensor (core/ops/attention.cpp). Their join is
+// then that tensor's slice, no copy. Undefined otherwise.
+Tensor joined_view(const Tensor& x, const Tensor& y, int d, int64_t start, const Shape& full) {
+  const TensorNode *a = x.node(), *b = y.node();
+  TensorNode* o = a->view_src;
+  if (!o || b->view_src != o || o->dtype != a->dtype || o->shape != full) return {};
+  const auto st = detail::contiguous_strides(full, a->dtype);
+  if (!o->is_contiguous()) return {};
+  for (int k = 0; k < full.ndim(); ++k)
+    if (a->stride[size_t(k)] != st[size_t(k)] || b->stride[size_t(k)] != st[size_t(k)]) return {};
+  const auto at = [&](int64_t pos) { return size_t(pos * st[size_t(d)]); };
+  if (a->view_offs != at(start) || b->view_offs != at(start + x.shape()[d])) return {};
+  const int64_t len = x.shape()[d] + y.shape()[d];
+  return len == full[d] ? Tensor(o) : Tensor(o).narrow(d, start, len);
+}
+
 // The sum of two gradient contributions. Slices' gradients (narrow's rule: the
 // slice's gradient padded with zeros) of adjacent ranges of one dim are joined
 // into one padded concat instead of padded twice and added: q, k and v split
@@ -58,7 +77,8 @@ Tensor sum_grads(Tensor a, Tensor b) {
   }
   const Tensor x(a.node()->src[0]), y(b.node()->src[0]);
   if (pa.before[i] + x.shape()[d] != pb.before[i]) return add(a, b);  // not adjacent
-  const Tensor xy = concat({x, y}, d);
+  Tensor xy = joined_view(x, y, d, pa.before[i], a.shape());
+  if (!xy.defined()) xy = concat({x, y}, d);
   if (pa.before[i] == 0 && pb.after[i] == 0) return xy;
   PadParams p;
   p.before[i] = pa.before[i];

@@ -469,7 +469,6 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
   const Dims D = dims_of(q, k);
   if (!small_heads(D)) return false;
-  const int64_t nq = q->numel(), nk = k->numel();
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW), ldp = ldk / 2;
@@ -496,7 +495,6 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   float* ds2 = obuf + tq * e;         // kR x ldp: a tile's dS as pairs over keys
   float* dSp = ds2 + kR * ldp;        // tq2 x ldk: dS as pairs over rows
   float* Pp = dSp + tq2 * ldk;        // tq2 x ldk: P as pairs over rows
-  float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // f32 rows, or for pairs k^T, v^T as words (q, dO read in place for the
     // scores) and the row pairs of k, q, dO interleaved for the other products.
@@ -519,9 +517,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       gs = gr;
     }
     const Rows orows = f32_rows(head_of(o, h), tq, e, obuf);
-    float* dq = out + h * tq * e;
-    float* dk = out + nq + h * tk * e;
-    float* dv = out + nq + nk + h * tk * e;
+    const GradRows dq = grad_head(dst, 0, h), dk = grad_head(dst, 1, h), dv = grad_head(dst, 2, h);
     // Per query tile: P and scale * ds = scale * p (dp - dO . O) of its rows
     // (0 past each row's visible keys, up to ldk), and its rows of dq.
     for (int64_t i0 = 0; i0 < tq; i0 += kR) {
@@ -532,7 +528,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       if (n_max == 0) {
         std::fill(Pt, Pt + nr * ldk, 0.0f);
         std::fill(dSt, dSt + nr * ldk, 0.0f);
-        std::fill(dq + i0 * e, dq + (i0 + nr) * e, 0.0f);
+        for (int r = 0; r < nr; ++r) std::fill(dq.row(i0 + r), dq.row(i0 + r) + e, 0.0f);
         continue;
       }
       const int64_t nvk = (n_max + kW - 1) / kW, nw = nvk * kW;
@@ -567,9 +563,10 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
           }
         if (kHavePairs && pairs) {
           for (int r = 0; r < R; ++r) pairs_along(dSt + r * ldk, nw, ds2 + r * ldp);
-          weighted<R, true>(ds2, ldp, 1, kbuf, e, 0, (n_max + 1) / 2, e, nullptr, dq + i0 * e, e);
+          weighted<R, true>(ds2, ldp, 1, kbuf, e, 0, (n_max + 1) / 2, e, nullptr, dq.row(i0),
+                            dq.ld);
         } else {
-          weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
+          weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq.row(i0), dq.ld);
         }
       });
     }
@@ -589,11 +586,12 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       const int64_t i_lo = p.causal ? std::clamp<int64_t>(j0 - (tk - tq), 0, tq) : 0;
       with_n<kRK>(nj, [&]<int R>() {
         if (kHavePairs && pairs) {
-          weighted<R, true>(dSp + j0, 1, ldk, qbuf, e, i_lo / 2, tq2, e, nullptr, dk + j0 * e, e);
-          weighted<R, true>(Pp + j0, 1, ldk, g2, e, i_lo / 2, tq2, e, nullptr, dv + j0 * e, e);
+          weighted<R, true>(dSp + j0, 1, ldk, qbuf, e, i_lo / 2, tq2, e, nullptr, dk.row(j0),
+                            dk.ld);
+          weighted<R, true>(Pp + j0, 1, ldk, g2, e, i_lo / 2, tq2, e, nullptr, dv.row(j0), dv.ld);
         } else {
-          weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
-          weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
+          weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk.row(j0), dk.ld);
+          weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv.row(j0), dv.ld);
         }
       });
     }
