@@ -6,8 +6,10 @@
 //     between checkpoints (core/recompute.h).
 // Gradients are ordinary graph nodes (flagged kFlagGrad) and never get
 // gradients themselves; nothing is built for nodes off the param->loss paths.
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "core/autodiff.h"
 #include "core/recompute.h"
@@ -43,26 +45,143 @@ int padded_dim(const TensorNode* n) {
   return dim;
 }
 
-// The sum of two gradient contributions. Slices' gradients (narrow's rule: the
-// slice's gradient padded with zeros) of adjacent ranges of one dim are joined
-// into one padded concat instead of padded twice and added: q, k and v split
-// from one projection get one gradient tensor written once.
-Tensor sum_grads(Tensor a, Tensor b) {
-  const int d = padded_dim(a.node());
-  if (d < 0 || d != padded_dim(b.node()) || a.dtype() != b.dtype()) return add(a, b);
-  PadParams pa = op_params<Op::PAD>(*a.node()), pb = op_params<Op::PAD>(*b.node());
+// x and y, adjacent along d (x first, at start), as one view when both are
+// views of one tensor laid out as a contiguous tensor of the padded shape
+// `full`, at their places in it: the slices' gradients of ATTENTION_BACK when
+// q, k and v are slices of one tensor (core/ops/attention.cpp). Their join is
+// then that tensor's slice, no copy. Undefined otherwise.
+Tensor joined_view(const Tensor& x, const Tensor& y, int d, int64_t start, const Shape& full) {
+  const TensorNode *a = x.node(), *b = y.node();
+  TensorNode* o = a->view_src;
+  if (!o || b->view_src != o || o->dtype != a->dtype || o->shape != full) return {};
+  const auto st = detail::contiguous_strides(full, a->dtype);
+  if (!o->is_contiguous()) return {};
+  for (int k = 0; k < full.ndim(); ++k)
+    if (a->stride[size_t(k)] != st[size_t(k)] || b->stride[size_t(k)] != st[size_t(k)]) return {};
+  const auto at = [&](int64_t pos) { return size_t(pos * st[size_t(d)]); };
+  if (a->view_offs != at(start) || b->view_offs != at(start + x.shape()[d])) return {};
+  const int64_t len = x.shape()[d] + y.shape()[d];
+  return len == full[d] ? Tensor(o) : Tensor(o).narrow(d, start, len);
+}
+
+// A gradient along one dim as segments [at, at + len): zeros (t undefined) or
+// a tensor's values.
+struct Segment {
+  int64_t at, len;
+  Tensor t;
+};
+
+bool is_zeros(const TensorNode* n) {
+  return n->op == Op::FULL && op_params<Op::FULL>(*n).value == 0.0f;
+}
+
+// The segments along dim d of a contribution: a zero PAD of d gives its
+// padding zeros and its source's segments; a CONCAT along d its parts (a
+// FULL 0 part zeros, as an earlier join leaves a gap); anything else itself.
+std::vector<Segment> segments(const Tensor& g, int d) {
+  const int64_t n = g.shape()[d];
   const auto i = size_t(d);
-  if (pa.before[i] > pb.before[i]) {
-    std::swap(a, b);
-    std::swap(pa, pb);
-  }
-  const Tensor x(a.node()->src[0]), y(b.node()->src[0]);
-  if (pa.before[i] + x.shape()[d] != pb.before[i]) return add(a, b);  // not adjacent
-  const Tensor xy = concat({x, y}, d);
-  if (pa.before[i] == 0 && pb.after[i] == 0) return xy;
   PadParams p;
-  p.before[i] = pa.before[i];
-  p.after[i] = pb.after[i];
+  Tensor x = g;
+  if (padded_dim(g.node()) == d) {
+    p = op_params<Op::PAD>(*g.node());
+    x = Tensor(g.node()->src[0]);
+  }
+  std::vector<Segment> out;
+  if (p.before[i] > 0) out.push_back({0, p.before[i], {}});
+  int64_t at = p.before[i];
+  const TensorNode* xn = x.node();
+  if (xn->op == Op::CONCAT && op_params<Op::CONCAT>(*xn).dim == d) {
+    for (int k = 0; k < xn->n_src; ++k) {
+      const Tensor part(xn->src[k]);
+      const int64_t len = part.shape()[d];
+      out.push_back({at, len, is_zeros(part.node()) ? Tensor() : part});
+      at += len;
+    }
+  } else {
+    out.push_back({at, x.shape()[d], x});
+    at += x.shape()[d];
+  }
+  if (at < n) out.push_back({at, n - at, {}});
+  return out;
+}
+
+// The sum of two gradient contributions. Slices' gradients (narrow's rule: the
+// slice's gradient padded with zeros) of disjoint ranges of one dim are joined
+// into one padded CONCAT (of at most kMaxSrc parts) instead of padded and
+// added: q, k and v split from one projection get one gradient tensor written
+// once, whatever order the three arrive in (a gap between two slices is a
+// zero part until the slice in between fills it). Adjacent parts that are
+// views of one tensor at their places in it join as its view (joined_view):
+// no copy at all.
+Tensor sum_grads(Tensor a, Tensor b) {
+  const int d = padded_dim(a.node()) >= 0 ? padded_dim(a.node()) : padded_dim(b.node());
+  if (d < 0 || a.dtype() != b.dtype()) return add(a, b);
+  const std::vector<Segment> sa = segments(a, d), sb = segments(b, d);
+  // Merge: at every position at most one side may have values.
+  std::vector<int64_t> cuts;
+  for (const auto* v : {&sa, &sb})
+    for (const Segment& s : *v) cuts.push_back(s.at);
+  cuts.push_back(a.shape()[d]);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  auto covering = [](const std::vector<Segment>& v, int64_t at) {
+    for (const Segment& s : v)
+      if (s.at <= at && at < s.at + s.len) return &s;
+    return static_cast<const Segment*>(nullptr);
+  };
+  std::vector<Segment> merged;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int64_t at = cuts[k], len = cuts[k + 1] - at;
+    const Segment *x = covering(sa, at), *y = covering(sb, at);
+    if (x->t.defined() && y->t.defined()) return add(a, b);  // overlapping values
+    const Segment* v = x->t.defined() ? x : y;
+    if (!v->t.defined()) {
+      if (!merged.empty() && !merged.back().t.defined()) merged.back().len += len;
+      else merged.push_back({at, len, {}});
+      continue;
+    }
+    if (v->at != at || v->len != len) return add(a, b);  // a part split: keep it whole
+    merged.push_back(*v);
+  }
+  // Adjacent views of one tensor join as its view.
+  std::vector<Segment> parts;
+  for (const Segment& s : merged) {
+    if (!parts.empty() && parts.back().t.defined() && s.t.defined()) {
+      const Tensor j = joined_view(parts.back().t, s.t, d, parts.back().at, a.shape());
+      if (j.defined()) {
+        parts.back() = {parts.back().at, parts.back().len + s.len, j};
+        continue;
+      }
+    }
+    parts.push_back(s);
+  }
+  if (std::none_of(parts.begin(), parts.end(), [](const Segment& s) { return s.t.defined(); }))
+    return add(a, b);
+  // Zeros at either end are the PAD's; those in between zero parts.
+  const auto i = size_t(d);
+  PadParams p;
+  if (!parts.front().t.defined()) {
+    p.before[i] = parts.front().len;
+    parts.erase(parts.begin());
+  }
+  if (!parts.back().t.defined()) {
+    p.after[i] = parts.back().len;
+    parts.pop_back();
+  }
+  if (parts.size() > size_t(kMaxSrc)) return add(a, b);
+  std::vector<Tensor> ts;
+  for (const Segment& s : parts) {
+    if (s.t.defined()) {
+      ts.push_back(s.t);
+      continue;
+    }
+    Shape zs = a.shape();
+    zs[d] = s.len;
+    ts.push_back(zeros(a.ctx(), zs, a.dtype()));
+  }
+  const Tensor xy = concat(ts, d);
+  if (p.before[i] == 0 && p.after[i] == 0) return xy;
   return Tensor(detail::new_op(Op::PAD, xy.dtype(), a.shape(), {xy.node()}, p));
 }
 

@@ -2,9 +2,12 @@
 // gradients, accumulation, and linear-time backward on 100k nodes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "core/autodiff.h"
 #include "kiln/ext/op_params.h"
@@ -125,6 +128,69 @@ TEST(Graph, RuleAddingTwiceToOneSourceKeepsBothContributions) {
   cpu.compute(g);
   EXPECT_EQ(g.grad(a).get<float>(), (std::vector<float>{4, 5, 6}));
   EXPECT_EQ(g.grad(b).get<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+// The gradients of adjacent slices of one tensor (narrow's rule: each padded
+// with zeros) join into ONE n-ary CONCAT, padded where no slice reaches,
+// whatever order they are summed in (a gap between two slices waits as a zero
+// part for the slice that fills it): no ADD, no zero part left, exact values.
+void check_slices_join_in_one_concat(const std::vector<int64_t>& lens, int64_t before,
+                                     int64_t after) {
+  const auto n = lens.size();
+  std::vector<size_t> order(n);
+  for (size_t k = 0; k < n; ++k) order[k] = k;
+  do {
+    Context ctx;
+    int64_t rows = before + after;
+    for (int64_t l : lens) rows += l;
+    Tensor w = ctx.param(f32, {rows, 3}, "w");
+    std::vector<Tensor> m(n);
+    std::vector<int64_t> start(n);
+    for (size_t k = 0, at = size_t(before); k < n; at += size_t(lens[k]), ++k) {
+      start[k] = int64_t(at);
+      m[k] = ctx.input(f32, {lens[k], 3});
+    }
+    Tensor loss;
+    for (size_t k : order) {  // the slices' use, so their gradients' order
+      Tensor term = sum(w.narrow(0, start[k], lens[k]) * m[k]);
+      loss = loss.defined() ? loss + term : term;
+    }
+    Graph g = Graph::forward(loss);
+    g.backward(loss);
+    int concats = 0, adds = 0, zero_parts = 0;
+    for (size_t k = g.n_forward(); k < g.size(); ++k) {
+      const TensorNode* x = g.nodes()[k];
+      concats += x->op == Op::CONCAT;
+      adds += x->op == Op::ADD;
+      zero_parts += x->op == Op::FULL && op_params<Op::FULL>(*x).value == 0.0f;
+    }
+    std::string what = "order";
+    for (size_t k : order) what += " " + std::to_string(k);
+    EXPECT_EQ(concats, 1) << what;
+    EXPECT_EQ(adds, 0) << what;
+    EXPECT_EQ(zero_parts, 0) << what;
+    CpuBackend cpu(2);
+    auto buf = allocate_tensors(ctx, cpu);
+    std::vector<float> want(size_t(rows * 3), 0.0f);
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<float> v(size_t(lens[k] * 3));
+      for (size_t e = 0; e < v.size(); ++e) v[e] = float(100 * (k + 1) + e);
+      m[k].set<float>(v);
+      std::copy(v.begin(), v.end(), want.begin() + start[k] * 3);
+    }
+    w.set<float>(std::vector<float>(size_t(rows * 3), 1.0f));
+    cpu.compute(g);
+    EXPECT_EQ(g.grad(w).get<float>(), want) << what;
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+TEST(Graph, AdjacentSlicesGradientsJoinInOneConcat) {
+  check_slices_join_in_one_concat({2, 3}, 0, 0);
+  check_slices_join_in_one_concat({2, 3}, 1, 2);
+  check_slices_join_in_one_concat({2, 1, 3}, 0, 0);
+  check_slices_join_in_one_concat({2, 1, 3}, 2, 1);
+  check_slices_join_in_one_concat({1, 2, 1, 3}, 0, 1);
+  check_slices_join_in_one_concat({1, 2, 1, 3}, 1, 0);
 }
 
 TEST(Graph, BackwardRejectsBadLosses) {

@@ -1,5 +1,6 @@
 // Every layer's output and gradients (params and input) against a double
 // reference (tests/nn/reference.h), gradients by central differences.
+#include <map>
 #include <set>
 
 #include "kiln/ext/tensor_node.h"
@@ -152,6 +153,32 @@ TEST(NnLayers, CausalSelfAttentionUsesTheFusedKernelWithoutWeightDropout) {
   EXPECT_TRUE(ops_of(dropping(x)).count(Op::SOFTMAX));
   dropping.eval();
   EXPECT_TRUE(ops_of(dropping(x)).count(Op::ATTENTION));
+}
+
+// q, k and v are slices of c_attn's output: the backward writes their three
+// gradients into one tensor of its shape (ATTENTION_BACK), which is c_attn's
+// output gradient itself: no concat, no padding, in f32 and under the bf16
+// policy. (Values: CausalSelfAttention above and the op harness.)
+TEST(NnLayers, CausalSelfAttentionGradientsJoinWithoutACopy) {
+  for (const DType precision : {f32, bf16}) {
+    Context ctx;
+    ctx.set_matmul_precision(precision);
+    Tensor x = ctx.input(f32, {2, 4, 8}, "x");
+    nn::CausalSelfAttention attn(ctx, 8, 2);
+    Tensor loss = sum(attn(x));
+    Graph g = Graph::forward(loss);
+    g.backward(loss);
+    std::map<Op, int> n;
+    const TensorNode* back = nullptr;
+    for (size_t k = g.n_forward(); k < g.size(); ++k) {
+      ++n[g.nodes()[k]->op];
+      if (g.nodes()[k]->op == Op::ATTENTION_BACK) back = g.nodes()[k];
+    }
+    EXPECT_EQ(n[Op::CONCAT], 0) << dtype_name(precision);
+    EXPECT_EQ(n[Op::PAD], 0) << dtype_name(precision);
+    ASSERT_NE(back, nullptr);
+    EXPECT_EQ(back->shape, (Shape{2, 4, 6, 4}));  // [B, T, 3H, D]
+  }
 }
 
 TEST(NnLayers, TransformerBlock) {

@@ -166,8 +166,8 @@ struct Geo {
   int nd;
   int64_t shape[kMaxDims];  // dst's
   int64_t s0[kMaxDims];     // byte strides of the first source
-  int64_t s1[kMaxDims];     // of the second (CONCAT) / source shape (PAD, REPEAT, REPEAT_BACK)
-  int64_t aux[kMaxDims];    // PAD: before per dim; CONCAT: [0] = dim, [1] = a's length there
+  int64_t s1[kMaxDims];     // source shape (PAD, REPEAT, REPEAT_BACK)
+  int64_t aux[kMaxDims];    // PAD: before per dim
 };
 
 __device__ inline void unravel(int64_t i, const Geo& g, int64_t* idx) {
@@ -177,16 +177,29 @@ __device__ inline void unravel(int64_t i, const Geo& g, int64_t* idx) {
   }
 }
 
-__global__ void k_concat(const char* a, const char* b, Geo g, int es, char* out, int64_t n) {
+// CONCAT's parts (2 to kMaxSrc): part k fills [end[k - 1], end[k]) of dim.
+struct ConcatGeo {
+  int nd, n, dim;
+  int64_t shape[kMaxDims];        // dst's
+  int64_t st[kMaxSrc][kMaxDims];  // byte strides of each part
+  int64_t end[kMaxSrc];           // where each part ends along dim
+  const char* p[kMaxSrc];
+};
+
+__global__ void k_concat(ConcatGeo g, int es, char* out, int64_t n) {
   KILN_GRID_LOOP(i, n) {
     int64_t idx[kMaxDims];
-    unravel(i, g, idx);
-    const int dim = int(g.aux[0]);
-    const bool from_b = idx[dim] >= g.aux[1];  // by position: concat({x, x}) has a == b
-    if (from_b) idx[dim] -= g.aux[1];
+    int64_t r = i;
+    for (int d = g.nd - 1; d >= 0; --d) {
+      idx[d] = r % g.shape[d];
+      r /= g.shape[d];
+    }
+    int k = 0;  // by position: concat({x, x}) has one source twice
+    while (k + 1 < g.n && idx[g.dim] >= g.end[k]) ++k;
+    if (k > 0) idx[g.dim] -= g.end[k - 1];
     int64_t off = 0;
-    for (int d = 0; d < g.nd; ++d) off += idx[d] * (from_b ? g.s1[d] : g.s0[d]);
-    copy_elem(out + i * es, (from_b ? b : a) + off, es);
+    for (int d = 0; d < g.nd; ++d) off += idx[d] * g.st[k][d];
+    copy_elem(out + i * es, g.p[k] + off, es);
   }
 }
 
@@ -292,16 +305,20 @@ void layout_ops(TensorNode* dst, const Launch& L) {
   Geo g = geo_of(dst);
   switch (dst->op) {
     case Op::CONCAT: {
-      const TensorNode* b = dst->src[1];
-      const int dim = prm::concat_dim(dst);
-      for (int d = 0; d < g.nd; ++d) {
-        g.s0[d] = a->stride[size_t(d)];
-        g.s1[d] = b->stride[size_t(d)];
+      ConcatGeo c{};
+      c.nd = g.nd;
+      c.n = dst->n_src;
+      c.dim = prm::concat_dim(dst);
+      int64_t end = 0;
+      for (int d = 0; d < g.nd; ++d) c.shape[d] = g.shape[d];
+      for (int k = 0; k < c.n; ++k) {
+        const TensorNode* x = dst->src[k];
+        for (int d = 0; d < g.nd; ++d) c.st[k][d] = x->stride[size_t(d)];
+        end += x->shape[c.dim];
+        c.end[k] = end;
+        c.p[k] = static_cast<const char*>(x->data);
       }
-      g.aux[0] = dim;
-      g.aux[1] = a->shape[dim];
-      k_concat<<<grid_for(n), kThreads, 0, L.stream>>>(ap, static_cast<const char*>(b->data), g, es,
-                                                       out, n);
+      k_concat<<<grid_for(n), kThreads, 0, L.stream>>>(c, es, out, n);
       return check_launch("concat");
     }
     case Op::PAD:
@@ -356,7 +373,9 @@ OpKernel index_kernel(Op op) {
               index_ops, index_workspace, true};
     case Op::CONCAT:
       return {[](const TensorNode* n) {
-                return n->src[0]->dtype == n->dtype && n->src[1]->dtype == n->dtype;
+                for (int k = 0; k < n->n_src; ++k)
+                  if (n->src[k]->dtype != n->dtype) return false;
+                return true;
               },
               layout_ops};
     case Op::PAD:

@@ -9,6 +9,7 @@
 // q, k, v are all f32 or all bf16; the output has their dtype. bf16 inputs
 // multiply exactly with f32 accumulation; the CPU kernel rounds the softmax
 // weights to bf16 for PV where it runs vdpbf16ps (as FlashAttention does).
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -99,16 +100,99 @@ void backward_ROPE(GradCtx& g) {
   }
 }
 
+namespace {
+
+// q, k or v as a slice of another tensor: NARROW(x, dim, start, length),
+// optionally permuted on top (the GPT's heads: [B, T, 3H, D] narrowed to H
+// heads, permuted to [B, H, T, D]).
+struct Slice {
+  TensorNode* x = nullptr;
+  NarrowParams n;
+  const TensorNode* perm = nullptr;  // the PERMUTE on top, or null
+};
+
+Slice slice_of(TensorNode* t) {
+  Slice s;
+  if (t->op == Op::PERMUTE) {
+    s.perm = t;
+    t = t->src[0];
+  }
+  if (t->op != Op::NARROW) return {};
+  s.x = t->src[0];
+  s.n = op_params<Op::NARROW>(*t);
+  return s;
+}
+
+// Whether q, k and v are adjacent slices of one contiguous tensor x along one
+// dim that together cover it (in any order), under one permutation, with unit
+// column stride. Then ATTENTION_BACK writes dq, dk and dv into one tensor of
+// x's shape, each where its source sits in x (the kernels' grad_head), and
+// their gradients join there as views (sum_grads in core/autodiff.cpp): no
+// concat of the three.
+bool slices_of_one(const Slice s[3]) {
+  const TensorNode* x = s[0].x;
+  if (!x || !x->is_contiguous()) return false;
+  int64_t len = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (s[i].x != x || s[i].n.dim != s[0].n.dim || (s[i].perm == nullptr) != (s[0].perm == nullptr))
+      return false;
+    if (s[i].perm &&
+        op_params<Op::PERMUTE>(*s[i].perm).axes != op_params<Op::PERMUTE>(*s[0].perm).axes)
+      return false;
+    len += s[i].n.length;
+  }
+  if (len != x->shape[int(s[0].n.dim)]) return false;
+  // Adjacent and covering: in order of start, each range ends where the next
+  // one starts.
+  NarrowParams r[3] = {s[0].n, s[1].n, s[2].n};
+  std::sort(r, r + 3, [](const NarrowParams& a, const NarrowParams& b) {
+    return std::pair{a.start, a.length} < std::pair{b.start, b.length};
+  });
+  return r[0].start == 0 && r[0].start + r[0].length == r[1].start &&
+         r[1].start + r[1].length == r[2].start;
+}
+
+// s's view of t (t shaped like s.x).
+Tensor like(Tensor t, const Slice& s) {
+  t = t.narrow(int(s.n.dim), s.n.start, s.n.length);
+  if (!s.perm) return t;
+  const auto a = op_params<Op::PERMUTE>(*s.perm).axes;
+  switch (t.ndim()) {
+    case 2: return t.permute({int(a[0]), int(a[1])});
+    case 3: return t.permute({int(a[0]), int(a[1]), int(a[2])});
+    default: return t.permute({int(a[0]), int(a[1]), int(a[2]), int(a[3])});
+  }
+}
+
+}  // namespace
+
 // One ATTENTION_BACK node computes dq, dk and dv together (one pass over the
-// key blocks per head); its flat result holds them one after the other and the
-// rule hands out contiguous views of it.
+// key blocks per head). Its result holds them one after the other (flat) and
+// the rule hands out contiguous views of it; or, when q, k and v are slices of
+// one tensor x (slices_of_one), it is shaped like x and the rule hands out the
+// same slices of it.
 void backward_ATTENTION(GradCtx& g) {
   Tensor q = g.src(0), k = g.src(1), v = g.src(2);
   if (!g.needs(0) && !g.needs(1) && !g.needs(2)) return;
+  const std::initializer_list<TensorNode*> srcs = {q.node(), k.node(), v.node(), g.out().node(),
+                                                   g.grad().node()};
+  const Slice s[3] = {slice_of(q.node()), slice_of(k.node()), slice_of(v.node())};
+  // Rows of unit column stride; strided views (a backend that copies a
+  // source keeps a strided view a view of the copied tensor, at its offset,
+  // which the kernels place the gradients by).
+  auto fits = [](const Tensor& t) {
+    return t.node()->stride[size_t(t.ndim() - 1)] == int64_t(t.node()->elem_size()) &&
+           !t.node()->is_contiguous();
+  };
+  if (slices_of_one(s) && fits(q) && fits(k) && fits(v)) {
+    Tensor packed(new_op(Op::ATTENTION_BACK, f32, s[0].x->shape, srcs, g.params<Op::ATTENTION>()));
+    for (int i = 0; i < 3; ++i)
+      if (g.needs(i)) g.add(i, like(packed, s[i]));
+    return;
+  }
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
-  Tensor packed(new_op(Op::ATTENTION_BACK, f32, Shape{nq + nk + nv},
-                       {q.node(), k.node(), v.node(), g.out().node(), g.grad().node()},
-                       g.params<Op::ATTENTION>()));
+  Tensor packed(
+      new_op(Op::ATTENTION_BACK, f32, Shape{nq + nk + nv}, srcs, g.params<Op::ATTENTION>()));
   if (g.needs(0)) g.add(0, packed.narrow(0, 0, nq).view(q.shape()));
   if (g.needs(1)) g.add(1, packed.narrow(0, nq, nk).view(k.shape()));
   if (g.needs(2)) g.add(2, packed.narrow(0, nq + nk, nv).view(v.shape()));

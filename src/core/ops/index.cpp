@@ -12,13 +12,15 @@
 //   A quantized table is frozen: no gradient flows into it.
 // - concat (torch.cat): every tensor has the same ndim and dtype, sizes match
 //   except along `dim`; a one-element list returns that tensor itself. The
-//   primitive is binary, so n tensors become a chain of n-1 CONCAT nodes (errors
-//   are checked up front and name the original positions). Any dtype.
+//   primitive takes 2 to kMaxSrc (5) parts, so more tensors become a chain of
+//   CONCAT nodes (errors are checked up front and name the original
+//   positions). Any dtype.
 // - pad (F.pad, constant mode): pairs (before, after) from the LAST dim; fewer
 //   pairs than dims leave the leading dims alone; negative pads (cropping) are not
 //   supported. Any dtype (the fill value is converted).
 // - repeat (torch.Tensor.repeat): reps.size() >= ndim, missing leading dims are
 //   prepended as size 1; result rank <= 4; every rep >= 1 (no empty tensors).
+#include <algorithm>
 #include <vector>
 
 #include "core/autodiff.h"
@@ -61,10 +63,20 @@ Tensor embedding(Tensor weight, Tensor indices) {
 
 namespace {
 
-Tensor concat_pair(Tensor a, Tensor b, int dim) {
-  Shape s = a.shape();
-  s[dim] += b.shape()[dim];
-  return Tensor(detail::new_op(Op::CONCAT, a.dtype(), s, {a.node(), b.node()}, ConcatParams{dim}));
+// One CONCAT node of 2 to kMaxSrc parts.
+Tensor concat_node(const Tensor* parts, int n, int dim) {
+  Shape s = parts[0].shape();
+  TensorNode* srcs[kMaxSrc] = {};
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) s[dim] += parts[i].shape()[dim];
+    srcs[i] = parts[i].node();
+  }
+  const std::initializer_list<TensorNode*> all[] = {{srcs[0], srcs[1]},
+                                                    {srcs[0], srcs[1], srcs[2]},
+                                                    {srcs[0], srcs[1], srcs[2], srcs[3]},
+                                                    {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]}};
+  static_assert(kMaxSrc == 5);
+  return Tensor(detail::new_op(Op::CONCAT, parts[0].dtype(), s, all[n - 2], ConcatParams{dim}));
 }
 
 template <class It>
@@ -90,8 +102,17 @@ Tensor concat_impl(It first, It last, int dim) {
       fail(op, "tensor ", i, " is ", t.shape().str(), " but tensor 0 is ", t0.shape().str(),
            " (sizes must match except in dim ", d, ")");
   }
-  Tensor out = t0;
-  for (size_t i = 1; i < n; ++i) out = concat_pair(out, first[i], d);
+  // One node of up to kMaxSrc parts; more: a chain, each node's first part
+  // the previous node.
+  std::vector<Tensor> parts(first, last);
+  if (n == 1) return t0;
+  Tensor out = concat_node(parts.data(), int(std::min<size_t>(n, kMaxSrc)), d);
+  for (size_t i = kMaxSrc; i < n; i += kMaxSrc - 1) {
+    Tensor next[kMaxSrc] = {out};
+    const size_t m = std::min<size_t>(n - i, kMaxSrc - 1);
+    for (size_t j = 0; j < m; ++j) next[j + 1] = parts[i + j];
+    out = concat_node(next, int(m + 1), d);
+  }
   return out;
 }
 
@@ -178,9 +199,12 @@ void backward_SCATTER_ADD_ROWS(GradCtx& g) {
 
 void backward_CONCAT(GradCtx& g) {
   const int d = int(g.params<Op::CONCAT>().dim);
-  const int64_t na = g.src(0).shape()[d], nb = g.src(1).shape()[d];
-  if (g.needs(0)) g.add(0, g.grad().narrow(d, 0, na));
-  if (g.needs(1)) g.add(1, g.grad().narrow(d, na, nb));
+  int64_t at = 0;
+  for (int i = 0; i < g.out().node()->n_src; ++i) {
+    const int64_t len = g.src(i).shape()[d];
+    if (g.needs(i)) g.add(i, g.grad().narrow(d, at, len));
+    at += len;
+  }
 }
 
 void backward_PAD(GradCtx& g) {

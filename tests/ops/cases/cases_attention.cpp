@@ -3,6 +3,7 @@
 // (tables of any values, strided x and tables, tables narrowed at a KV cache's offset, gradients of
 // x and of the tables) and ROPE_BACK on its own. Multi-threaded sizes run without finite
 // differences (their grads are compared with the reference's).
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -262,6 +263,51 @@ void add_attention_small(std::vector<Case>& cs) {
                         back(causal, 0.4f), false);
     tb.tol = {1e-2, 1e-2};
     cs.push_back(tb);
+  }
+
+  // q, k and v as slices of one tensor x, as nn::CausalSelfAttention takes
+  // them ([B, T, 3H, E] narrowed to H heads each, permuted to [B, H, T, E]):
+  // ATTENTION_BACK writes the three gradients into one tensor shaped like x,
+  // which is x's gradient (no concat). Slices in other orders, along a
+  // leading dim without a permute, and each backward kernel: small heads,
+  // tiled (T = 70), bf16 under the context's policy.
+  struct Sl {
+    std::string name;
+    Shape x;
+    int dim;
+    std::array<int, 3> slot;  // where q, k, v sit along dim, in units of H
+    bool permute, bf16, fd;
+  };
+  const std::vector<Sl> sls = {
+      {"small", {2, 13, 9, 20}, 2, {0, 1, 2}, true, false, true},
+      {"small_vqk", {2, 13, 9, 20}, 2, {1, 2, 0}, true, false, true},
+      {"dim1", {2, 6, 13, 20}, 1, {2, 0, 1}, false, false, true},
+      {"gpt", {2, 64, 12, 32}, 2, {0, 1, 2}, true, false, false},
+      {"tiled", {1, 70, 6, 24}, 2, {0, 1, 2}, true, false, false},
+      {"gpt_bf16", {2, 64, 12, 32}, 2, {0, 1, 2}, true, true, false},
+      {"tiled_bf16", {1, 70, 6, 24}, 2, {2, 1, 0}, true, true, false},
+  };
+  for (const Sl& sl : sls) {
+    Case c = make_case(
+        "attention_qkv_slices_" + sl.name, {Op::ATTENTION}, {in("x", sl.x, g)},
+        [sl](Context& ctx, X x) {
+          if (sl.bf16) ctx.set_matmul_precision(bf16);
+          const Tensor xs = sl.bf16 ? x[0].to(bf16) : x[0];
+          const int64_t h = sl.x[sl.dim] / 3;
+          auto part = [&](int i) {
+            const Tensor t = xs.narrow(sl.dim, sl.slot[size_t(i)] * h, h);
+            return sl.permute ? t.permute({0, 2, 1, 3}) : t;
+          };
+          const Tensor y = attention(part(0), part(1), part(2), {0.0f, true});
+          return sl.bf16 ? y.to(f32) : y;
+        },
+        true);
+    if (!sl.fd) c = no_fd(c);
+    if (sl.bf16) {
+      c.tol = {8e-3, 8e-3};
+      c.grad_tol = {2e-2, 2e-2};
+    }
+    cs.push_back(c);
   }
 }
 

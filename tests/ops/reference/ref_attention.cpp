@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "ops/reference/reference.h"
 
@@ -45,6 +47,35 @@ AttnDims attn_dims(const RefValue& q, const RefValue& k) {
   return {tq * e ? q.numel() / (tq * e) : 0, tq, k.shape[nd - 2], e};
 }
 
+// ATTENTION_BACK's result shaped like the one tensor its q, k and v are
+// slices of (views of one memory): each gradient element goes where its
+// source's element is, counted from the lowest of the three offsets. g holds
+// dq, dk, dv one after the other; every element of the result must be
+// covered once.
+RefValue placed_in_sliced(const TensorNode* node, const std::vector<double>& g) {
+  RefValue r = ref_out(node);
+  std::vector<int> hits(r.v.size(), 0);
+  const TensorNode *q = node->src[0], *k = node->src[1], *v = node->src[2];
+  if (!q->view_src || k->view_src != q->view_src || v->view_src != q->view_src)
+    ref_fail(node, "a result shaped " + node->shape.str() + " needs q, k, v views of one tensor");
+  const size_t base = std::min({q->view_offs, k->view_offs, v->view_offs});
+  size_t from = 0;
+  for (const TensorNode* s : {q, k, v}) {
+    const int64_t es = int64_t(dtype_size(s->dtype));
+    Index it(s->shape);
+    do {
+      int64_t off = int64_t(s->view_offs - base) / es;
+      for (int d = 0; d < s->shape.ndim(); ++d) off += it.i[d] * (s->stride[size_t(d)] / es);
+      if (off < 0 || off >= int64_t(r.v.size())) ref_fail(node, "a gradient falls outside");
+      r.v[size_t(off)] = g[from++];
+      ++hits[size_t(off)];
+    } while (it.next());
+  }
+  for (int h : hits)
+    if (h != 1) ref_fail(node, "q, k and v do not tile the result once");
+  return r;
+}
+
 }  // namespace
 
 RefValue ref_ATTENTION(const RefArgs& a) {
@@ -75,7 +106,11 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
   (void)a.in(3);  // the kernel's O; the reference derives everything from P
   const AttentionParams p = a.params<AttentionParams>();
   const int64_t nq = q.numel(), nk = k.numel(), nv = v.numel();
-  RefValue r = ref_out(a.node, Shape{nq + nk + nv});
+  // dq, dk, dv one after the other; placed in the tensor the three slice
+  // below when the result has its shape.
+  const bool flat = a.node->shape.ndim() == 1;
+  if (flat) ref_check_shape(a.node, Shape{nq + nk + nv});
+  std::vector<double> grads(size_t(nq + nk + nv), 0.0);
   const AttnDims D = attn_dims(q, k);
   const double sc = double(p.scale);
   for (int64_t h = 0; h < D.heads; ++h) {
@@ -83,9 +118,9 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
     const double* kh = k.v.data() + h * D.tk * D.e;
     const double* vh = v.v.data() + h * D.tk * D.e;
     const double* gh = g.v.data() + h * D.tq * D.e;
-    double* dq = r.v.data() + h * D.tq * D.e;
-    double* dk = r.v.data() + nq + h * D.tk * D.e;
-    double* dv = r.v.data() + nq + nk + h * D.tk * D.e;
+    double* dq = grads.data() + h * D.tq * D.e;
+    double* dk = grads.data() + nq + h * D.tk * D.e;
+    double* dv = grads.data() + nq + nk + h * D.tk * D.e;
     const std::vector<double> pr = head_probs(qh, kh, D.tq, D.tk, D.e, sc, p.causal);
     for (int64_t i = 0; i < D.tq; ++i) {
       std::vector<double> dp(size_t(D.tk));
@@ -107,6 +142,9 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
       }
     }
   }
+  if (!flat) return placed_in_sliced(a.node, grads);
+  RefValue r = ref_out(a.node);
+  r.v = grads;
   return r;
 }
 

@@ -56,27 +56,30 @@ RefValue ref_SCATTER_ADD_ROWS(const RefArgs& a) {
   return r;
 }
 
-// CONCAT: src0, src1 along i[0].
+// CONCAT: the sources (2 to kMaxSrc) one after the other along i[0].
 RefValue ref_CONCAT(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const RefValue& y = a.in(1);
   const int nd = x.shape.ndim();
   int dim = int(a.params<ConcatParams>().dim);
   if (dim < 0) dim += nd;
-  if (y.shape.ndim() != nd || dim < 0 || dim >= nd) ref_fail(a.node, "bad concat");
+  if (a.n_src < 2 || dim < 0 || dim >= nd) ref_fail(a.node, "bad concat");
   Shape s = x.shape;
-  for (int d = 0; d < nd; ++d)
-    if (d != dim && x.shape[d] != y.shape[d])
-      ref_fail(a.node, "concat " + x.shape.str() + " with " + y.shape.str());
-  s[dim] = x.shape[dim] + y.shape[dim];
+  s[dim] = 0;
+  for (int k = 0; k < a.n_src; ++k) {
+    const RefValue& y = a.in(k);
+    for (int d = 0; d < nd; ++d)
+      if (y.shape.ndim() != nd || (d != dim && x.shape[d] != y.shape[d]))
+        ref_fail(a.node, "concat " + x.shape.str() + " with " + y.shape.str());
+    s[dim] += y.shape[dim];
+  }
   RefValue r = ref_out(a.node, s);
   Index it(s);
   do {
     int64_t src_idx[kMaxDims];
     for (int d = 0; d < nd; ++d) src_idx[d] = it.i[d];
-    const bool first = it.i[dim] < x.shape[dim];
-    if (!first) src_idx[dim] -= x.shape[dim];
-    const RefValue& from = first ? x : y;
+    int k = 0;
+    while (src_idx[dim] >= a.in(k).shape[dim]) src_idx[dim] -= a.in(k++).shape[dim];
+    const RefValue& from = a.in(k);
     r.v[size_t(ref_linear(s, it.i))] = from.v[size_t(ref_linear(from.shape, src_idx))];
   } while (it.next());
   return r;

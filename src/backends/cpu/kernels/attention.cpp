@@ -180,22 +180,23 @@ void tile_weighted(const float* W, int64_t ldw, const float* rows, int64_t j0, i
   });
 }
 
-// dst[j * e + c] += sum over r < R of W[r * ldw + j] a[r * e + c] for j in [0, n):
-// the R rows of a stay in registers while each dst row is loaded and stored
-// once for R.
+// dst[j * ldd + c] += sum over r < R of W[r * ldw + j] a[r * e + c] for j in
+// [0, n): the R rows of a stay in registers while each dst row is loaded and
+// stored once for R.
 template <int R>
-void tile_outer_acc(const float* W, int64_t ldw, const float* a, int64_t n, int64_t e, float* dst) {
+void tile_outer_acc(const float* W, int64_t ldw, const float* a, int64_t n, int64_t e, float* dst,
+                    int64_t ldd) {
   over_column_chunks(e, [&]<int NV>(int64_t c0, int m) {
     VF ar[R][NV];
     for (int r = 0; r < R; ++r) load_chunk<NV>(a + r * e + c0, m, ar[r]);
     for (int64_t j = 0; j < n; ++j) {
       VF x[NV];
-      load_chunk<NV>(dst + j * e + c0, m, x);
+      load_chunk<NV>(dst + j * ldd + c0, m, x);
       for (int r = 0; r < R; ++r) {
         const VF w = vm::c<VF>(W[r * ldw + j]);
         for (int v = 0; v < NV; ++v) x[v] = vm::madd(w, ar[r][v], x[v]);
       }
-      store_chunk<NV>(dst + j * e + c0, m, x);
+      store_chunk<NV>(dst + j * ldd + c0, m, x);
     }
   });
 }
@@ -229,8 +230,6 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *o = dst->src[3], *dout = dst->src[4];
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
   const Dims D = dims_of(q, k);
-  const int64_t nq = q->numel(), nk = k->numel();
-  float* out = static_cast<float*>(dst->data);
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 3 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return;
   const int64_t ld = packed_ld(D.tk), e = D.e;
@@ -251,15 +250,16 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
     pack_transposed(kh, D.tk, e, kt, ld, rbuf);
     pack_transposed(vh, D.tk, e, vt, ld, rbuf);
     pack_rows(kh, D.tk, e, kp);
-    float* dq = out + h * D.tq * e;
-    float* dk = out + nq + h * D.tk * e;  // accumulated in place: the head's own rows
-    float* dv = out + nq + nk + h * D.tk * e;
-    std::fill(dk, dk + D.tk * e, 0.0f);
-    std::fill(dv, dv + D.tk * e, 0.0f);
+    // dk and dv accumulate in place: the head's own rows.
+    const GradRows dq = grad_head(dst, 0, h), dk = grad_head(dst, 1, h), dv = grad_head(dst, 2, h);
+    for (int64_t j = 0; j < D.tk; ++j) {
+      std::fill(dk.row(j), dk.row(j) + e, 0.0f);
+      std::fill(dv.row(j), dv.row(j) + e, 0.0f);
+    }
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
-      float* dqi = dq + i0 * e;  // the tile's rows of dq, contiguous
-      std::fill(dqi, dqi + nr * e, 0.0f);
+      float* dqi = dq.row(i0);  // the tile's rows of dq
+      for (int r = 0; r < nr; ++r) std::fill(dqi + r * dq.ld, dqi + r * dq.ld + e, 0.0f);
       const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
       if (n_max == 0) continue;
       pack_tile(qh, i0, nr, e, qt);
@@ -294,9 +294,9 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
         std::fill(dr + n, dr + n_max, 0.0f);
       }
       with_rows(nr, [&]<int R>() {
-        tile_weighted<R>(dS, ld, kp, 0, n_max, e, dqi, e);  // dq = scale ds k
-        tile_outer_acc<R>(dS, ld, qt, n_max, e, dk);        // dk += scale ds^T q
-        tile_outer_acc<R>(P, ld, gt, n_max, e, dv);         // dv += p^T dO
+        tile_weighted<R>(dS, ld, kp, 0, n_max, e, dqi, dq.ld);  // dq = scale ds k
+        tile_outer_acc<R>(dS, ld, qt, n_max, e, dk.p, dk.ld);   // dk += scale ds^T q
+        tile_outer_acc<R>(P, ld, gt, n_max, e, dv.p, dv.ld);    // dv += p^T dO
       });
     }
   }

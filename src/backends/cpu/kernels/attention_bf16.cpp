@@ -52,6 +52,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using attn::Dims;
 using attn::dims_of;
+using attn::grad_head;
+using attn::GradRows;
 using attn::round_up;
 using attn::visible;
 
@@ -380,8 +382,6 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
   const TensorNode *o = dst->src[3], *dout = dst->src[4];
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
   const Dims D = dims_of(q, k);
-  const int64_t nq = q->numel(), nk = k->numel();
-  float* out = static_cast<float*>(dst->data);
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 3 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, ep = (e + 1) / 2, eb = round_up(e, kV), ldk = packed_ld(D.tk);
@@ -422,12 +422,12 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
     pack_pairs_over_rows(kh, D.tk, e, eb, kp, rows);
     std::fill(dk, dk + D.tk * eb, 0.0f);
     std::fill(dv, dv + D.tk * eb, 0.0f);
-    float* dqh = out + h * D.tq * e;
+    const GradRows dqh = grad_head(dst, 0, h);
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
       const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
       if (n_max == 0) {
-        std::fill(dqh + i0 * e, dqh + (i0 + nr) * e, 0.0f);
+        for (int r = 0; r < nr; ++r) std::fill(dqh.row(i0 + r), dqh.row(i0 + r) + e, 0.0f);
         continue;
       }
       const int64_t npm = (n_max + 1) / 2;
@@ -479,13 +479,12 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
       outer_acc<kRP>(dsT, ldk, qi, n_max, eb, dk);  // dk += scale ds^T q
       outer_acc<kRP>(pT, ldk, gi, n_max, eb, dv);   // dv += p^T dO
       for (int r = 0; r < nr; ++r)
-        std::memcpy(dqh + (i0 + r) * e, dq + r * eb, size_t(e) * sizeof(float));
+        std::memcpy(dqh.row(i0 + r), dq + r * eb, size_t(e) * sizeof(float));
     }
-    float* dkh = out + nq + h * D.tk * e;
-    float* dvh = out + nq + nk + h * D.tk * e;
+    const GradRows dkh = grad_head(dst, 1, h), dvh = grad_head(dst, 2, h);
     for (int64_t j = 0; j < D.tk; ++j) {
-      std::memcpy(dkh + j * e, dk + j * eb, size_t(e) * sizeof(float));
-      std::memcpy(dvh + j * e, dv + j * eb, size_t(e) * sizeof(float));
+      std::memcpy(dkh.row(j), dk + j * eb, size_t(e) * sizeof(float));
+      std::memcpy(dvh.row(j), dv + j * eb, size_t(e) * sizeof(float));
     }
   }
   return true;

@@ -7,6 +7,8 @@
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/vec_math.h"
+#include "kiln/error.h"
+#include "kiln/ext/tensor_node.h"
 
 namespace kiln::cpu::attn {
 
@@ -62,6 +64,39 @@ inline float dot(const float* a, const float* b, int64_t e) {
     acc = vm::madd(vm::loadv<VF>(a + c, m), vm::loadv<VF>(b + c, m), acc);
   }
   return vm::hsum(acc);
+}
+
+// Where ATTENTION_BACK (dst) writes head h of the gradient of its source i
+// (0: q, 1: k, 2: v): f32 rows ld floats apart, unit column stride. Its
+// result is flat (1-D: dq, dk, dv one after the other, each contiguous) or
+// shaped like the one contiguous tensor that q, k and v are slices of (the
+// rule in core/ops/attention.cpp), each gradient placed there as its source
+// is in that tensor: the source's element strides, from its element offset
+// past the lowest of the three (the slice at the tensor's start).
+struct GradRows {
+  float* p;
+  int64_t ld;
+  float* row(int64_t i) const { return p + i * ld; }
+};
+inline GradRows grad_head(const TensorNode* dst, int i, int64_t h) {
+  const TensorNode* s = dst->src[i];
+  float* out = static_cast<float*>(dst->data);
+  const int nd = s->shape.ndim();
+  if (dst->shape.ndim() == 1) {
+    int64_t off = h * s->shape[nd - 2] * s->shape[nd - 1];
+    for (int j = 0; j < i; ++j) off += dst->src[j]->numel();
+    return {out + off, s->shape[nd - 1]};
+  }
+  const TensorNode *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+  KILN_ASSERT(q->view_src && k->view_src == q->view_src && v->view_src == q->view_src);
+  const size_t base = std::min({q->view_offs, k->view_offs, v->view_offs});
+  const int64_t es = int64_t(s->elem_size());
+  int64_t off = int64_t(s->view_offs - base) / es;
+  for (int d = nd - 3; d >= 0; --d) {
+    off += (h % s->shape[d]) * (s->stride[d] / es);
+    h /= s->shape[d];
+  }
+  return {out + off, s->stride[nd - 2] / es};
 }
 
 }  // namespace kiln::cpu::attn

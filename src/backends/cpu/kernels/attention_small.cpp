@@ -138,7 +138,18 @@ void pairs_along(const float* a, int64_t n, float* dst) {
   if (j < n)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j / 2), to_bf16(_mm512_loadu_ps(a + j)));
 }
+// dO . O of two rows of bf16 pairs (ew words each): exact products, f32 sums.
+float dot_pairs(const float* a, const float* b, int64_t ew) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < ew; c += 16) {
+    const __mmask16 m = vm::tail_mask(int(ew - c));
+    acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_ps(m, a + c),
+                           (__m512bh)_mm512_maskz_loadu_ps(m, b + c));
+  }
+  return _mm512_reduce_add_ps(acc);
+}
 #else
+float dot_pairs(const float*, const float*, int64_t) { return 0.0f; }
 void interleave_rows(const HeadMat&, int64_t, int64_t, float*) {}
 void interleave_f32(const float*, const float*, int64_t, float*) {}
 void pairs_along(const float*, int64_t, float*) {}
@@ -469,13 +480,14 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   const AttentionParams p = op_params<Op::ATTENTION_BACK>(*dst);
   const Dims D = dims_of(q, k);
   if (!small_heads(D)) return false;
-  const int64_t nq = q->numel(), nk = k->numel();
   const Range hr = thread_range(t, D.heads, std::max<int64_t>(1, 5 * D.tq * D.tk * D.e), 1);
   if (hr.empty()) return true;
   const int64_t e = D.e, tq = D.tq, tk = D.tk, ldk = round_up(tk, kW), ldp = ldk / 2;
   const int64_t tq2 = (tq + 1) / 2;  // query row pairs
-  // bf16 q, k, v, dO: every product on bf16 pairs (P and dS rounded to bf16).
+  // bf16 q, k, v, dO: every product on bf16 pairs (P and dS rounded to bf16);
+  // dO . O too where O is bf16 pairs (else on f32 rows).
   const bool pairs = bf16_pairs(q) && bf16_pairs(k) && bf16_pairs(v) && bf16_pairs(dout);
+  const bool o_pairs = pairs && bf16_pairs(o);
   const int64_t ew = pairs ? e / 2 : e;  // words of a q, k, v or dO row
   // Scratch: k^T, v^T (e x ldk each), k, v (tk x e), q ((tq + 1) x e: room
   // for an odd row's pair), dO (tq x e) and its pairs ((tq + 1) x e), P and
@@ -496,12 +508,10 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   float* ds2 = obuf + tq * e;         // kR x ldp: a tile's dS as pairs over keys
   float* dSp = ds2 + kR * ldp;        // tq2 x ldk: dS as pairs over rows
   float* Pp = dSp + tq2 * ldk;        // tq2 x ldk: P as pairs over rows
-  float* out = static_cast<float*>(dst->data);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // f32 rows, or for pairs k^T, v^T as words (q, dO read in place for the
     // scores) and the row pairs of k, q, dO interleaved for the other products.
-    const Rows gr = f32_rows(head_of(dout, h), tq, e, gbuf);
-    Rows kr{}, qr{}, qs{}, gs{};
+    Rows kr{}, qr{}, qs{}, gs{}, gr{}, orows{};
     if (pairs) {
       transpose(word_rows(head_of(k, h)), tk, ew, ldk, kt);
       transpose(word_rows(head_of(v, h)), tk, ew, ldk, vt);
@@ -515,13 +525,17 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       qr = f32_rows(head_of(q, h), tq, e, qbuf);
       transpose(kr, tk, e, ldk, kt);
       transpose(f32_rows(head_of(v, h), tk, e, vbuf), tk, e, ldk, vt);
+      gr = f32_rows(head_of(dout, h), tq, e, gbuf);
       qs = qr;
       gs = gr;
     }
-    const Rows orows = f32_rows(head_of(o, h), tq, e, obuf);
-    float* dq = out + h * tq * e;
-    float* dk = out + nq + h * tk * e;
-    float* dv = out + nq + nk + h * tk * e;
+    if (o_pairs) {
+      orows = word_rows(head_of(o, h));
+    } else {
+      if (pairs) gr = f32_rows(head_of(dout, h), tq, e, gbuf);
+      orows = f32_rows(head_of(o, h), tq, e, obuf);
+    }
+    const GradRows dq = grad_head(dst, 0, h), dk = grad_head(dst, 1, h), dv = grad_head(dst, 2, h);
     // Per query tile: P and scale * ds = scale * p (dp - dO . O) of its rows
     // (0 past each row's visible keys, up to ldk), and its rows of dq.
     for (int64_t i0 = 0; i0 < tq; i0 += kR) {
@@ -532,7 +546,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       if (n_max == 0) {
         std::fill(Pt, Pt + nr * ldk, 0.0f);
         std::fill(dSt, dSt + nr * ldk, 0.0f);
-        std::fill(dq + i0 * e, dq + (i0 + nr) * e, 0.0f);
+        for (int r = 0; r < nr; ++r) std::fill(dq.row(i0 + r), dq.row(i0 + r) + e, 0.0f);
         continue;
       }
       const int64_t nvk = (n_max + kW - 1) / kW, nw = nvk * kW;
@@ -544,7 +558,8 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
         KILN_UNROLL
         for (int r = 0; r < R; ++r) {
           n[r] = visible(i0 + r, tq, tk, p.causal);
-          dsum[r] = dot(gr.row(i0 + r), orows.row(i0 + r), e);  // dO . O
+          dsum[r] = o_pairs ? dot_pairs(gs.row(i0 + r), orows.row(i0 + r), ew)  // dO . O
+                            : dot(gr.row(i0 + r), orows.row(i0 + r), e);
         }
         softmax_rows<R>(Pt, ldk, n, nw, inv);
         const VF lanes = vm::loadv<VF>(kLanes), vs = vm::c<VF>(p.scale), zero = vm::c<VF>(0.0f);
@@ -567,9 +582,10 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
           }
         if (kHavePairs && pairs) {
           for (int r = 0; r < R; ++r) pairs_along(dSt + r * ldk, nw, ds2 + r * ldp);
-          weighted<R, true>(ds2, ldp, 1, kbuf, e, 0, (n_max + 1) / 2, e, nullptr, dq + i0 * e, e);
+          weighted<R, true>(ds2, ldp, 1, kbuf, e, 0, (n_max + 1) / 2, e, nullptr, dq.row(i0),
+                            dq.ld);
         } else {
-          weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq + i0 * e, e);
+          weighted<R>(dSt, ldk, 1, kr.p, kr.ld, 0, n_max, e, nullptr, dq.row(i0), dq.ld);
         }
       });
     }
@@ -589,11 +605,12 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       const int64_t i_lo = p.causal ? std::clamp<int64_t>(j0 - (tk - tq), 0, tq) : 0;
       with_n<kRK>(nj, [&]<int R>() {
         if (kHavePairs && pairs) {
-          weighted<R, true>(dSp + j0, 1, ldk, qbuf, e, i_lo / 2, tq2, e, nullptr, dk + j0 * e, e);
-          weighted<R, true>(Pp + j0, 1, ldk, g2, e, i_lo / 2, tq2, e, nullptr, dv + j0 * e, e);
+          weighted<R, true>(dSp + j0, 1, ldk, qbuf, e, i_lo / 2, tq2, e, nullptr, dk.row(j0),
+                            dk.ld);
+          weighted<R, true>(Pp + j0, 1, ldk, g2, e, i_lo / 2, tq2, e, nullptr, dv.row(j0), dv.ld);
         } else {
-          weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk + j0 * e, e);
-          weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv + j0 * e, e);
+          weighted<R>(dS + j0, 1, ldk, qr.p, qr.ld, i_lo, tq, e, nullptr, dk.row(j0), dk.ld);
+          weighted<R>(P + j0, 1, ldk, gr.p, gr.ld, i_lo, tq, e, nullptr, dv.row(j0), dv.ld);
         }
       });
     }

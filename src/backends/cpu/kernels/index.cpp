@@ -219,23 +219,22 @@ void kernel_SCATTER_ADD_ROWS(TensorNode* dst, ThreadCtx& t) {
   }
 }
 
-// Two strided copies: src0 into dst's first na slices of dim, src1 into the
-// rest, each walked as runs (dims merged where both sides are contiguous), the
-// elements of both split over the threads as one range.
+// Strided copies of the parts (2 to kMaxSrc) into consecutive slabs of dim,
+// each walked as runs (dims merged where both sides are contiguous), the
+// elements of all parts split over the threads as one range.
 void kernel_CONCAT(TensorNode* dst, ThreadCtx& t) {
   const int dim = int(op_params<Op::CONCAT>(*dst).dim);
   const int64_t es = int64_t(dst->elem_size());
   const Strides ds = dense_strides(dst->shape, es);
-  const TensorNode* part[2] = {dst->src[0], dst->src[1]};
-  const int64_t n = part[0]->numel() + part[1]->numel();
-  const Range r = thread_range(t, n, 1, 64);
+  const Range r = thread_range(t, dst->numel(), 1, 64);
   if (r.empty()) return;
   int64_t start = 0;  // the part's first element in the split range
-  for (int k = 0; k < 2; ++k) {
-    const TensorNode* x = part[k];
+  int64_t slab = 0;   // the part's first index along dim
+  for (int k = 0; k < dst->n_src; ++k) {
+    const TensorNode* x = dst->src[k];
     const int64_t lo = std::max(r.begin, start), hi = std::min(r.end, start + x->numel());
     if (lo < hi) {
-      char* base = static_cast<char*>(dst->data) + (k == 0 ? 0 : part[0]->shape[dim] * ds[dim]);
+      char* base = static_cast<char*>(dst->data) + slab * ds[dim];
       const auto L = make_layout<2>(x->shape, {ds, x->stride});
       for_each_run(L, {base, static_cast<char*>(x->data)}, lo - start, hi - start,
                    [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
@@ -246,6 +245,7 @@ void kernel_CONCAT(TensorNode* dst, ThreadCtx& t) {
                    });
     }
     start += x->numel();
+    slab += x->shape[dim];
   }
 }
 
