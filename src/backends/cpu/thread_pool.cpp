@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -54,10 +55,13 @@ constexpr int64_t kYieldAfterNs = 5'000;
 // With adapt, *budget_ns is updated as described above.
 template <class T, class Pred>
 T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_ns, bool adapt,
-             Pred pred) {
+             WaitStats* st, Pred pred) {
   T cur;
   for (int i = 0; i < 64; ++i) {  // fast path: no clock reads
-    if (pred(cur = word.load(std::memory_order_acquire))) return cur;
+    if (pred(cur = word.load(std::memory_order_acquire))) {
+      if (st) st->fast++;
+      return cur;
+    }
     cpu_relax();
   }
   const auto start = Clock::now();
@@ -65,6 +69,11 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
   for (uint32_t i = 0;; ++i) {
     if (pred(cur = word.load(std::memory_order_acquire))) {
       if (adapt) *budget_ns = std::min(*budget_ns * 2, kMaxSpinNs);
+      if (st) {
+        const int64_t ns = (Clock::now() - start).count();
+        (ns > kYieldAfterNs ? st->yielded : st->spun)++;
+        st->spin_ns += ns;
+      }
       return cur;
     }
     cpu_relax();
@@ -83,6 +92,10 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
   while (!pred(cur = word.load(std::memory_order_seq_cst)))
     word.wait(cur, std::memory_order_seq_cst);
   sleepers.fetch_sub(1, std::memory_order_relaxed);
+  if (st) {
+    st->slept++;
+    st->sleep_ns += (Clock::now() - start).count();
+  }
   return cur;
 }
 
@@ -145,8 +158,8 @@ struct PoolState {
     uint32_t seen = 0;
     for (;;) {
       int64_t budget = kIdleSpinNs;
-      seen =
-          wait_until(gen, gen_sleepers, &budget, false, [seen](uint32_t g) { return g != seen; });
+      seen = wait_until(gen, gen_sleepers, &budget, false, nullptr,
+                        [seen](uint32_t g) { return g != seen; });
       if (stop) return;
       call(*ctx[ith]);
       if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1) wake(pending, pending_sleepers);
@@ -194,7 +207,7 @@ void ThreadCtx::barrier() {
   wake(arr[ith].count, arr[ith].sleepers);
   for (int j = 0; j < nth; ++j) {
     if (j == ith) continue;
-    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true,
+    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true, &stats_,
                                   [e](uint32_t v) { return v >= e; });
     if (c == kAborted) throw RunAborted{};
   }
@@ -232,6 +245,18 @@ ThreadPool::ThreadPool(int n_threads) : s_(std::make_unique<PoolState>()) {
 }
 
 ThreadPool::~ThreadPool() {
+  if (const char* e = std::getenv("KILN_POOL_STATS"); e && *e && *e != '0') {
+    for (const auto& c : s_->ctx) {
+      const WaitStats& w = c->stats_;
+      std::fprintf(stderr,
+                   "kiln pool thread %d: barrier waits %llu: fast %llu, spun %llu (<=5us), "
+                   "spun+yield %llu, slept %llu; spinning %.3f ms, sleeping %.3f ms\n",
+                   c->ith, (unsigned long long)(w.fast + w.spun + w.yielded + w.slept),
+                   (unsigned long long)w.fast, (unsigned long long)w.spun,
+                   (unsigned long long)w.yielded, (unsigned long long)w.slept, w.spin_ns * 1e-6,
+                   w.sleep_ns * 1e-6);
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(s_->run_m);
     s_->stop = true;
@@ -260,7 +285,7 @@ void ThreadPool::run(const std::function<void(ThreadCtx&)>& fn) {
   s.publish();
 
   s.call(*s.ctx[0]);
-  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true,
+  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true, nullptr,
              [](int p) { return p == 0; });
   s.fn = nullptr;
   if (s.exc) {
