@@ -59,7 +59,7 @@ class Arena {
 
 NodePlan plan(std::vector<TensorNode*> nodes, std::vector<bool> serial = {}) {
   if (serial.empty()) serial.assign(nodes.size(), false);
-  return plan_nodes(nodes, serial);
+  return plan_nodes(nodes, serial, 2);
 }
 
 // "b" for a step with a barrier before it, "-" without; serial steps as "s<count>".
@@ -67,7 +67,7 @@ std::string shape_of(const NodePlan& p) {
   std::string out;
   for (const kiln::cpu::NodeStep& st : p.steps) {
     out += st.barrier_before ? "b" : "-";
-    if (st.serial) out += "s" + std::to_string(st.count);
+    if (st.serial) out += "s" + std::to_string(st.count) + "@" + std::to_string(st.thread);
   }
   return out;
 }
@@ -220,8 +220,30 @@ TEST(NodePlan, SerialRunsOnThreadZero) {
   TensorNode* p2 = a.at(384, {64}, Op::EXP, {s4});  // needs thread 0's serial work
   const NodePlan pl = plan({s1, s2, p, s3, s4, p2}, {true, true, false, true, true, false});
   // Level 0: p, then s1 s2 s3 in list order on thread 0; then s4; then p2.
-  EXPECT_EQ(shape_of(pl), "--s3bs1b");
+  EXPECT_EQ(shape_of(pl), "--s3@0bs1@0b");
   EXPECT_EQ(order_of(pl), (std::vector<uint32_t>{2, 0, 1, 3, 4, 5}));
+}
+
+TEST(NodePlan, IndependentSerialChainsGoToDifferentThreads) {
+  Arena a;
+  TensorNode* x = a.at(0, {64});
+  TensorNode* a1 = a.at(64, {64}, Op::NEG, {x});
+  TensorNode* b1 = a.at(128, {64}, Op::EXP, {x});
+  TensorNode* a2 = a.at(192, {64}, Op::EXP, {a1});  // a's chain
+  TensorNode* b2 = a.at(256, {64}, Op::EXP, {b1});  // b's chain
+  TensorNode* c = a.at(320, {8}, Op::NEG, {x});     // alone: to the less loaded thread
+  const NodePlan pl = plan({a1, b1, a2, b2, c}, std::vector<bool>(5, true));
+  EXPECT_EQ(shape_of(pl), "-s3@0-s2@1");
+  EXPECT_EQ(order_of(pl), (std::vector<uint32_t>{0, 2, 4, 1, 3}));
+  // A node that reads both chains' results joins them into one chain (so
+  // they run on one thread, before it).
+  TensorNode* j = a.at(400, {64}, Op::ADD, {a2, b2});
+  const NodePlan joined = plan({a1, b1, a2, b2, c, j}, std::vector<bool>(6, true));
+  EXPECT_EQ(shape_of(joined), "-s5@0-s1@1");
+  EXPECT_EQ(order_of(joined), (std::vector<uint32_t>{0, 1, 2, 3, 5, 4}));
+  // So does one that overwrites what both read.
+  TensorNode* over_x = a.at(0, {64}, Op::NEG, {a.at(500, {64})});
+  EXPECT_EQ(shape_of(plan({a1, b1, over_x}, std::vector<bool>(3, true))), "-s3@0");
 }
 
 TEST(NodePlan, IndependentNodesRunSideBySideOutOfListOrder) {
@@ -256,10 +278,12 @@ TEST(NodePlan, IndependentNodesRunSideBySideOutOfListOrder) {
 TEST(NodePlan, TwoThreadsMatchOneThroughReusedBuffers) {
   const int64_t n = 1 << 17;  // large enough to split over threads
   Arena a;
-  a.mem.assign(size_t(6 * n + 64), 0.f);
+  const int64_t m = 1000, zs = 6 * n + 64;  // small nodes (one thread each) from zs on
+  a.mem.assign(size_t(zs + 5 * m), 0.f);
   auto inputs = [&] {
     std::fill(a.mem.begin(), a.mem.end(), 0.f);
     for (int64_t i = 0; i < 2 * n; ++i) a.mem[size_t(i)] = float(i % 97) * 0.01f - 0.3f;
+    for (int64_t i = zs; i < zs + m; ++i) a.mem[size_t(i)] = float(i % 89) * 0.01f - 0.2f;
   };
   TensorNode* x = a.at(0, {2, n / 2});
   TensorNode* y = a.at(n, {n});
@@ -274,8 +298,17 @@ TEST(NodePlan, TwoThreadsMatchOneThroughReusedBuffers) {
   TensorNode* s = a.at(4 * n, {n}, Op::ADD, {pf, q});      // p and q done at r's barrier
   TensorNode* t = a.at(5 * n + 64, {n}, Op::MUL, {r, s});  // RAW on r
   TensorNode* u = a.at(n + 5, {n}, Op::NEG, {s});          // over y and p: read before t
-  std::vector<TensorNode*> nodes = {p, q, r, s, t, u};
-  ASSERT_EQ(shape_of(plan(nodes)), "--b-b-");
+  // Two chains of small nodes, which the plan gives to different threads.
+  TensorNode* z = a.at(zs, {m});
+  TensorNode* z1 = a.at(zs + m, {m}, Op::EXP, {z});
+  TensorNode* w1 = a.at(zs + 2 * m, {m}, Op::NEG, {z});
+  TensorNode* z2 = a.at(zs + 3 * m, {m}, Op::MUL, {z1, z});
+  TensorNode* w2 = a.at(zs + 4 * m, {m}, Op::EXP, {w1});
+  TensorNode* z3 = a.at(zs + m, {m}, Op::NEG, {z2});  // over z1, which z2 has read
+  std::vector<TensorNode*> nodes = {p, z1, q, w1, r, z2, s, w2, t, u, z3};
+  ASSERT_EQ(shape_of(plan(
+                nodes, {false, true, false, true, false, true, false, true, false, false, true})),
+            "---s3@0-s2@1b-b-");
 
   inputs();
   kiln::CpuBackend cpu1(1);

@@ -87,7 +87,8 @@ constexpr size_t kMaxPlans = 16;
 
 struct CpuBackend::Impl {
   std::unique_ptr<cpu::ThreadPool> pool;
-  cpu::ThreadCtx solo;  // thread 0's context for serial runs (nth = 1)
+  // Each thread's context for its serial steps (nth = 1).
+  std::vector<std::unique_ptr<cpu::ThreadCtx>> solo;
   std::vector<Plan> plans;
   uint64_t uses = 0;
 
@@ -120,7 +121,7 @@ const Plan& CpuBackend::Impl::plan_for(std::span<TensorNode* const> nodes) {
     p->work.push_back(n);
     serial_flags.push_back(!parallel || work_of(n) <= kSerialWork);
   }
-  if (parallel) p->run = cpu::plan_nodes(p->work, serial_flags);
+  if (parallel) p->run = cpu::plan_nodes(p->work, serial_flags, pool->size());
   Plan::for_sig(nodes, [&](const void* x) { p->sig.push_back(x); });
   p->key = nodes.data();
   p->size = nodes.size();
@@ -138,6 +139,8 @@ int CpuBackend::n_threads() const { return impl_->pool->size(); }
 void CpuBackend::set_n_threads(int n) {
   if (n <= 0) n = cpu::default_thread_count();
   impl_->pool = std::make_unique<cpu::ThreadPool>(n);
+  impl_->solo.clear();
+  for (int i = 0; i < n; ++i) impl_->solo.push_back(std::make_unique<cpu::ThreadCtx>());
   impl_->plans.clear();
 }
 
@@ -152,12 +155,11 @@ void CpuBackend::compute(std::span<TensorNode* const> nodes) {
   const std::vector<TensorNode*>& work = plan.work;
   if (work.empty()) return;
   if (impl_->pool->size() == 1) {
-    for (TensorNode* n : work) kKernels[size_t(n->op)](n, impl_->solo);
+    for (TensorNode* n : work) kKernels[size_t(n->op)](n, *impl_->solo[0]);
     return;
   }
   // A kernel that throws makes the pool abort the run: the other threads'
   // next barrier() unwinds them, and run() rethrows the first exception here.
-  cpu::ThreadCtx& solo = impl_->solo;
   impl_->pool->run([&](cpu::ThreadCtx& t) {
     const uint32_t* order = plan.run.order.data();
     for (const cpu::NodeStep& s : plan.run.steps) {
@@ -165,7 +167,8 @@ void CpuBackend::compute(std::span<TensorNode* const> nodes) {
       if (!s.serial) {
         TensorNode* n = work[order[s.first]];
         kKernels[size_t(n->op)](n, t);
-      } else if (t.ith == 0) {
+      } else if (t.ith == s.thread) {
+        cpu::ThreadCtx& solo = *impl_->solo[size_t(t.ith)];
         for (uint32_t i = s.first; i < s.first + s.count; ++i)
           kKernels[size_t(work[order[i]]->op)](work[order[i]], solo);
       }

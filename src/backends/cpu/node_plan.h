@@ -48,6 +48,10 @@ struct NodeAccess {
 };
 void node_access(const TensorNode* n, NodeAccess& out);  // appends to out
 
+// True when a and b, run concurrently, could race: one writes bytes the other
+// reads or writes.
+bool conflict(const NodeAccess& a, const NodeAccess& b);
+
 // The ranges touched since the last barrier.
 class HazardSet {
  public:
@@ -64,12 +68,13 @@ class HazardSet {
 
 // One step of a plan: nodes order[first, first + count) of the list. A
 // parallel step (serial == false, count == 1) runs its node on every thread; a
-// serial step runs its nodes in order on thread 0 alone (small nodes), and the
-// other threads go straight on to the next step.
+// serial step runs its nodes in order on thread `thread` alone (small nodes),
+// and the other threads go straight on to the next step.
 struct NodeStep {
   uint32_t first = 0, count = 0;
   bool serial = false;
   bool barrier_before = false;  // all threads meet before this step
+  int thread = 0;               // a serial step's thread
 };
 
 struct NodePlan {
@@ -78,18 +83,22 @@ struct NodePlan {
   int barriers() const;
 };
 
-// The plan for `nodes`; serial[i] says node i runs on thread 0 alone. Nodes
-// are put in levels with a barrier between consecutive levels: each node goes
-// to the lowest level above every earlier node it conflicts with (a serial node
-// may share the level of a serial node it conflicts with: thread 0 runs them
-// in list order). So independent nodes run side by side even when the list
-// has others between them, and results stay the same as in list order (two
-// nodes that could race keep their order, separated by a barrier). Within a
-// level the parallel nodes run first, then one serial step. The first level
-// has no barrier (a pool run starts in sync), and none is needed after the
-// last (run() joins the threads). A node looks back at most kLookback levels
-// (it goes no lower than that), which bounds the cost on long lists.
+// The plan for `nodes` on n_threads threads; serial[i] says node i runs on one
+// thread alone. Nodes are put in levels with a barrier between consecutive
+// levels: each node goes to the lowest level above every earlier node it
+// conflicts with, except that a serial node may join the level of serial
+// nodes it conflicts with: such a chain runs on one thread, in list order. So
+// independent nodes run side by side even when the list has others between
+// them, and results stay the same as in list order (two nodes that could race
+// keep their order, separated by a barrier or on one thread). Within a level
+// the parallel nodes run first, then each thread's serial step: chains of
+// serial nodes go to the thread with the least serial work so far (elements
+// touched). The first level has no barrier (a pool run starts in sync), and
+// none is needed after the last (run() joins the threads). A node looks back
+// at most kLookback levels (it goes no lower than that), which bounds the
+// cost on long lists.
 constexpr size_t kLookback = 64;
-NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>& serial);
+NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>& serial,
+                    int n_threads);
 
 }  // namespace kiln::cpu
