@@ -40,22 +40,32 @@ using Clock = std::chrono::steady_clock;
 // a sleeping worker costs 50-250 us on this VM).
 // Waits inside a run (barriers, the caller joining the workers) adapt their
 // spin budget per thread between kMinSpinNs and kMaxSpinNs: it doubles when a
-// wait ends while spinning and halves when it ends in sleep, so that when the
-// threads share a core with each other or other processes (spinning would only
-// delay the thread being waited for) waits fall back to sleeping quickly.
-// After kYieldAfterNs every spin also yields the core, for the same reason.
+// wait ends while spinning, and when it ends in sleep it halves, unless the
+// thread waited for arrived within twice the budget (barriers know: a thread
+// that wakes a sleeper stamps the time it arrived), then it doubles too. So
+// when waits are a little longer than the budget (uneven nodes, small nodes
+// run by one thread) the budget grows instead of collapsing into a sleep and a
+// 50-250 us wake-up per barrier; when the threads share a core with each other
+// or with other processes (the thread waited for is descheduled, spinning only
+// delays it) waits are long and fall back to sleeping quickly. Past
+// kYieldAfterNs of a wait every spin also yields the core, for the same reason
+// (on a loaded 2-core machine a first yield at 20-50 us instead made kiln-gpt's
+// training step 1.4-1.9x slower).
 constexpr int64_t kIdleSpinNs = 1'000'000;
-constexpr int64_t kMaxSpinNs = 50'000;
-constexpr int64_t kMinSpinNs = 1'000;
+constexpr int64_t kMaxSpinNs = 200'000;
+constexpr int64_t kMinSpinNs = 2'000;
 constexpr int64_t kYieldAfterNs = 5'000;
+
+int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
 // Waits until pred(word) holds: spins for up to *budget_ns, then sleeps on the
 // word. `sleepers` counts sleeping threads so that a waker can skip the notify
 // syscall: a waker stores to the word (seq_cst) and then calls wake() below.
-// With adapt, *budget_ns is updated as described above.
+// With adapt, *budget_ns is updated as described above; arrived_ns (or null)
+// is where the waker stamps its arrival before it wakes a sleeper.
 template <class T, class Pred>
 T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_ns, bool adapt,
-             WaitStats* st, Pred pred) {
+             const std::atomic<int64_t>* arrived_ns, WaitStats* st, Pred pred) {
   T cur;
   for (int i = 0; i < 64; ++i) {  // fast path: no clock reads
     if (pred(cur = word.load(std::memory_order_acquire))) {
@@ -86,12 +96,20 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
       if (waited > std::chrono::nanoseconds(kYieldAfterNs)) std::this_thread::yield();
     }
   }
-  if (adapt) *budget_ns = std::max(*budget_ns / 2, kMinSpinNs);
   // Dekker with wake(): either we see the new value or the waker sees us.
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   while (!pred(cur = word.load(std::memory_order_seq_cst)))
     word.wait(cur, std::memory_order_seq_cst);
   sleepers.fetch_sub(1, std::memory_order_relaxed);
+  if (adapt) {
+    // How long the wait needed to be: to the waker's stamp; a stamp from
+    // before this wait (the value came as we went to sleep) means ~the budget.
+    const int64_t t0 = start.time_since_epoch().count();
+    const int64_t at = arrived_ns ? arrived_ns->load(std::memory_order_relaxed) : 0;
+    const int64_t needed = !arrived_ns ? INT64_MAX : at > t0 ? at - t0 : *budget_ns;
+    *budget_ns = needed <= 2 * *budget_ns ? std::min(*budget_ns * 2, kMaxSpinNs)
+                                          : std::max(*budget_ns / 2, kMinSpinNs);
+  }
   if (st) {
     st->slept++;
     st->sleep_ns += (Clock::now() - start).count();
@@ -100,8 +118,12 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
 }
 
 template <class T>
-void wake(std::atomic<T>& word, std::atomic<int>& sleepers) {
-  if (sleepers.load(std::memory_order_seq_cst) > 0) word.notify_all();
+void wake(std::atomic<T>& word, std::atomic<int>& sleepers,
+          std::atomic<int64_t>* arrived_ns = nullptr) {
+  if (sleepers.load(std::memory_order_seq_cst) > 0) {
+    if (arrived_ns) arrived_ns->store(now_ns(), std::memory_order_relaxed);
+    word.notify_all();
+  }
 }
 
 // Thrown by barrier() on the threads of a run in which another thread threw;
@@ -116,6 +138,7 @@ struct RunAborted {};
 struct alignas(64) Arrival {
   std::atomic<uint32_t> count{0};
   std::atomic<int> sleepers{0};
+  std::atomic<int64_t> woke_at{0};  // now_ns() when this thread last woke a sleeper
 };
 constexpr uint32_t kAborted = ~uint32_t(0);
 
@@ -158,7 +181,7 @@ struct PoolState {
     uint32_t seen = 0;
     for (;;) {
       int64_t budget = kIdleSpinNs;
-      seen = wait_until(gen, gen_sleepers, &budget, false, nullptr,
+      seen = wait_until(gen, gen_sleepers, &budget, false, nullptr, nullptr,
                         [seen](uint32_t g) { return g != seen; });
       if (stop) return;
       call(*ctx[ith]);
@@ -204,11 +227,11 @@ void ThreadCtx::barrier() {
   Arrival* arr = pool_->arrival.get();
   const uint32_t e = ++barriers_;
   arr[ith].count.store(e, std::memory_order_seq_cst);
-  wake(arr[ith].count, arr[ith].sleepers);
+  wake(arr[ith].count, arr[ith].sleepers, &arr[ith].woke_at);
   for (int j = 0; j < nth; ++j) {
     if (j == ith) continue;
-    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true, &stats_,
-                                  [e](uint32_t v) { return v >= e; });
+    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true, &arr[j].woke_at,
+                                  &stats_, [e](uint32_t v) { return v >= e; });
     if (c == kAborted) throw RunAborted{};
   }
 }
@@ -285,7 +308,7 @@ void ThreadPool::run(const std::function<void(ThreadCtx&)>& fn) {
   s.publish();
 
   s.call(*s.ctx[0]);
-  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true, nullptr,
+  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true, nullptr, nullptr,
              [](int p) { return p == 0; });
   s.fn = nullptr;
   if (s.exc) {

@@ -42,7 +42,7 @@ class alignas(64) ThreadCtx {
 
   // All nth threads of the current run meet here; no-op when nth == 1. Each
   // thread bumps its own arrival counter and spins on the others' (after an
-  // adaptive 1-50 us of waiting it sleeps on a futex instead). Memory written
+  // adaptive 2-200 us of waiting it sleeps on a futex instead). Memory written
   // before the barrier by any thread is visible after it on every thread. If
   // another thread of the run has thrown, barrier() throws an internal
   // exception that unwinds this thread out of the run as well (the pool
