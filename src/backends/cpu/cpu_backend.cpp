@@ -1,11 +1,15 @@
 // CpuBackend: runs a node list on a persistent thread pool. One pool run per
-// graph; every thread walks all nodes, each kernel splits its own work, and a
-// barrier separates nodes (so the per-node cost is one barrier), except for runs
-// of small nodes, which thread 0 computes alone between two barriers.
+// graph; every thread walks all nodes and each kernel splits its own work;
+// small nodes run on thread 0 alone. A barrier goes between two nodes only
+// where the second touches memory the nodes since the last barrier touch in a
+// conflicting way (cpu::plan_nodes), so a thread that finished its share of
+// one node goes on to the next independent one. The plan is made once per node
+// list and kept for its next computes.
 #include <algorithm>
 #include <vector>
 
 #include "backends/cpu/kernels/kernels.h"
+#include "backends/cpu/node_plan.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/cpu.h"
 #include "kiln/ext/tensor_node.h"
@@ -47,20 +51,83 @@ int64_t work_of(const TensorNode* n) {
   return w;
 }
 
-struct Step {
-  TensorNode* node;  // parallel node, or the first of a serial run
-  int count;         // 0: parallel; >0: nodes [node, node + count) of `work` run on thread 0
-  size_t first;
+// A node list's plan, kept for the next compute() of the same list: the
+// kernels to run and the steps with their barriers (cpu::plan_nodes). It is
+// valid while the list holds the same nodes with the same memory: `sig` keeps,
+// per node, the node, its data pointer and its sources' data pointers.
+struct Plan {
+  const TensorNode* const* key = nullptr;
+  size_t size = 0;
+  std::vector<const void*> sig;
+  std::vector<TensorNode*> work;
+  cpu::NodePlan run;  // steps over work, when the pool has several threads
+  uint64_t last_use = 0;
+
+  template <class F>
+  static void for_sig(std::span<TensorNode* const> nodes, F&& f) {
+    for (const TensorNode* n : nodes) {
+      f(n);
+      f(n->data);
+      for (int i = 0; i < n->n_src; ++i) f(n->src[i] ? n->src[i]->data : nullptr);
+    }
+  }
+  bool matches(std::span<TensorNode* const> nodes) const {
+    if (nodes.data() != key || nodes.size() != size) return false;
+    size_t i = 0;
+    bool same = true;
+    for_sig(nodes, [&](const void* p) { same = same && i < sig.size() && sig[i++] == p; });
+    return same && i == sig.size();
+  }
 };
+
+// Plans of this many node lists are kept (a training step computes a few).
+constexpr size_t kMaxPlans = 16;
 
 }  // namespace
 
 struct CpuBackend::Impl {
   std::unique_ptr<cpu::ThreadPool> pool;
-  cpu::ThreadCtx solo;            // thread 0's context for serial runs (nth = 1)
-  std::vector<TensorNode*> work;  // reused between computes: no per-run allocation
-  std::vector<Step> steps;
+  // Each thread's context for its serial steps (nth = 1).
+  std::vector<std::unique_ptr<cpu::ThreadCtx>> solo;
+  std::vector<Plan> plans;
+  uint64_t uses = 0;
+
+  const Plan& plan_for(std::span<TensorNode* const> nodes);
 };
+
+const Plan& CpuBackend::Impl::plan_for(std::span<TensorNode* const> nodes) {
+  ++uses;
+  for (Plan& p : plans)
+    if (p.matches(nodes)) {
+      p.last_use = uses;
+      return p;
+    }
+  Plan* p;
+  if (plans.size() < kMaxPlans) {
+    p = &plans.emplace_back();
+  } else {
+    p = &*std::min_element(plans.begin(), plans.end(),
+                           [](const Plan& a, const Plan& b) { return a.last_use < b.last_use; });
+  }
+  p->key = nullptr;  // not valid until built (check_memory may throw)
+  p->sig.clear();
+  p->work.clear();
+  p->run = {};
+  const bool parallel = pool->size() > 1;
+  std::vector<bool> serial_flags;
+  for (TensorNode* n : nodes) {
+    detail::check_memory(n);
+    if (!kKernels[size_t(n->op)] || n->numel() == 0) continue;
+    p->work.push_back(n);
+    serial_flags.push_back(!parallel || work_of(n) <= kSerialWork);
+  }
+  if (parallel) p->run = cpu::plan_nodes(p->work, serial_flags, pool->size());
+  Plan::for_sig(nodes, [&](const void* x) { p->sig.push_back(x); });
+  p->key = nodes.data();
+  p->size = nodes.size();
+  p->last_use = uses;
+  return *p;
+}
 
 CpuBackend::CpuBackend(int n_threads) : impl_(std::make_unique<Impl>()) {
   set_n_threads(n_threads);
@@ -72,6 +139,9 @@ int CpuBackend::n_threads() const { return impl_->pool->size(); }
 void CpuBackend::set_n_threads(int n) {
   if (n <= 0) n = cpu::default_thread_count();
   impl_->pool = std::make_unique<cpu::ThreadPool>(n);
+  impl_->solo.clear();
+  for (int i = 0; i < n; ++i) impl_->solo.push_back(std::make_unique<cpu::ThreadCtx>());
+  impl_->plans.clear();
 }
 
 bool CpuBackend::supports_op(const TensorNode* node) const {
@@ -81,39 +151,27 @@ bool CpuBackend::supports_op(const TensorNode* node) const {
 }
 
 void CpuBackend::compute(std::span<TensorNode* const> nodes) {
-  std::vector<TensorNode*>& work = impl_->work;
-  std::vector<Step>& steps = impl_->steps;
-  work.clear();
-  steps.clear();
-  const bool parallel = impl_->pool->size() > 1;
-  for (TensorNode* n : nodes) {
-    detail::check_memory(n);
-    if (!kKernels[size_t(n->op)] || n->numel() == 0) continue;
-    const bool serial = !parallel || work_of(n) <= kSerialWork;
-    if (serial && !steps.empty() && steps.back().count > 0) {
-      steps.back().count++;
-    } else {
-      steps.push_back({n, serial ? 1 : 0, work.size()});
-    }
-    work.push_back(n);
-  }
+  const Plan& plan = impl_->plan_for(nodes);
+  const std::vector<TensorNode*>& work = plan.work;
   if (work.empty()) return;
-  if (!parallel) {
-    for (TensorNode* n : work) kKernels[size_t(n->op)](n, impl_->solo);
+  if (impl_->pool->size() == 1) {
+    for (TensorNode* n : work) kKernels[size_t(n->op)](n, *impl_->solo[0]);
     return;
   }
   // A kernel that throws makes the pool abort the run: the other threads'
   // next barrier() unwinds them, and run() rethrows the first exception here.
-  cpu::ThreadCtx& solo = impl_->solo;
   impl_->pool->run([&](cpu::ThreadCtx& t) {
-    for (const Step& s : steps) {
-      if (s.count == 0) {
-        kKernels[size_t(s.node->op)](s.node, t);
-      } else if (t.ith == 0) {
-        for (size_t i = s.first; i < s.first + size_t(s.count); ++i)
-          kKernels[size_t(work[i]->op)](work[i], solo);
+    const uint32_t* order = plan.run.order.data();
+    for (const cpu::NodeStep& s : plan.run.steps) {
+      if (s.barrier_before) t.barrier();
+      if (!s.serial) {
+        TensorNode* n = work[order[s.first]];
+        kKernels[size_t(n->op)](n, t);
+      } else if (t.ith == s.thread) {
+        cpu::ThreadCtx& solo = *impl_->solo[size_t(t.ith)];
+        for (uint32_t i = s.first; i < s.first + s.count; ++i)
+          kKernels[size_t(work[order[i]]->op)](work[order[i]], solo);
       }
-      t.barrier();
     }
   });
 }

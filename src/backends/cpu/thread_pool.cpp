@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -39,25 +40,38 @@ using Clock = std::chrono::steady_clock;
 // a sleeping worker costs 50-250 us on this VM).
 // Waits inside a run (barriers, the caller joining the workers) adapt their
 // spin budget per thread between kMinSpinNs and kMaxSpinNs: it doubles when a
-// wait ends while spinning and halves when it ends in sleep, so that when the
-// threads share a core with each other or other processes (spinning would only
-// delay the thread being waited for) waits fall back to sleeping quickly.
-// After kYieldAfterNs every spin also yields the core, for the same reason.
+// wait ends while spinning, and when it ends in sleep it halves, unless the
+// thread waited for arrived within twice the budget (barriers know: a thread
+// that wakes a sleeper stamps the time it arrived), then it doubles too. So
+// when waits are a little longer than the budget (uneven nodes, small nodes
+// run by one thread) the budget grows instead of collapsing into a sleep and a
+// 50-250 us wake-up per barrier; when the threads share a core with each other
+// or with other processes (the thread waited for is descheduled, spinning only
+// delays it) waits are long and fall back to sleeping quickly. Past
+// kYieldAfterNs of a wait every spin also yields the core, for the same reason
+// (on a loaded 2-core machine a first yield at 20-50 us instead made kiln-gpt's
+// training step 1.4-1.9x slower).
 constexpr int64_t kIdleSpinNs = 1'000'000;
-constexpr int64_t kMaxSpinNs = 50'000;
-constexpr int64_t kMinSpinNs = 1'000;
+constexpr int64_t kMaxSpinNs = 200'000;
+constexpr int64_t kMinSpinNs = 2'000;
 constexpr int64_t kYieldAfterNs = 5'000;
+
+int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
 // Waits until pred(word) holds: spins for up to *budget_ns, then sleeps on the
 // word. `sleepers` counts sleeping threads so that a waker can skip the notify
 // syscall: a waker stores to the word (seq_cst) and then calls wake() below.
-// With adapt, *budget_ns is updated as described above.
+// With adapt, *budget_ns is updated as described above; arrived_ns (or null)
+// is where the waker stamps its arrival before it wakes a sleeper.
 template <class T, class Pred>
 T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_ns, bool adapt,
-             Pred pred) {
+             const std::atomic<int64_t>* arrived_ns, WaitStats* st, Pred pred) {
   T cur;
   for (int i = 0; i < 64; ++i) {  // fast path: no clock reads
-    if (pred(cur = word.load(std::memory_order_acquire))) return cur;
+    if (pred(cur = word.load(std::memory_order_acquire))) {
+      if (st) st->fast++;
+      return cur;
+    }
     cpu_relax();
   }
   const auto start = Clock::now();
@@ -65,6 +79,11 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
   for (uint32_t i = 0;; ++i) {
     if (pred(cur = word.load(std::memory_order_acquire))) {
       if (adapt) *budget_ns = std::min(*budget_ns * 2, kMaxSpinNs);
+      if (st) {
+        const int64_t ns = (Clock::now() - start).count();
+        (ns > kYieldAfterNs ? st->yielded : st->spun)++;
+        st->spin_ns += ns;
+      }
       return cur;
     }
     cpu_relax();
@@ -77,18 +96,34 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
       if (waited > std::chrono::nanoseconds(kYieldAfterNs)) std::this_thread::yield();
     }
   }
-  if (adapt) *budget_ns = std::max(*budget_ns / 2, kMinSpinNs);
   // Dekker with wake(): either we see the new value or the waker sees us.
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   while (!pred(cur = word.load(std::memory_order_seq_cst)))
     word.wait(cur, std::memory_order_seq_cst);
   sleepers.fetch_sub(1, std::memory_order_relaxed);
+  if (adapt) {
+    // How long the wait needed to be: to the waker's stamp; a stamp from
+    // before this wait (the value came as we went to sleep) means ~the budget.
+    const int64_t t0 = start.time_since_epoch().count();
+    const int64_t at = arrived_ns ? arrived_ns->load(std::memory_order_relaxed) : 0;
+    const int64_t needed = !arrived_ns ? INT64_MAX : at > t0 ? at - t0 : *budget_ns;
+    *budget_ns = needed <= 2 * *budget_ns ? std::min(*budget_ns * 2, kMaxSpinNs)
+                                          : std::max(*budget_ns / 2, kMinSpinNs);
+  }
+  if (st) {
+    st->slept++;
+    st->sleep_ns += (Clock::now() - start).count();
+  }
   return cur;
 }
 
 template <class T>
-void wake(std::atomic<T>& word, std::atomic<int>& sleepers) {
-  if (sleepers.load(std::memory_order_seq_cst) > 0) word.notify_all();
+void wake(std::atomic<T>& word, std::atomic<int>& sleepers,
+          std::atomic<int64_t>* arrived_ns = nullptr) {
+  if (sleepers.load(std::memory_order_seq_cst) > 0) {
+    if (arrived_ns) arrived_ns->store(now_ns(), std::memory_order_relaxed);
+    word.notify_all();
+  }
 }
 
 // Thrown by barrier() on the threads of a run in which another thread threw;
@@ -103,6 +138,7 @@ struct RunAborted {};
 struct alignas(64) Arrival {
   std::atomic<uint32_t> count{0};
   std::atomic<int> sleepers{0};
+  std::atomic<int64_t> woke_at{0};  // now_ns() when this thread last woke a sleeper
 };
 constexpr uint32_t kAborted = ~uint32_t(0);
 
@@ -145,8 +181,8 @@ struct PoolState {
     uint32_t seen = 0;
     for (;;) {
       int64_t budget = kIdleSpinNs;
-      seen =
-          wait_until(gen, gen_sleepers, &budget, false, [seen](uint32_t g) { return g != seen; });
+      seen = wait_until(gen, gen_sleepers, &budget, false, nullptr, nullptr,
+                        [seen](uint32_t g) { return g != seen; });
       if (stop) return;
       call(*ctx[ith]);
       if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1) wake(pending, pending_sleepers);
@@ -191,11 +227,11 @@ void ThreadCtx::barrier() {
   Arrival* arr = pool_->arrival.get();
   const uint32_t e = ++barriers_;
   arr[ith].count.store(e, std::memory_order_seq_cst);
-  wake(arr[ith].count, arr[ith].sleepers);
+  wake(arr[ith].count, arr[ith].sleepers, &arr[ith].woke_at);
   for (int j = 0; j < nth; ++j) {
     if (j == ith) continue;
-    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true,
-                                  [e](uint32_t v) { return v >= e; });
+    const uint32_t c = wait_until(arr[j].count, arr[j].sleepers, &spin_ns_, true, &arr[j].woke_at,
+                                  &stats_, [e](uint32_t v) { return v >= e; });
     if (c == kAborted) throw RunAborted{};
   }
 }
@@ -232,6 +268,18 @@ ThreadPool::ThreadPool(int n_threads) : s_(std::make_unique<PoolState>()) {
 }
 
 ThreadPool::~ThreadPool() {
+  if (const char* e = std::getenv("KILN_POOL_STATS"); e && *e && *e != '0') {
+    for (const auto& c : s_->ctx) {
+      const WaitStats& w = c->stats_;
+      std::fprintf(stderr,
+                   "kiln pool thread %d: barrier waits %llu: fast %llu, spun %llu (<=5us), "
+                   "spun+yield %llu, slept %llu; spinning %.3f ms, sleeping %.3f ms\n",
+                   c->ith, (unsigned long long)(w.fast + w.spun + w.yielded + w.slept),
+                   (unsigned long long)w.fast, (unsigned long long)w.spun,
+                   (unsigned long long)w.yielded, (unsigned long long)w.slept, w.spin_ns * 1e-6,
+                   w.sleep_ns * 1e-6);
+    }
+  }
   {
     std::lock_guard<std::mutex> lk(s_->run_m);
     s_->stop = true;
@@ -260,7 +308,7 @@ void ThreadPool::run(const std::function<void(ThreadCtx&)>& fn) {
   s.publish();
 
   s.call(*s.ctx[0]);
-  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true,
+  wait_until(s.pending, s.pending_sleepers, &s.ctx[0]->spin_ns_, true, nullptr, nullptr,
              [](int p) { return p == 0; });
   s.fn = nullptr;
   if (s.exc) {

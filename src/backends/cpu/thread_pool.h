@@ -20,6 +20,14 @@ namespace kiln::cpu {
 class ThreadPool;
 struct PoolState;  // thread_pool.cpp
 
+// How this thread's barrier waits ended: at once (the others were there),
+// spinning, spinning past the yield point, or asleep on the futex. Printed per
+// thread when a pool is destroyed with KILN_POOL_STATS=1 set.
+struct WaitStats {
+  uint64_t fast = 0, spun = 0, yielded = 0, slept = 0;
+  int64_t spin_ns = 0, sleep_ns = 0;
+};
+
 // One per thread; the pool passes each thread its own ThreadCtx. A standalone,
 // default-constructed ThreadCtx (ith = 0, nth = 1, no pool) is valid too: its
 // barrier() is a no-op, so code written for the pool also runs single-threaded.
@@ -34,7 +42,7 @@ class alignas(64) ThreadCtx {
 
   // All nth threads of the current run meet here; no-op when nth == 1. Each
   // thread bumps its own arrival counter and spins on the others' (after an
-  // adaptive 1-50 us of waiting it sleeps on a futex instead). Memory written
+  // adaptive 2-200 us of waiting it sleeps on a futex instead). Memory written
   // before the barrier by any thread is visible after it on every thread. If
   // another thread of the run has thrown, barrier() throws an internal
   // exception that unwinds this thread out of the run as well (the pool
@@ -65,6 +73,7 @@ class alignas(64) ThreadCtx {
   PoolState* pool_ = nullptr;  // null for a standalone context
   uint32_t barriers_ = 0;      // barriers reached in the current run
   int64_t spin_ns_ = 50'000;   // adaptive spin budget of this thread's waits
+  WaitStats stats_;
   Buffer scratch_;
   Buffer own_shared_;  // shared_scratch() of a standalone context
 };
