@@ -42,8 +42,16 @@ struct Grid {
 };
 
 // Picks the grid of thread rectangles with the least estimated time per k step
-// on the busiest thread: its micro-tiles plus packing its own A rows (B packing
-// is shared evenly whatever the grid).
+// on the busiest thread: its micro-tiles, packing its own A rows, and reading
+// the B strips that other threads packed (B packing itself is shared evenly
+// whatever the grid). Each thread packs strips of its own grid column, so
+// (tm-1)/tm of a thread's B comes from other cores' caches, and again for
+// every row chunk once B outgrows the L2. kColCost, that cost per column and
+// k, is empirical (2-core Zen 5 VM shared with other work, bf16): it moves the
+// weight-gradient products with M <= 256 and the products with N >= 384 to an
+// N split, which ran them as fast when the machine was calm and up to 1.4x
+// faster (medians) when other processes loaded the caches; with N = 128 and
+// M >= 384 splitting M stays ahead.
 Grid choose_grid(int64_t M, int64_t N, int nth) {
 #if defined(KILN_GEMM_AVX512)
   constexpr double kTileCost = MR * NR / 32.0, kRowCost = 0.5;
@@ -52,13 +60,15 @@ Grid choose_grid(int64_t M, int64_t N, int nth) {
 #else
   constexpr double kTileCost = MR * NR / 4.0, kRowCost = 1.0;
 #endif
+  constexpr double kColCost = 1.0;
   const int64_t pm = ceil_div(M, MR), pn = ceil_div(N, NR);
   Grid best;
   double best_cost = -1;
   for (int tm = nth; tm >= 1; --tm) {  // ties go to the larger M split
     const int tn = nth / tm;
     const double mp = double(ceil_div(pm, tm)), np = double(ceil_div(pn, tn));
-    const double cost = mp * np * kTileCost + mp * MR * kRowCost;
+    const double cost =
+        mp * np * kTileCost + mp * MR * kRowCost + np * NR * kColCost * (tm - 1) / tm;
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best = {tm, tn};
