@@ -68,10 +68,10 @@ class Graph {
   // the product (no other node of the context; not an output, input, param,
   // loss, checkpoint or gradient): the ADD node takes over the product's op and
   // operands and the product leaves the graph. The CPU GEMM adds the bias to C
-  // as it stores it, bit-identical to the separate add. Only the CPU backend
-  // runs such a MATMUL (no other backend may be handed the graph), and it has no
-  // backward rule: call after the graph is complete (backward included), before
-  // allocating it. Returns the adds fused.
+  // as it stores it, bit-identical to the separate add. Meant for graphs only the
+  // CPU backend runs (other backends leave such a MATMUL to the CPU kernels; its
+  // backward rule gives the bias ADD's gradient). Call after the graph is
+  // complete (backward included), before allocating it. Returns the adds fused.
   size_t fuse_matmul_bias();
   size_t size() const { return nodes_.size(); }
   std::string dump() const;

@@ -71,7 +71,7 @@ const TensorNode* operand(const TensorNode* n, int i) {
 // The sgemm description of a MATMUL node, or nothing when sgemm cannot run it.
 std::optional<Gemm> plan_gemm(const TensorNode* n) {
   const bool acc = n->op == Op::MATMUL_ACC;
-  // (A MATMUL with a third source carries a fused bias: a CPU-only node.)
+  // (A MATMUL with a third source carries a fused bias: left to the CPU kernels.)
   if ((n->op != Op::MATMUL && !acc) || n->n_src != (acc ? 3 : 2)) return std::nullopt;
   const TensorNode *a = operand(n, 0), *b = operand(n, 1);
   if (a->dtype != DType::f32 || b->dtype != DType::f32 || n->dtype != DType::f32)

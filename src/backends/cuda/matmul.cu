@@ -215,7 +215,7 @@ OpKernel matmul_kernel(Op op) {
   if (op != Op::MATMUL && op != Op::MATMUL_ACC) return {};
   return {[](const TensorNode* n) {
             // A MATMUL with a third source carries a fused bias (Graph::fuse_matmul_bias):
-            // CPU only, never run here.
+            // left to the CPU kernel.
             if (n->op == Op::MATMUL && n->n_src != 2) return false;
             return n->dtype == DType::f32 && is_float(operand(n, 0)->dtype) &&
                    is_float(operand(n, 1)->dtype) && n->shape.ndim() >= 2 &&

@@ -89,13 +89,11 @@ void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over
   // broadcast batch dims.
   const Tensor a = g.src(0), b = g.src(1);
-  if (g.n_src() > 2)
-    fail("matmul",
-         "a product with a fused bias (Graph::fuse_matmul_bias) has no backward rule: "
-         "fuse only once the graph's backward is built");
   if (is_quantized(b.dtype()) && g.needs(1))
     fail("matmul", "the quantized weight ", b.label(), " ", b.shape().str(), " is ",
          dtype_name(b.dtype()), " and gets no gradient: it must be frozen");
+  // A fused bias (src2, Graph::fuse_matmul_bias): its gradient as ADD's rule gives it.
+  if (g.n_src() > 2 && g.needs(2)) g.add(2, sum_to(g.grad(), g.src(2).shape()));
   // Under a bf16 policy both products would cast dC: cast it once here.
   Tensor gc = g.grad();
   if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1) &&

@@ -2,8 +2,8 @@
 // dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides; or src1
 // a quantized (q8_0/q4_0) matrix, W.T() or W, read as stored (qmatmul.h).
 // MATMUL_ACC: the same product added into src0 in place (a gradient accumulator).
-// A 2-D MATMUL may carry a bias src2 (f32, N contiguous floats; only on the CPU,
-// put there by Graph::fuse_matmul_bias): dst = a @ b + bias, the add done by
+// A 2-D MATMUL may carry a bias src2 (f32, N contiguous floats; put there by
+// Graph::fuse_matmul_bias, for the CPU kernels only): dst = a @ b + bias, the add done by
 // the GEMM as it stores C, bit-identical to a separate ADD.
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
