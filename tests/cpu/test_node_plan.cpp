@@ -4,6 +4,7 @@
 // buffers the memory planner reuses), and that independent nodes get none.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 #include <vector>
 
@@ -323,6 +324,34 @@ TEST(NodePlan, TwoThreadsMatchOneThroughReusedBuffers) {
     ASSERT_EQ(bad, want.size()) << "run " << rep << ": element " << bad << " is " << a.mem[bad]
                                 << ", want " << want[bad];
   }
+}
+
+}  // namespace
+
+namespace {
+
+// compute() keeps a plan per node list; a list whose storage is reused for
+// other nodes (or whose nodes got other memory) gets a new plan.
+TEST(NodePlan, PlansFollowTheListsContents) {
+  Arena a;
+  TensorNode* x = a.at(0, {64});
+  a.mem[0] = 1.f;
+  TensorNode* p = a.at(64, {64}, Op::NEG, {x});
+  TensorNode* q = a.at(128, {64}, Op::EXP, {x});
+  kiln::CpuBackend cpu(2);
+  std::vector<TensorNode*> nodes = {p};
+  cpu.compute(nodes);
+  EXPECT_EQ(a.mem[64], -1.f);
+  nodes[0] = q;  // same storage, another node
+  cpu.compute(nodes);
+  EXPECT_FLOAT_EQ(a.mem[128], std::exp(1.f));
+  q->data = a.mem.data() + 192;  // same node, moved
+  cpu.compute(nodes);
+  EXPECT_FLOAT_EQ(a.mem[192], std::exp(1.f));
+  nodes.push_back(p);  // a longer list
+  a.mem[64] = 0.f;
+  cpu.compute(nodes);
+  EXPECT_EQ(a.mem[64], -1.f);
 }
 
 }  // namespace
