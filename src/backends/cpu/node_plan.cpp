@@ -7,15 +7,16 @@
 namespace kiln::cpu {
 
 ByteRange byte_range(const TensorNode* t) {
-  if (!t || !t->data || t->numel() == 0) return {};
+  if (!t || !t->data) return {};
   if (is_quantized(t->dtype)) {  // strides count blocks: take the owner's bytes
     const TensorNode* o = t->view_src ? t->view_src : t;
-    if (!o->data) return {};
+    if (!o->data || t->numel() == 0) return {};
     const auto lo = reinterpret_cast<uintptr_t>(o->data);
     return {lo, lo + o->nbytes()};
   }
   auto lo = reinterpret_cast<intptr_t>(t->data), hi = lo;
-  for (int d = 0; d < t->shape.ndim(); ++d) {
+  for (int d = 0; d < t->shape.ndim(); ++d) {  // (no numel(): this runs per compute)
+    if (t->shape[d] == 0) return {};
     const intptr_t span = intptr_t(t->shape[d] - 1) * intptr_t(t->stride[d]);
     (span < 0 ? lo : hi) += span;
   }
