@@ -4,6 +4,7 @@
 // buffers the memory planner reuses), and that independent nodes get none.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 #include <vector>
 
@@ -100,6 +101,51 @@ TEST(NodePlan, ByteRangeOfDenseTensorsAndViews) {
   TensorNode* nomem = a.at(0, {4});
   nomem->data = nullptr;
   EXPECT_FALSE(byte_range(nomem).overlaps(byte_range(x)));
+}
+
+TEST(NodePlan, RangeSetsMergeAndAnswerOverlaps) {
+  kiln::cpu::RangeSet s;
+  s.add({10, 20});
+  s.add({30, 40});
+  s.add({0, 0});  // empty: nothing
+  EXPECT_EQ(s.intervals(), 2u);
+  EXPECT_TRUE(s.overlaps({19, 21}));
+  EXPECT_FALSE(s.overlaps({20, 30}));
+  EXPECT_FALSE(s.overlaps({0, 10}));
+  EXPECT_FALSE(s.overlaps({40, 50}));
+  EXPECT_TRUE(s.overlaps({0, 100}));
+  EXPECT_FALSE(s.overlaps({15, 15}));
+  s.add({20, 30});  // touches both: one interval
+  EXPECT_EQ(s.intervals(), 1u);
+  EXPECT_TRUE(s.overlaps({25, 26}));
+  s.add({5, 12});
+  s.add({100, 110});
+  s.add({50, 60});
+  EXPECT_EQ(s.intervals(), 3u);
+  EXPECT_TRUE(s.overlaps({4, 6}));
+  EXPECT_FALSE(s.overlaps({60, 100}));
+  EXPECT_TRUE(s.overlaps({109, 200}));
+}
+
+TEST(NodePlan, LongChainsAndWideListsPlanFast) {
+  // 20000 small nodes in one chain, then 20000 independent ones: the chain
+  // stays on one thread without barriers, the wide part fills levels of
+  // kMaxLevelNodes; both plan in well under a second.
+  Arena a;
+  a.mem.assign(size_t(4 * 20000 + 64), 0.f);
+  std::vector<TensorNode*> nodes;
+  TensorNode* prev = a.at(0, {4});
+  for (int i = 0; i < 20000; ++i)
+    nodes.push_back(prev = a.at(4 * (i % 3 + 1), {4}, Op::NEG, {prev}));
+  NodePlan pl = plan(nodes, std::vector<bool>(nodes.size(), true));
+  EXPECT_EQ(pl.steps.size(), 1u);
+  EXPECT_EQ(pl.barriers(), 0);
+  nodes.clear();
+  TensorNode* x = a.at(0, {4});
+  for (int i = 0; i < 20000; ++i) nodes.push_back(a.at(4 * (i + 1), {4}, Op::NEG, {x}));
+  pl = plan(nodes);
+  EXPECT_EQ(pl.barriers(),
+            int(20000 / kiln::cpu::kMaxLevelNodes) - 1 + (20000 % kiln::cpu::kMaxLevelNodes != 0));
 }
 
 TEST(NodePlan, QuantizedViewsTakeTheOwnersBytes) {
@@ -323,6 +369,34 @@ TEST(NodePlan, TwoThreadsMatchOneThroughReusedBuffers) {
     ASSERT_EQ(bad, want.size()) << "run " << rep << ": element " << bad << " is " << a.mem[bad]
                                 << ", want " << want[bad];
   }
+}
+
+}  // namespace
+
+namespace {
+
+// compute() keeps a plan per node list; a list whose storage is reused for
+// other nodes (or whose nodes got other memory) gets a new plan.
+TEST(NodePlan, PlansFollowTheListsContents) {
+  Arena a;
+  TensorNode* x = a.at(0, {64});
+  a.mem[0] = 1.f;
+  TensorNode* p = a.at(64, {64}, Op::NEG, {x});
+  TensorNode* q = a.at(128, {64}, Op::EXP, {x});
+  kiln::CpuBackend cpu(2);
+  std::vector<TensorNode*> nodes = {p};
+  cpu.compute(nodes);
+  EXPECT_EQ(a.mem[64], -1.f);
+  nodes[0] = q;  // same storage, another node
+  cpu.compute(nodes);
+  EXPECT_FLOAT_EQ(a.mem[128], std::exp(1.f));
+  q->data = a.mem.data() + 192;  // same node, moved
+  cpu.compute(nodes);
+  EXPECT_FLOAT_EQ(a.mem[192], std::exp(1.f));
+  nodes.push_back(p);  // a longer list
+  a.mem[64] = 0.f;
+  cpu.compute(nodes);
+  EXPECT_EQ(a.mem[64], -1.f);
 }
 
 }  // namespace

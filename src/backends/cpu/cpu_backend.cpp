@@ -54,28 +54,36 @@ int64_t work_of(const TensorNode* n) {
 // A node list's plan, kept for the next compute() of the same list: the
 // kernels to run and the steps with their barriers (cpu::plan_nodes). It is
 // valid while the list holds the same nodes with the same memory: `sig` keeps,
-// per node, the node, its data pointer and its sources' data pointers.
+// per node and per source, the node, its data pointer and the end of the bytes
+// it spans (so a graph rebuilt at the same addresses with other shapes is
+// seen), and each node's id and op.
 struct Plan {
   const TensorNode* const* key = nullptr;
   size_t size = 0;
-  std::vector<const void*> sig;
+  std::vector<uintptr_t> sig;
   std::vector<TensorNode*> work;
   cpu::NodePlan run;  // steps over work, when the pool has several threads
   uint64_t last_use = 0;
 
   template <class F>
   static void for_sig(std::span<TensorNode* const> nodes, F&& f) {
+    auto tensor = [&f](const TensorNode* t) {
+      f(uintptr_t(t));
+      if (!t) return;
+      f(uintptr_t(t->data));
+      f(cpu::byte_range(t).hi);  // the extent: shape and strides
+    };
     for (const TensorNode* n : nodes) {
-      f(n);
-      f(n->data);
-      for (int i = 0; i < n->n_src; ++i) f(n->src[i] ? n->src[i]->data : nullptr);
+      tensor(n);
+      f(uintptr_t(n->id) << 16 | uintptr_t(n->op) << 4 | uintptr_t(n->n_src));
+      for (int i = 0; i < n->n_src; ++i) tensor(n->src[i]);
     }
   }
   bool matches(std::span<TensorNode* const> nodes) const {
     if (nodes.data() != key || nodes.size() != size) return false;
     size_t i = 0;
     bool same = true;
-    for_sig(nodes, [&](const void* p) { same = same && i < sig.size() && sig[i++] == p; });
+    for_sig(nodes, [&](uintptr_t v) { same = same && i < sig.size() && sig[i++] == v; });
     return same && i == sig.size();
   }
 };
@@ -122,7 +130,7 @@ const Plan& CpuBackend::Impl::plan_for(std::span<TensorNode* const> nodes) {
     serial_flags.push_back(!parallel || work_of(n) <= kSerialWork);
   }
   if (parallel) p->run = cpu::plan_nodes(p->work, serial_flags, pool->size());
-  Plan::for_sig(nodes, [&](const void* x) { p->sig.push_back(x); });
+  Plan::for_sig(nodes, [&](uintptr_t v) { p->sig.push_back(v); });
   p->key = nodes.data();
   p->size = nodes.size();
   p->last_use = uses;

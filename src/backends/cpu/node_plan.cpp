@@ -1,21 +1,24 @@
 #include "backends/cpu/node_plan.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
 
 ByteRange byte_range(const TensorNode* t) {
-  if (!t || !t->data || t->numel() == 0) return {};
+  if (!t || !t->data) return {};
   if (is_quantized(t->dtype)) {  // strides count blocks: take the owner's bytes
     const TensorNode* o = t->view_src ? t->view_src : t;
-    if (!o->data) return {};
+    if (!o->data || t->numel() == 0) return {};
     const auto lo = reinterpret_cast<uintptr_t>(o->data);
     return {lo, lo + o->nbytes()};
   }
   auto lo = reinterpret_cast<intptr_t>(t->data), hi = lo;
-  for (int d = 0; d < t->shape.ndim(); ++d) {
+  for (int d = 0; d < t->shape.ndim(); ++d) {  // (no numel(): this runs per compute)
+    if (t->shape[d] == 0) return {};
     const intptr_t span = intptr_t(t->shape[d] - 1) * intptr_t(t->stride[d]);
     (span < 0 ? lo : hi) += span;
   }
@@ -47,28 +50,54 @@ void node_access(const TensorNode* n, NodeAccess& out) {
   }
 }
 
-namespace {
-bool any_overlap(const std::vector<ByteRange>& a, const std::vector<ByteRange>& b) {
-  for (const ByteRange& x : a)
-    for (const ByteRange& y : b)
-      if (x.overlaps(y)) return true;
-  return false;
+bool RangeSet::overlaps(const ByteRange& r) const {
+  if (r.lo >= r.hi) return false;
+  // The last interval starting before r ends is the only one that can reach
+  // into r (the intervals are disjoint and sorted).
+  auto it = std::lower_bound(v_.begin(), v_.end(), r.hi,
+                             [](const ByteRange& x, uintptr_t hi) { return x.lo < hi; });
+  return it != v_.begin() && std::prev(it)->hi > r.lo;
 }
-}  // namespace
 
-bool conflict(const NodeAccess& a, const NodeAccess& b) {
-  return any_overlap(a.writes, b.writes) || any_overlap(a.writes, b.reads) ||
-         any_overlap(a.reads, b.writes);
+void RangeSet::add(const ByteRange& r) {
+  if (r.lo >= r.hi) return;
+  // Intervals [first, last) touch or overlap r: replace them by their union.
+  auto first = std::lower_bound(v_.begin(), v_.end(), r.lo,
+                                [](const ByteRange& x, uintptr_t lo) { return x.hi < lo; });
+  auto last = first;
+  ByteRange u = r;
+  for (; last != v_.end() && last->lo <= r.hi; ++last) {
+    u.lo = std::min(u.lo, last->lo);
+    u.hi = std::max(u.hi, last->hi);
+  }
+  if (first == last) {
+    v_.insert(first, u);
+  } else {
+    *first = u;
+    v_.erase(first + 1, last);
+  }
+}
+
+void RangeSet::add(const RangeSet& o) {
+  for (const ByteRange& r : o.v_) add(r);
 }
 
 bool HazardSet::conflicts(const NodeAccess& a) const {
-  return any_overlap(a.writes, writes_) || any_overlap(a.writes, reads_) ||
-         any_overlap(a.reads, writes_);
+  for (const ByteRange& w : a.writes)
+    if (writes_.overlaps(w) || reads_.overlaps(w)) return true;
+  for (const ByteRange& r : a.reads)
+    if (writes_.overlaps(r)) return true;
+  return false;
 }
 
 void HazardSet::add(const NodeAccess& a) {
-  reads_.insert(reads_.end(), a.reads.begin(), a.reads.end());
-  writes_.insert(writes_.end(), a.writes.begin(), a.writes.end());
+  for (const ByteRange& r : a.reads) reads_.add(r);
+  for (const ByteRange& w : a.writes) writes_.add(w);
+}
+
+void HazardSet::add(const HazardSet& o) {
+  reads_.add(o.reads_);
+  writes_.add(o.writes_);
 }
 
 void HazardSet::clear() {
@@ -94,17 +123,24 @@ int64_t cost_of(const TensorNode* n) {
 
 NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>& serial,
                     int n_threads) {
-  struct Serial {
-    uint32_t node;
-    uint32_t chain;  // index (in the level) of a serial node it must follow on one thread
-    NodeAccess acc;
+  struct Chain {
+    HazardSet set;
+    uint32_t into;  // the chain it was merged into (itself while live)
   };
   struct Level {
     HazardSet par, ser;  // ranges of its parallel nodes, of its serial nodes
     std::vector<uint32_t> par_nodes;
-    std::vector<Serial> ser_nodes;
+    std::vector<std::pair<uint32_t, uint32_t>> ser_nodes;  // (node, chain)
+    std::vector<Chain> chains;
+    size_t live_chains = 0;
+    size_t width() const { return par_nodes.size() + live_chains; }
+    uint32_t root(uint32_t c) const {
+      while (chains[c].into != c) c = chains[c].into;
+      return c;
+    }
   };
   std::vector<Level> levels;
+  std::vector<uint32_t> joined;
   NodeAccess acc;
   for (size_t i = 0; i < nodes.size(); ++i) {
     acc.clear();
@@ -112,6 +148,7 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
     const bool s = serial[i];
     const size_t floor = levels.size() > kLookback ? levels.size() - kLookback : 0;
     size_t at = floor;
+    bool join = false;  // a serial node joining chains of level `at`
     for (size_t l = levels.size(); l-- > floor;) {
       if (levels[l].par.conflicts(acc) || (!s && levels[l].ser.conflicts(acc))) {
         at = l + 1;
@@ -119,9 +156,14 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
       }
       if (s && levels[l].ser.conflicts(acc)) {  // after them, on their thread
         at = l;
+        join = true;
         break;
       }
     }
+    // A full level takes no new node or chain: the next one up (also free of
+    // conflicts, or new) does.
+    if (!join)
+      while (at < levels.size() && levels[at].width() >= kMaxLevelNodes) ++at;
     if (at == levels.size()) levels.emplace_back();
     Level& lv = levels[at];
     if (!s) {
@@ -129,25 +171,28 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
       lv.par_nodes.push_back(uint32_t(i));
       continue;
     }
-    // Chains: union-find over the serial nodes of the level that conflict.
-    auto root = [&lv](uint32_t k) {
-      while (lv.ser_nodes[k].chain != k) k = lv.ser_nodes[k].chain;
-      return k;
-    };
-    const uint32_t me = uint32_t(lv.ser_nodes.size());
-    uint32_t chain = me;
-    for (uint32_t k = 0; k < me; ++k) {
-      if (!conflict(lv.ser_nodes[k].acc, acc)) continue;
-      const uint32_t r = root(k);
-      if (chain == me) {
-        chain = r;
-      } else if (r != chain) {
-        lv.ser_nodes[std::max(r, chain)].chain = std::min(r, chain);
-        chain = std::min(r, chain);
+    // The live chains it conflicts with merge into the first of them.
+    joined.clear();
+    if (join)
+      for (uint32_t c = 0; c < lv.chains.size(); ++c)
+        if (lv.chains[c].into == c && lv.chains[c].set.conflicts(acc)) joined.push_back(c);
+    uint32_t chain;
+    if (joined.empty()) {
+      chain = uint32_t(lv.chains.size());
+      lv.chains.push_back({HazardSet{}, chain});
+      lv.live_chains++;
+    } else {
+      chain = joined[0];
+      for (size_t k = 1; k < joined.size(); ++k) {
+        lv.chains[chain].set.add(lv.chains[joined[k]].set);
+        lv.chains[joined[k]].set.clear();
+        lv.chains[joined[k]].into = chain;
+        lv.live_chains--;
       }
     }
+    lv.chains[chain].set.add(acc);
     lv.ser.add(acc);
-    lv.ser_nodes.push_back({uint32_t(i), chain, acc});
+    lv.ser_nodes.push_back({uint32_t(i), chain});
   }
 
   NodePlan plan;
@@ -167,17 +212,16 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
     if (lv.ser_nodes.empty()) continue;
     // Each chain (when its first node comes) to the thread with the least
     // serial work in this level so far.
-    thread_of.assign(lv.ser_nodes.size(), -1);
+    thread_of.assign(lv.chains.size(), -1);
     std::fill(load.begin(), load.end(), 0);
     for (auto& v : per_thread) v.clear();
-    for (uint32_t k = 0; k < lv.ser_nodes.size(); ++k) {
-      uint32_t r = k;
-      while (lv.ser_nodes[r].chain != r) r = lv.ser_nodes[r].chain;
+    for (const auto& [node, c] : lv.ser_nodes) {
+      const uint32_t r = lv.root(c);
       if (thread_of[r] < 0)
         thread_of[r] = int(std::min_element(load.begin(), load.end()) - load.begin());
       const int th = thread_of[r];
-      load[size_t(th)] += cost_of(nodes[lv.ser_nodes[k].node]);
-      per_thread[size_t(th)].push_back(lv.ser_nodes[k].node);
+      load[size_t(th)] += cost_of(nodes[node]);
+      per_thread[size_t(th)].push_back(node);
     }
     for (int th = 0; th < nt; ++th) {
       const auto& v = per_thread[size_t(th)];

@@ -48,22 +48,35 @@ struct NodeAccess {
 };
 void node_access(const TensorNode* n, NodeAccess& out);  // appends to out
 
-// True when a and b, run concurrently, could race: one writes bytes the other
-// reads or writes.
-bool conflict(const NodeAccess& a, const NodeAccess& b);
+// A union of byte ranges, kept as sorted disjoint intervals (touching or
+// overlapping ranges merge), so a query costs a binary search however many
+// ranges went in.
+class RangeSet {
+ public:
+  bool overlaps(const ByteRange& r) const;
+  void add(const ByteRange& r);
+  void add(const RangeSet& o);
+  void clear() { v_.clear(); }
+  bool empty() const { return v_.empty(); }
+  size_t intervals() const { return v_.size(); }
 
-// The ranges touched since the last barrier.
+ private:
+  std::vector<ByteRange> v_;
+};
+
+// The bytes some nodes read and write.
 class HazardSet {
  public:
   // True when a, run concurrently with what was added, could race: a writes
   // bytes something here reads or writes, or reads bytes something here writes.
   bool conflicts(const NodeAccess& a) const;
   void add(const NodeAccess& a);
+  void add(const HazardSet& o);
   void clear();
   bool empty() const { return reads_.empty() && writes_.empty(); }
 
  private:
-  std::vector<ByteRange> reads_, writes_;
+  RangeSet reads_, writes_;
 };
 
 // One step of a plan: nodes order[first, first + count) of the list. A
@@ -94,10 +107,12 @@ struct NodePlan {
 // the parallel nodes run first, then each thread's serial step: chains of
 // serial nodes go to the thread with the least serial work so far (elements
 // touched). The first level has no barrier (a pool run starts in sync), and
-// none is needed after the last (run() joins the threads). A node looks back
-// at most kLookback levels (it goes no lower than that), which bounds the
-// cost on long lists.
-constexpr size_t kLookback = 64;
+// none is needed after the last (run() joins the threads). Planning is
+// bounded: a node goes no lower than kLookback levels below the top, and a
+// level takes at most kMaxLevelNodes parallel nodes and chains (a node that
+// would start another goes up a level; a chain itself may grow without end).
+constexpr size_t kLookback = 16;
+constexpr size_t kMaxLevelNodes = 64;
 NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>& serial,
                     int n_threads);
 

@@ -40,7 +40,8 @@ using Clock = std::chrono::steady_clock;
 // a sleeping worker costs 50-250 us on this VM).
 // Waits inside a run (barriers, the caller joining the workers) adapt their
 // spin budget per thread between kMinSpinNs and kMaxSpinNs: it doubles when a
-// wait ends while spinning, and when it ends in sleep it halves, unless the
+// wait ends while spinning (unless a yield made it last over twice the
+// budget: then it halves), and when it ends in sleep it halves, unless the
 // thread waited for arrived within twice the budget (barriers know: a thread
 // that wakes a sleeper stamps the time it arrived), then it doubles too. So
 // when waits are a little longer than the budget (uneven nodes, small nodes
@@ -78,9 +79,14 @@ T wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, int64_t* budget_n
   const auto limit = std::chrono::nanoseconds(*budget_ns);
   for (uint32_t i = 0;; ++i) {
     if (pred(cur = word.load(std::memory_order_acquire))) {
-      if (adapt) *budget_ns = std::min(*budget_ns * 2, kMaxSpinNs);
+      const int64_t ns = (Clock::now() - start).count();
+      // Far past the budget while spinning: a yield lost the core to another
+      // process for a time slice. Sleeping sooner gives the core away without
+      // that (and a woken sleeper is scheduled promptly).
+      if (adapt)
+        *budget_ns = ns <= 2 * *budget_ns ? std::min(*budget_ns * 2, kMaxSpinNs)
+                                          : std::max(*budget_ns / 2, kMinSpinNs);
       if (st) {
-        const int64_t ns = (Clock::now() - start).count();
         (ns > kYieldAfterNs ? st->yielded : st->spun)++;
         st->spin_ns += ns;
       }
