@@ -1,6 +1,6 @@
 // CpuBackend: runs a node list on a persistent thread pool. One pool run per
 // graph; every thread walks all nodes and each kernel splits its own work;
-// small nodes run on thread 0 alone. A barrier goes between two nodes only
+// small nodes run on one thread alone. A barrier goes between two nodes only
 // where the second touches memory the nodes since the last barrier touch in a
 // conflicting way (cpu::plan_nodes), so a thread that finished its share of
 // one node goes on to the next independent one. The plan is made once per node
@@ -34,9 +34,9 @@ constexpr KernelFn kKernels[] = {
 #undef KILN_KERNEL_ALIAS
 #undef KILN_KERNEL_COMPUTE
 
-// Nodes this small run on thread 0 alone: splitting them costs more (a barrier
-// per node, ~0.1-1 us) than it saves. Consecutive small nodes form one serial
-// run with no barrier between them, so a chain of tiny ops costs ~40 ns a node.
+// Nodes this small run on one thread alone: splitting them costs more than it
+// saves. A chain of small nodes runs on one thread with no barrier between
+// them (cpu::plan_nodes), so a chain of tiny ops costs ~40 ns a node.
 // Kernels give the same result for any thread count, so this changes no value.
 constexpr int64_t kSerialWork = 1 << 15;
 

@@ -132,8 +132,8 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
     std::vector<uint32_t> par_nodes;
     std::vector<std::pair<uint32_t, uint32_t>> ser_nodes;  // (node, chain)
     std::vector<Chain> chains;
-    size_t live_chains = 0;
-    size_t width() const { return par_nodes.size() + live_chains; }
+    std::vector<uint32_t> live;  // chains not merged into another
+    size_t width() const { return par_nodes.size() + live.size(); }
     uint32_t root(uint32_t c) const {
       while (chains[c].into != c) c = chains[c].into;
       return c;
@@ -174,20 +174,20 @@ NodePlan plan_nodes(std::span<TensorNode* const> nodes, const std::vector<bool>&
     // The live chains it conflicts with merge into the first of them.
     joined.clear();
     if (join)
-      for (uint32_t c = 0; c < lv.chains.size(); ++c)
-        if (lv.chains[c].into == c && lv.chains[c].set.conflicts(acc)) joined.push_back(c);
+      for (uint32_t c : lv.live)
+        if (lv.chains[c].set.conflicts(acc)) joined.push_back(c);
     uint32_t chain;
     if (joined.empty()) {
       chain = uint32_t(lv.chains.size());
       lv.chains.push_back({HazardSet{}, chain});
-      lv.live_chains++;
+      lv.live.push_back(chain);
     } else {
       chain = joined[0];
       for (size_t k = 1; k < joined.size(); ++k) {
         lv.chains[chain].set.add(lv.chains[joined[k]].set);
         lv.chains[joined[k]].set.clear();
         lv.chains[joined[k]].into = chain;
-        lv.live_chains--;
+        lv.live.erase(std::find(lv.live.begin(), lv.live.end(), joined[k]));
       }
     }
     lv.chains[chain].set.add(acc);
