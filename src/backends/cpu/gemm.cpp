@@ -31,6 +31,10 @@
 #include "backends/cpu/gemm_convert.h"
 #include "backends/cpu/gemm_internal.h"
 
+#if defined(KILN_GEMM_AVX512)
+#include "backends/cpu/intrinsics.h"
+#endif
+
 namespace kiln::cpu {
 
 using namespace gemm_detail;
@@ -197,9 +201,22 @@ struct Plan {
 
 // C[0:m, 0:n] += bias[0:n]: GemmArgs::bias, added to a C tile right after its
 // last K block while the tile is still in L1.
-void add_bias(float* c, int64_t ldc, int64_t m, int64_t n, const float* bias) {
+// (Vectorized by hand: as a plain loop the compiler, not knowing that c and
+// bias never overlap, left it scalar, as slow as a K = 128 micro-kernel call.)
+void add_bias(float* __restrict c, int64_t ldc, int64_t m, int64_t n,
+              const float* __restrict bias) {
+#if defined(KILN_GEMM_AVX512)
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    const __m512 b = _mm512_maskz_loadu_ps(k, bias + j);
+    float* cj = c + j;
+    for (int64_t i = 0; i < m; ++i, cj += ldc)
+      _mm512_mask_storeu_ps(cj, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, cj), b));
+  }
+#else
   for (int64_t i = 0; i < m; ++i, c += ldc)
     for (int64_t j = 0; j < n; ++j) c[j] += bias[j];
+#endif
 }
 
 // Work-unit counters in the shared buffer, one cache line per thread: thread i
