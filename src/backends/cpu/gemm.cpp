@@ -359,16 +359,20 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
 GemmOperand rounded_bf16_copy(const GemmOperand& x, int64_t rows, int64_t cols, int slot) {
   thread_local std::vector<uint16_t> copies[2];
   std::vector<uint16_t>& c = copies[slot];
-  c.resize(size_t(rows * cols));
+  // The copy has x's strides (gaps and signs included): the path gemm takes
+  // for it, hence the order of the sums, is the one it takes for a bf16
+  // operand of x's layout.
+  const int64_t lo =
+      std::min<int64_t>(0, (rows - 1) * x.rs) + std::min<int64_t>(0, (cols - 1) * x.cs);
+  const int64_t hi =
+      std::max<int64_t>(0, (rows - 1) * x.rs) + std::max<int64_t>(0, (cols - 1) * x.cs);
+  c.assign(size_t(hi - lo + 1), 0);
+  uint16_t* base = c.data() - lo;
   const float* s = static_cast<const float*>(x.data);
-  // x's stride order kept: the copy is laid out as a bf16 cast of x's memory
-  // would be, so the paths (and the result) are those of the cast's.
-  const bool by_rows = std::abs(x.rs) >= std::abs(x.cs) || rows == 1;
-  const int64_t rs = by_rows ? cols : 1, cs = by_rows ? 1 : rows;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j)
-      c[size_t(i * rs + j * cs)] = f32_to_bf16_daz(s[i * x.rs + j * x.cs]);
-  return {c.data(), GemmType::bf16, rs, cs};
+      base[i * x.rs + j * x.cs] = f32_to_bf16_daz(s[i * x.rs + j * x.cs]);
+  return {base, GemmType::bf16, x.rs, x.cs};
 }
 
 void gemm(const GemmArgs& g, ThreadCtx& t) {

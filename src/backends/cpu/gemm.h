@@ -46,9 +46,9 @@ struct GemmArgs {
 // overlap A or B. Small products (< 2^18 multiply-adds) run on thread 0 alone.
 void gemm(const GemmArgs& args, ThreadCtx& t);
 
-// x (rows x cols, f32 with round_bf16) rounded into a bf16 copy laid out in x's
-// stride order (row- or column-major), in thread-local buffer `slot` (0 or 1),
-// valid until this thread's next call with that slot.
+// x (rows x cols, f32 with round_bf16) rounded into a bf16 copy with x's
+// strides, in thread-local buffer `slot` (0 or 1), valid until this thread's
+// next call with that slot.
 GemmOperand rounded_bf16_copy(const GemmOperand& x, int64_t rows, int64_t cols, int slot);
 
 // gemm computed by the calling thread alone, on a thread-local context (its own
