@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/graph_rewrite.h"
 #include "kiln/context.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
@@ -100,16 +101,7 @@ size_t Graph::fuse_matmul_bias() {
     gone.insert(c.s);
   }
   if (gone.empty()) return 0;
-  std::vector<TensorNode*> kept;
-  size_t n_forward = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    if (gone.count(nodes_[i])) continue;
-    kept.push_back(nodes_[i]);
-    n_forward += i < n_forward_;
-  }
-  nodes_ = std::move(kept);
-  n_forward_ = n_forward;
-  for (const TensorNode* s : gone) seen_.erase(s);
+  detail::rewrite_node_list(nodes_, n_forward_, seen_, gone);
   return gone.size();
 }
 

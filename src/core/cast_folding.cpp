@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/graph_rewrite.h"
 #include "kiln/context.h"
 #include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
@@ -160,23 +161,7 @@ size_t Graph::fold_bf16_casts() {
     }
   }
   // The new views take the cast's place (its source is computed before it).
-  std::vector<TensorNode*> kept;
-  size_t n_forward = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    TensorNode* n = nodes_[i];
-    const bool fwd = i < n_forward_;
-    if (auto it = replacement.find(n); it != replacement.end())
-      for (TensorNode* v : it->second) {
-        kept.push_back(v);
-        n_forward += fwd;
-      }
-    if (gone.count(n)) continue;
-    kept.push_back(n);
-    n_forward += fwd;
-  }
-  nodes_ = std::move(kept);
-  n_forward_ = n_forward;
-  for (const TensorNode* n : gone) seen_.erase(n);
+  detail::rewrite_node_list(nodes_, n_forward_, seen_, gone, replacement);
   return folds.size();
 }
 

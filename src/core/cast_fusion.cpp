@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/graph_rewrite.h"
 #include "kiln/context.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/graph.h"
@@ -127,22 +128,7 @@ size_t Graph::fuse_bf16_casts() {
   if (gone.empty()) return 0;
   for (auto& [t, g] : grads_)
     if (auto it = replaced.find(g); it != replaced.end()) g = it->second;
-  std::vector<TensorNode*> kept;
-  size_t n_forward = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    TensorNode* n = nodes_[i];
-    if (gone.count(n)) continue;
-    if (auto it = views_before.find(n); it != views_before.end())
-      for (TensorNode* r : it->second) {
-        kept.push_back(r);
-        n_forward += i < n_forward_;
-      }
-    kept.push_back(n);
-    n_forward += i < n_forward_;
-  }
-  nodes_ = std::move(kept);
-  n_forward_ = n_forward;
-  for (const TensorNode* s : gone) seen_.erase(s);
+  detail::rewrite_node_list(nodes_, n_forward_, seen_, gone, views_before);
   return replaced.size();
 }
 
