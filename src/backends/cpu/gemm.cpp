@@ -15,8 +15,9 @@
 // whichever thread computes it.
 // With A and B both bf16 (and AVX512_BF16) the same driver runs on bf16 pairs
 // (BF16Path: pair-interleaved packing, vdpbf16ps kernel, KC_BF16).
-// An optional bias row is added to each C tile after its last K block (the
-// small paths add it as they store C).
+// An optional bias row is added to each C tile by the micro-kernel that runs
+// its last K block, before it stores the tile (the small paths add it as they
+// store C).
 // Special cases: products under kSoloWork multiply-adds run on thread 0 alone;
 // M <= 4 with row-contiguous B and N <= 4 with row-contiguous A skip packing
 // (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
@@ -108,8 +109,8 @@ struct F32Path {
     gemm_detail::pack_b(B, k0, j0, kc, nc, d);
   }
   static void kernel(int64_t kc, const E* a, const E* b, float* c, int64_t ldc, int m, int n,
-                     bool add_c) {
-    gemm_detail::kernel(kc, a, b, c, ldc, m, n, add_c);
+                     bool add_c, const float* bias) {
+    gemm_detail::kernel(kc, a, b, c, ldc, m, n, add_c, bias);
   }
 };
 
@@ -126,8 +127,8 @@ struct BF16Path {
     else pack_b_bf16(B, k0, j0, kc, nc, d);
   }
   static void kernel(int64_t kc, const E* a, const E* b, float* c, int64_t ldc, int m, int n,
-                     bool add_c) {
-    kernel_bf16(kc, a, b, c, ldc, m, n, add_c);
+                     bool add_c, const float* bias) {
+    kernel_bf16(kc, a, b, c, ldc, m, n, add_c, bias);
   }
 };
 #endif
@@ -199,24 +200,11 @@ struct Plan {
   }
 };
 
-// C[0:m, 0:n] += bias[0:n]: GemmArgs::bias, added to a C tile right after its
-// last K block while the tile is still in L1.
-// (Vectorized by hand: as a plain loop the compiler, not knowing that c and
-// bias never overlap, left it scalar, as slow as a K = 128 micro-kernel call.)
-void add_bias(float* __restrict c, int64_t ldc, int64_t m, int64_t n,
-              const float* __restrict bias) {
-#if defined(KILN_GEMM_AVX512)
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 k = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
-    const __m512 b = _mm512_maskz_loadu_ps(k, bias + j);
-    float* cj = c + j;
-    for (int64_t i = 0; i < m; ++i, cj += ldc)
-      _mm512_mask_storeu_ps(cj, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, cj), b));
-  }
-#else
+// C[0:m, 0:n] += bias[0:n] for K = 0, where no micro-kernel adds GemmArgs::bias
+// (the blocked paths' kernels add it to each tile before storing it).
+void add_bias(float* c, int64_t ldc, int64_t m, int64_t n, const float* bias) {
   for (int64_t i = 0; i < m; ++i, c += ldc)
     for (int64_t j = 0; j < n; ++j) c[j] += bias[j];
-#endif
 }
 
 // Work-unit counters in the shared buffer, one cache line per thread: thread i
@@ -257,9 +245,8 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
           const int64_t kcp = pl.kc_packed(p);
           const E* bp = bbuf + p * pl.kstride * pl.ncb + s * kcp * NR;
           P::kernel(pl.kc(p), abuf + p * a_stride + ir * kcp, bp, cp + ir * ldc, ldc, m, n,
-                    g.accumulate || p > 0);
+                    g.accumulate || p > 0, p == pl.nkb - 1 && g.bias ? g.bias + j : nullptr);
         }
-        if (g.bias) add_bias(cp + ir * ldc, ldc, m, n, g.bias + j);
       }
     }
     return;
@@ -277,8 +264,8 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
       float* cp = g.C + i0 * ldc + j;
       for (int64_t ir = 0; ir < mc; ir += MR) {
         const int m = int(std::min<int64_t>(MR, mc - ir));
-        P::kernel(kc, abuf + ir * kcp, bp, cp + ir * ldc, ldc, m, n, add_c);
-        if (bias) add_bias(cp + ir * ldc, ldc, m, n, bias + j);
+        P::kernel(kc, abuf + ir * kcp, bp, cp + ir * ldc, ldc, m, n, add_c,
+                  bias ? bias + j : nullptr);
       }
     }
   }

@@ -45,12 +45,14 @@ inline constexpr int64_t KC = 256, MC = 4 * 32;
 inline constexpr const char* kIsa = "generic";
 #endif
 
-// C[0:m, 0:n] = (add_c ? C : 0) + Apanel(MR x kc) @ Bstrip(kc x NR), for
-// 1 <= m <= MR, 1 <= n <= NR; C(i, j) at c[i*ldc + j]. Each C element is one
-// multiply-add chain over k (then one add of the old C when add_c), the same
-// whatever m and n.
+// C[0:m, 0:n] = (add_c ? C : 0) + Apanel(MR x kc) @ Bstrip(kc x NR), then
+// + bias[0:n] on every row when bias is not null, for 1 <= m <= MR,
+// 1 <= n <= NR; C(i, j) at c[i*ldc + j]. Each C element is one multiply-add
+// chain over k, then one add of the old C when add_c, then one of the bias:
+// the same whatever m and n. (The bias is added before the store: added by a
+// pass over the tile just stored, its loads waited for those stores.)
 void kernel(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n,
-            bool add_c);
+            bool add_c, const float* bias);
 
 // Packs A[i0 : i0+mc, k0 : k0+kc] into the A-block layout above.
 void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst);
@@ -90,7 +92,7 @@ void gemm_small_n(const GemmArgs& g, int ith, int nth, float* b32);
 // Same MR x NR tile as f32; KC twice as long (same bytes per panel).
 inline constexpr int64_t KC_BF16 = 2 * KC;
 void kernel_bf16(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, int m,
-                 int n, bool add_c);
+                 int n, bool add_c, const float* bias);
 void pack_a_bf16(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc,
                  uint16_t* dst);
 void pack_b_bf16(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc,

@@ -18,7 +18,7 @@ inline __m256i lane_mask(int r) {  // lanes < r all ones
 }  // namespace
 
 void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-            int m, int n, bool add_c) {
+            int m, int n, bool add_c, const float* bias) {
   __m256 acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -50,6 +50,7 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
         float* p = c + i * ldc + 8 * v;
         __m256 x = acc[i][v];
         if (add_c) x = _mm256_add_ps(x, _mm256_loadu_ps(p));
+        if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + 8 * v));
         _mm256_storeu_ps(p, x);
       }
     return;
@@ -65,6 +66,7 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
       float* p = c + i * ldc + 8 * v;
       __m256 x = acc[i][v];
       if (add_c) x = _mm256_add_ps(x, _mm256_maskload_ps(p, mk[v]));
+      if (bias) x = _mm256_add_ps(x, _mm256_maskload_ps(bias + 8 * v, mk[v]));
       _mm256_maskstore_ps(p, mk[v], x);
     }
   }

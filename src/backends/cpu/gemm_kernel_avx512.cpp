@@ -11,45 +11,55 @@ namespace {
 constexpr int NV = NR / 16;
 static_assert(NR % 16 == 0);
 
-template <bool kAdd, bool kFull>
+// Stores the accumulators into C: + the old C (kAdd), + the bias row (kBias),
+// full tiles unmasked.
+template <bool kAdd, bool kFull, bool kBias>
 inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], float* c, int64_t ldc,
-                                                      int m, int n) {
-  if constexpr (kFull) {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+                                                      int m, int n, const float* bias) {
+  __mmask16 mk[NV];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float* p = c + i * ldc + 16 * v;
-        __m512 x = acc[i][v];
-        if constexpr (kAdd) x = _mm512_add_ps(x, _mm512_loadu_ps(p));
-        _mm512_storeu_ps(p, x);
-      }
-    }
-  } else {
-    __mmask16 mk[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int r = n - 16 * v;
+    mk[v] = kFull || r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
+  }
+  __m512 bv[NV];
+  if constexpr (kBias) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      bv[v] = kFull ? _mm512_loadu_ps(bias + 16 * v) : _mm512_maskz_loadu_ps(mk[v], bias + 16 * v);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    if (!kFull && i >= m) break;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      const int r = n - 16 * v;
-      mk[v] = r >= 16 ? __mmask16(0xffff) : r <= 0 ? __mmask16(0) : __mmask16((1u << r) - 1);
+      float* p = c + i * ldc + 16 * v;
+      __m512 x = acc[i][v];
+      if constexpr (kAdd)
+        x = _mm512_add_ps(x, kFull ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mk[v], p));
+      if constexpr (kBias) x = _mm512_add_ps(x, bv[v]);
+      if constexpr (kFull) _mm512_storeu_ps(p, x);
+      else _mm512_mask_storeu_ps(p, mk[v], x);
     }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      if (i >= m) break;
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float* p = c + i * ldc + 16 * v;
-        __m512 x = acc[i][v];
-        if constexpr (kAdd) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], p));
-        _mm512_mask_storeu_ps(p, mk[v], x);
-      }
-    }
+  }
+}
+
+template <bool kFull>
+inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], float* c, int64_t ldc,
+                                                      int m, int n, bool add_c, const float* bias) {
+  if (add_c) {
+    if (bias) store_tile<true, kFull, true>(acc, c, ldc, m, n, bias);
+    else store_tile<true, kFull, false>(acc, c, ldc, m, n, bias);
+  } else {
+    if (bias) store_tile<false, kFull, true>(acc, c, ldc, m, n, bias);
+    else store_tile<false, kFull, false>(acc, c, ldc, m, n, bias);
   }
 }
 
 }  // namespace
 
 void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-            int m, int n, bool add_c) {
+            int m, int n, bool add_c, const float* bias) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -77,14 +87,8 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
     b += NR;
   }
 
-  const bool full = m == MR && n == NR;
-  if (full) {
-    if (add_c) store_tile<true, true>(acc, c, ldc, m, n);
-    else store_tile<false, true>(acc, c, ldc, m, n);
-  } else {
-    if (add_c) store_tile<true, false>(acc, c, ldc, m, n);
-    else store_tile<false, false>(acc, c, ldc, m, n);
-  }
+  if (m == MR && n == NR) store_tile<true>(acc, c, ldc, m, n, add_c, bias);
+  else store_tile<false>(acc, c, ldc, m, n, add_c, bias);
 }
 
 #if defined(KILN_GEMM_BF16)
@@ -95,7 +99,7 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
 // The instruction treats bf16 subnormal inputs as zero and rounds to nearest
 // even whatever MXCSR says.
 void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __restrict b, float* c,
-                 int64_t ldc, int m, int n, bool add_c) {
+                 int64_t ldc, int m, int n, bool add_c, const float* bias) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -125,14 +129,8 @@ void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __res
     b += 2 * NR;
   }
 
-  const bool full = m == MR && n == NR;
-  if (full) {
-    if (add_c) store_tile<true, true>(acc, c, ldc, m, n);
-    else store_tile<false, true>(acc, c, ldc, m, n);
-  } else {
-    if (add_c) store_tile<true, false>(acc, c, ldc, m, n);
-    else store_tile<false, false>(acc, c, ldc, m, n);
-  }
+  if (m == MR && n == NR) store_tile<true>(acc, c, ldc, m, n, add_c, bias);
+  else store_tile<false>(acc, c, ldc, m, n, add_c, bias);
 }
 #endif  // KILN_GEMM_BF16
 

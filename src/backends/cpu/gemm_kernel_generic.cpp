@@ -6,7 +6,7 @@
 namespace kiln::cpu::gemm_detail {
 
 void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-            int m, int n, bool add_c) {
+            int m, int n, bool add_c, const float* bias) {
   float acc[MR][NR] = {};
   for (int64_t k = 0; k < kc; ++k) {
     for (int i = 0; i < MR; ++i) {
@@ -18,10 +18,11 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
   }
   for (int i = 0; i < m; ++i) {
     float* p = c + i * ldc;
-    if (add_c)
-      for (int j = 0; j < n; ++j) p[j] += acc[i][j];
-    else
-      for (int j = 0; j < n; ++j) p[j] = acc[i][j];
+    for (int j = 0; j < n; ++j) {
+      float x = add_c ? acc[i][j] + p[j] : acc[i][j];
+      if (bias) x += bias[j];
+      p[j] = x;
+    }
   }
 }
 
