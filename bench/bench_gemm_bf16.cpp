@@ -113,8 +113,10 @@ struct Data {
 };
 
 // Storage: A is M x K row-major, or (ta) the K x M row-major matrix it is the
-// transpose of; likewise B. `type` is the type of both.
-void BM_gemm(benchmark::State& st, Shape s, GemmType type) {
+// transpose of; likewise B. `type` is the type of both; `rounded`: f32 operands
+// the product reads rounded to bf16 (GemmOperand::round_bf16, how a training
+// graph under the bf16 policy gives it weights and output gradients).
+void BM_gemm(benchmark::State& st, Shape s, GemmType type, bool rounded = false) {
   const int threads = int(st.range(0));
   Data d(s);
   const bool bf = type == GemmType::bf16;
@@ -123,6 +125,7 @@ void BM_gemm(benchmark::State& st, Shape s, GemmType type) {
             s.ta ? s.M : 1};
   args.B = {bf ? static_cast<const void*>(d.b16.data()) : d.b.data(), type, s.tb ? 1 : s.N,
             s.tb ? s.K : 1};
+  args.A.round_bf16 = args.B.round_bf16 = rounded;
   ThreadPool& p = pool(threads);
   auto fn = [&](ThreadCtx& t) { kiln::cpu::gemm(args, t); };
   for (auto _ : st) {
@@ -133,18 +136,21 @@ void BM_gemm(benchmark::State& st, Shape s, GemmType type) {
   st.counters["GFLOPS"] = benchmark::Counter(2e-9 * double(s.M) * double(s.N) * double(s.K),
                                              benchmark::Counter::kIsIterationInvariantRate);
 #if defined(KILN_GEMM_BF16)
-  st.SetLabel(bf ? "vdpbf16ps" : kiln::cpu::gemm_detail::kIsa);
+  st.SetLabel(bf || rounded ? "vdpbf16ps" : kiln::cpu::gemm_detail::kIsa);
 #else
   st.SetLabel(bf ? "bf16->f32" : kiln::cpu::gemm_detail::kIsa);
 #endif
 }
 
-#define KILN_BF16_BENCH(name, ...)                                            \
-  BENCHMARK_CAPTURE(BM_gemm, f32_##name, Shape{__VA_ARGS__}, GemmType::f32)   \
-      ->Arg(2)                                                                \
-      ->UseRealTime();                                                        \
-  BENCHMARK_CAPTURE(BM_gemm, bf16_##name, Shape{__VA_ARGS__}, GemmType::bf16) \
-      ->Arg(2)                                                                \
+#define KILN_BF16_BENCH(name, ...)                                                    \
+  BENCHMARK_CAPTURE(BM_gemm, f32_##name, Shape{__VA_ARGS__}, GemmType::f32)           \
+      ->Arg(2)                                                                        \
+      ->UseRealTime();                                                                \
+  BENCHMARK_CAPTURE(BM_gemm, bf16_##name, Shape{__VA_ARGS__}, GemmType::bf16)         \
+      ->Arg(2)                                                                        \
+      ->UseRealTime();                                                                \
+  BENCHMARK_CAPTURE(BM_gemm, rounded_##name, Shape{__VA_ARGS__}, GemmType::f32, true) \
+      ->Arg(2)                                                                        \
       ->UseRealTime();
 
 KILN_BF16_BENCH(sq1024, 1024, 1024, 1024, false, false)
