@@ -51,6 +51,25 @@ void copy_quantized(TensorNode* dst, const TensorNode* src, ThreadCtx& t) {
   }
 }
 
+// n bytes from s to d, which do not overlap, for the short runs of a permuted
+// copy (a [B, H, T, E] attention output to [B, T, H, E]: runs of E elements):
+// whole vectors and a masked tail in line, where a memmove call per run cost
+// as much as the bytes it moved.
+inline void copy_run(char* d, const char* s, int64_t n) {
+#if defined(__AVX512BW__)
+  for (; n >= 64; n -= 64, d += 64, s += 64) _mm512_storeu_si512(d, _mm512_loadu_si512(s));
+  if (n > 0) {
+    const __mmask64 m = (__mmask64(1) << n) - 1;
+    _mm512_mask_storeu_epi8(d, m, _mm512_maskz_loadu_epi8(m, s));
+  }
+#else
+  std::memcpy(d, s, size_t(n));
+#endif
+}
+
+// Runs up to this many bytes go through copy_run.
+constexpr int64_t kShortRunBytes = 512;
+
 }  // namespace
 
 // dst = convert(src0). src0 has any strides and dtype; dst is contiguous with the
@@ -71,9 +90,14 @@ void kernel_COPY(TensorNode* dst, ThreadCtx& t) {
       dst->shape == src->shape ? dst->stride : dense_strides(src->shape, int64_t(dst->elem_size()));
   auto L = make_layout<2>(src->shape, {ds, src->stride});
   const DType dt = dst->dtype, st = src->dtype;
+  const int64_t es = int64_t(dst->elem_size());
   for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
                [&](const Ptrs<2>& p, int64_t len, const Steps<2>& step) {
-                 convert(p[1], st, step[1], p[0], dt, step[0], len);
+                 const int64_t bytes = len * es;
+                 if (dt == st && step[0] == es && step[1] == es && bytes <= kShortRunBytes &&
+                     (p[0] + bytes <= p[1] || p[1] + bytes <= p[0]))
+                   copy_run(p[0], p[1], bytes);
+                 else convert(p[1], st, step[1], p[0], dt, step[0], len);
                });
 }
 
