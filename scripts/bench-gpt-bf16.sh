@@ -70,5 +70,12 @@ log "planned MB (kiln): f32 $(median planned_mb "$out/kiln-f32.txt")," \
 log "kiln bf16 tokens/s: $(ratio "${rate[kiln-bf16]}" "${rate[kiln-f32]}")x kiln f32 (target 1.6)," \
   "$(ratio "${rate[kiln-bf16]}" "${rate[pytorch-f32]}")x PyTorch f32 (target 5)," \
   "$(ratio "${rate[kiln-bf16]}" "${rate[pytorch-autocast]}")x PyTorch autocast"
+# The same ratio repeat by repeat (each pair ran back to back): on a VM whose
+# speed moves between minutes, its spread shows how far the medians can be
+# trusted.
+pairs="$(paste -d' ' <(sed -nE 's/.*train_tokens_per_s=([0-9.]+).*/\1/p' "$out/kiln-bf16.txt") \
+  <(sed -nE 's/.*train_tokens_per_s=([0-9.]+).*/\1/p' "$out/kiln-f32.txt") |
+  awk '{printf "%s%.2f", NR > 1 ? " " : "", $1 / $2}')"
+log "kiln bf16 / f32 repeat by repeat: $pairs"
 log "val_loss kiln bf16 - f32: $(awk -v a="${loss[kiln-bf16]}" -v b="${loss[kiln-f32]}" \
   'BEGIN {printf "%+.4f", a - b}') (target within 0.02)"
