@@ -75,7 +75,7 @@ log "kiln bf16 tokens/s: $(ratio "${rate[kiln-bf16]}" "${rate[kiln-f32]}")x kiln
 # trusted.
 pairs="$(paste -d' ' <(sed -nE 's/.*train_tokens_per_s=([0-9.]+).*/\1/p' "$out/kiln-bf16.txt") \
   <(sed -nE 's/.*train_tokens_per_s=([0-9.]+).*/\1/p' "$out/kiln-f32.txt") |
-  awk '{printf "%s%.2f", NR > 1 ? " " : "", $1 / $2}')"
+  awk '{printf "%s%.2f", (NR > 1 ? " " : ""), $1 / $2}')"
 log "kiln bf16 / f32 repeat by repeat: $pairs"
 log "val_loss kiln bf16 - f32: $(awk -v a="${loss[kiln-bf16]}" -v b="${loss[kiln-f32]}" \
   'BEGIN {printf "%+.4f", a - b}') (target within 0.02)"
