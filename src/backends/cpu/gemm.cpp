@@ -62,8 +62,9 @@ struct Grid {
 // thread finds 1/nth of them in its own cache: with tm < nth it packs rows
 // other cores wrote, at kRemoteRowCost more per row and k. (An isolated
 // benchmark never sees this: there A is in both caches.) In kiln-gpt's bf16
-// step this moved the [768 x 128] x [128 x 384 / 512] products to an M split,
-// each 15-25% faster in the graph.
+// step this moved the [768 x 128] x [128 x 384 / 512] products to an M split:
+// 13-25% faster per node when other processes loaded the machine, level when
+// it was calm (docs/benchmarks.md).
 Grid choose_grid(int64_t M, int64_t N, int nth, bool rows_local) {
 #if defined(KILN_GEMM_AVX512)
   constexpr double kTileCost = MR * NR / 32.0, kRowCost = 0.5;
