@@ -83,20 +83,7 @@ size_t Graph::fuse_bf16_casts() {
     if (c.v) readers[c.v] = 0;
   }
   if (cands.empty()) return 0;
-  // Readers anywhere in the context (other graphs built from the same nodes, the
-  // partial-batch tail, recomputed segments), not only in this graph.
-  Context* ctx = cands[0].s->ctx;
-  auto count = [&](const TensorNode* s) {
-    if (!s) return;
-    auto it = readers.find(s);
-    if (it != readers.end()) ++it->second;
-  };
-  for (size_t i = 0; i < ctx->size(); ++i) {
-    const TensorNode* c = ctx->node(i);
-    for (int k = 0; k < c->n_src; ++k) count(c->src[k]);
-    // A view's memory owner is its src too (counted once: skip view_src then).
-    if (!(c->n_src > 0 && c->src[0] == c->view_src)) count(c->view_src);
-  }
+  detail::count_context_readers(*cands[0].s->ctx, readers);
   std::unordered_set<const TensorNode*> grad_nodes;
   for (const auto& [t, g] : grads_) grad_nodes.insert(g);
 

@@ -1,14 +1,35 @@
-// The node-list edit every graph rewrite pass ends with (Graph::fuse_bf16_casts,
-// fold_bf16_casts, fuse_matmul_bias): drop the nodes a pass made dead, insert
-// the views it made right before their first reader, recount the forward part.
+// Shared by the graph rewrite passes (Graph::fuse_bf16_casts, fold_bf16_casts,
+// fuse_matmul_bias): counting a node's readers in the whole context, and the
+// node-list edit every pass ends with (drop the nodes a pass made dead, insert
+// the views it made right before their first reader, recount the forward part).
 #pragma once
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "kiln/context.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::detail {
+
+// readers[x] += the number of nodes anywhere in ctx that read x, for every x
+// already a key of readers (other graphs built from the same nodes, the
+// partial-batch tail and recomputed segments read them too, not only the graph
+// being rewritten). A view reads its memory owner through its src, so a view
+// whose src is its owner counts once.
+inline void count_context_readers(Context& ctx,
+                                  std::unordered_map<const TensorNode*, int>& readers) {
+  auto count = [&](const TensorNode* s) {
+    if (!s) return;
+    auto it = readers.find(s);
+    if (it != readers.end()) ++it->second;
+  };
+  for (size_t i = 0; i < ctx.size(); ++i) {
+    const TensorNode* c = ctx.node(i);
+    for (int k = 0; k < c->n_src; ++k) count(c->src[k]);
+    if (!(c->n_src > 0 && c->src[0] == c->view_src)) count(c->view_src);
+  }
+}
 
 // nodes without those in `gone`, each before[n] placed right before n (n kept
 // unless gone); n_forward counts the result's nodes that came from (or were
