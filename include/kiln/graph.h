@@ -73,6 +73,14 @@ class Graph {
   // backward rule gives the bias ADD's gradient). Call after the graph is
   // complete (backward included), before allocating it. Returns the adds fused.
   size_t fuse_matmul_bias();
+  // Each ADD of a LAYER_NORM_BACK or RMS_NORM_BACK result s to another f32
+  // tensor r of the same shape (the two gradients of a tensor read by a norm
+  // and by something else, as a pre-norm block's residual stream is) becomes
+  // that backward op with r as its last source (has_residual), when nothing
+  // else reads s (as for fuse_matmul_bias): the kernel adds r to each dx row
+  // as it stores it, bit-identical to the separate add. CPU kernels only; call
+  // after the graph is complete, before allocating it. Returns the adds fused.
+  size_t fuse_norm_residual();
   size_t size() const { return nodes_.size(); }
   std::string dump() const;
 

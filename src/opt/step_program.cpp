@@ -18,12 +18,13 @@ bool enabled(const char* env) {
   const char* e = std::getenv(env);
   return !e || std::string(e) != "0";
 }
-// The CPU-only rewrites of a complete graph: biases into their matmuls, bf16
-// casts into their producers, and the casts only matmuls read into those
-// (each turned off by its variable set to 0; KILN_FUSE_CASTS=0 turns off both
-// cast rewrites).
+// The CPU-only rewrites of a complete graph: biases into their matmuls,
+// gradient sums into the norms' backward kernels, bf16 casts into their
+// producers, and the casts only matmuls read into those (each turned off by
+// its variable set to 0; KILN_FUSE_CASTS=0 turns off both cast rewrites).
 void fuse_for_cpu(Graph& g) {
   if (enabled("KILN_FUSE_BIAS")) g.fuse_matmul_bias();
+  if (enabled("KILN_FUSE_RESIDUAL")) g.fuse_norm_residual();
   if (enabled("KILN_FUSE_CASTS")) {
     g.fuse_bf16_casts();
     if (enabled("KILN_FOLD_CASTS")) g.fold_bf16_casts();

@@ -44,8 +44,10 @@ struct StepProgram {
   // `phase_graphs`); `schedule` tells whether SGD keeps a momentum buffer (its
   // step-0 momentum). `cpu_only` (the CPU backend runs the program alone):
   // fold Linear biases into their matmuls (Graph::fuse_matmul_bias) unless
-  // KILN_FUSE_BIAS=0 and bf16 casts into their producers
-  // (Graph::fuse_bf16_casts) unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt] ...".
+  // KILN_FUSE_BIAS=0, gradient sums into the norms' backward kernels
+  // (Graph::fuse_norm_residual) unless KILN_FUSE_RESIDUAL=0 and bf16 casts into
+  // their producers (Graph::fuse_bf16_casts) unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt]
+  // ...".
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
              bool phase_graphs, bool cpu_only);
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }

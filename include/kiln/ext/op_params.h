@@ -78,14 +78,17 @@ struct PadParams {
   float value = 0;
 };
 // LAYER_NORM and its backward ops: which optional sources follow x.
+// has_residual (LAYER_NORM_BACK only): a last source added to dx, the other
+// gradient it was summed with (Graph::fuse_norm_residual).
 struct LayerNormParams {
   float eps = 1e-5f;
-  bool has_weight = false, has_bias = false;
+  bool has_weight = false, has_bias = false, has_residual = false;
 };
-// RMS_NORM and its backward ops: whether a weight follows x.
+// RMS_NORM and its backward ops: whether a weight follows x; has_residual as
+// for LayerNormParams (RMS_NORM_BACK only).
 struct RmsNormParams {
   float eps = 1e-6f;
-  bool has_weight = false;
+  bool has_weight = false, has_residual = false;
 };
 // ATTENTION and ATTENTION_BACK.
 struct AttentionParams {

@@ -66,9 +66,11 @@ __global__ void k_rms_norm(const char* x, Rows g, const char* w, int64_t ws, int
   }
 }
 
-// dx = rstd * g - x * rstd^3 * mean(g x), g = dy * w.
+// dx = rstd * g - x * rstd^3 * mean(g x), g = dy * w; plus row r of res when
+// there is one (has_residual, Graph::fuse_norm_residual).
 __global__ void k_rms_norm_back(const char* dy, Rows gd, const char* x, Rows gx, const char* w,
-                                int64_t ws, int64_t d, float eps, float* out) {
+                                int64_t ws, const char* res, Rows gr, int64_t d, float eps,
+                                float* out) {
   __shared__ float shm[33];
   const int64_t r = blockIdx.x;
   const float rs = row_rstd(x, gx, r, d, eps, shm);
@@ -84,7 +86,8 @@ __global__ void k_rms_norm_back(const char* dy, Rows gd, const char* x, Rows gx,
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
     float g = ldf(dy, go + j * gs);
     if (w) g *= ldf(w, j * ws);
-    out[r * d + j] = g * rs - ldf(x, xo + j * xs) * k;
+    const float dx = g * rs - ldf(x, xo + j * xs) * k;
+    out[r * d + j] = res ? ldf(res, gr.off(r) + j * gr.step()) + dx : dx;
   }
 }
 
@@ -140,8 +143,11 @@ void rms_norm_ops(TensorNode* dst, const Launch& L) {
                                                                 out);
   } else {
     const TensorNode* dy = dst->src[0];
+    const TensorNode* res = p.has_residual ? dst->src[2 + int(p.has_weight)] : nullptr;
     k_rms_norm_back<<<unsigned(rows), threads_for(d), 0, L.stream>>>(
-        static_cast<const char*>(dy->data), rows_of(dy), xp, rows_of(x), wp, ws, d, p.eps, out);
+        static_cast<const char*>(dy->data), rows_of(dy), xp, rows_of(x), wp, ws,
+        res ? static_cast<const char*>(res->data) : nullptr, res ? rows_of(res) : Rows{}, d, p.eps,
+        out);
   }
   check_launch(op_name(dst->op));
 }

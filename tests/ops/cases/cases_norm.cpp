@@ -51,6 +51,22 @@ void add_layer_norm(std::vector<Case>& cs, Sz z) {
         },
         false));
   }
+  // With the gradient it is summed with added (has_residual,
+  // Graph::fuse_norm_residual): contiguous, and a transposed one read by rows.
+  for (const bool w : {false, true}) {
+    const LayerNormParams p{1e-5f, w, false, true};
+    std::vector<Input> ins = {in("dy", {R, D}), in("x", {R, D}, gen::uniform(-2, 2))};
+    if (w) ins.push_back(in("w", {D}, wg));
+    ins.push_back(w ? with(in("r", {R, D}), Layout::transposed) : in("r", {R, D}));
+    cs.push_back(make_case(
+        w ? "layer_norm_back_weight_residual" : "layer_norm_back_residual", {Op::LAYER_NORM_BACK},
+        ins,
+        [p, w](Context&, X x) {
+          return detail::make_op(Op::LAYER_NORM_BACK, DType::f32, x[1].shape(),
+                                 {x[0], x[1], x[2], w ? x[3] : Tensor()}, p);
+        },
+        false));
+  }
   // Strided rows (converted into scratch) in several blocks of rows and a partial
   // one (the kernels take rows' statistics a block at a time).
   const int64_t RB = z(41, 768);
@@ -113,6 +129,21 @@ void add_rms_norm(std::vector<Case>& cs, Sz z) {
         [p, w](Context&, X x) {
           return detail::make_op(Op::RMS_NORM_BACK, DType::f32, x[1].shape(),
                                  {x[0], x[1], w ? x[2] : Tensor()}, p);
+        },
+        false));
+  }
+  // With the gradient it is summed with added (has_residual): contiguous, and
+  // a transposed one read by rows.
+  for (const bool w : {false, true}) {
+    const RmsNormParams p{1e-5f, w, true};
+    std::vector<Input> ins = {in("dy", {R, D}), in("x", {R, D}, gen::uniform(-2, 2))};
+    if (w) ins.push_back(in("w", {D}, wg));
+    ins.push_back(w ? with(in("r", {R, D}), Layout::transposed) : in("r", {R, D}));
+    cs.push_back(make_case(
+        w ? "rms_norm_back_weight_residual" : "rms_norm_back_residual", {Op::RMS_NORM_BACK}, ins,
+        [p, w](Context&, X x) {
+          return detail::make_op(Op::RMS_NORM_BACK, DType::f32, x[1].shape(),
+                                 {x[0], x[1], x[2], w ? x[3] : Tensor()}, p);
         },
         false));
   }

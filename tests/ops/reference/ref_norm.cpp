@@ -69,6 +69,7 @@ RefValue ref_LAYER_NORM_BACK(const RefArgs& a) {
   const RefValue &dy = a.in(0), &x = a.in(1);
   const LayerNormParams p = a.params<LayerNormParams>();
   const RefValue* w = p.has_weight ? &a.in(2) : nullptr;
+  const RefValue* res = p.has_residual ? &a.in(2 + int(p.has_weight)) : nullptr;
   RefValue r = ref_out(a.node, x.shape);
   const Norm n = normalise(x, double(p.eps));
   const int64_t d = x.shape[x.shape.ndim() - 1], rows = d ? x.numel() / d : 0;
@@ -83,7 +84,8 @@ RefValue ref_LAYER_NORM_BACK(const RefArgs& a) {
     }
     for (int64_t j = 0; j < d; ++j) {
       const size_t k = size_t(row * d + j);
-      r.v[k] = n.rstd[size_t(row)] * (g[size_t(j)] - sg / double(d) - n.xhat[k] * sgx / double(d));
+      r.v[k] = n.rstd[size_t(row)] * (g[size_t(j)] - sg / double(d) - n.xhat[k] * sgx / double(d)) +
+               (res ? res->v[k] : 0.0);
     }
   }
   return r;
@@ -117,6 +119,7 @@ RefValue ref_RMS_NORM_BACK(const RefArgs& a) {
   const RefValue &dy = a.in(0), &x = a.in(1);
   const RmsNormParams p = a.params<RmsNormParams>();
   const RefValue* w = p.has_weight ? &a.in(2) : nullptr;
+  const RefValue* res = p.has_residual ? &a.in(2 + int(p.has_weight)) : nullptr;
   RefValue r = ref_out(a.node, x.shape);
   const Norm n = rms_normalise(x, double(p.eps));
   const int64_t d = x.shape[x.shape.ndim() - 1], rows = d ? x.numel() / d : 0;
@@ -130,7 +133,8 @@ RefValue ref_RMS_NORM_BACK(const RefArgs& a) {
     }
     for (int64_t j = 0; j < d; ++j) {
       const size_t k = size_t(row * d + j);
-      r.v[k] = n.rstd[size_t(row)] * (g[size_t(j)] - n.xhat[k] * sgx / double(d));
+      r.v[k] = n.rstd[size_t(row)] * (g[size_t(j)] - n.xhat[k] * sgx / double(d)) +
+               (res ? res->v[k] : 0.0);
     }
   }
   return r;

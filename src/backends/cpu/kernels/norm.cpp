@@ -103,6 +103,12 @@ Affine affine_of(const TensorNode* n, const LayerNormParams& p, int first) {
   return a;
 }
 
+// The gradient a backward kernel adds to its dx (has_residual, at source index
+// i; Graph::fuse_norm_residual folded their ADD into it), or null.
+const TensorNode* residual_of(const TensorNode* dst, bool has, int i) {
+  return has ? dst->src[i] : nullptr;
+}
+
 // A [D] parameter as contiguous floats.
 const float* vec_of(const TensorNode* t, int64_t d, float* buf) {
   return f32_row(static_cast<const char*>(t->data), t->dtype, t->stride[0], d, buf);
@@ -200,15 +206,18 @@ void kernel_LAYER_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* x = dst->src[1];
   const LayerNormParams p = op_params<Op::LAYER_NORM_BACK>(*dst);
   const TensorNode* wt = p.has_weight ? dst->src[2] : nullptr;
+  const TensorNode* res = residual_of(dst, p.has_residual, 2 + int(p.has_weight));
   const int64_t d = x->shape[x->shape.ndim() - 1];
   if (d == 0 || x->numel() == 0) return;
   const int64_t rows = x->numel() / d;
   const Range r = thread_range(t, rows, 10 * d, 1);
   if (r.empty()) return;
   const int64_t cx = conv_floats(x, d), cdy = conv_floats(dy, d);
-  float* buf = static_cast<float*>(t.scratch(size_t(cx + cdy + d) * sizeof(float)));
-  const float* w = wt ? vec_of(wt, d, buf + cx + cdy) : nullptr;
+  const int64_t cres = res ? conv_floats(res, d) : 0;
+  float* buf = static_cast<float*>(t.scratch(size_t(cx + cdy + cres + d) * sizeof(float)));
+  const float* w = wt ? vec_of(wt, d, buf + cx + cdy + cres) : nullptr;
   float* out = static_cast<float*>(dst->data);
+  const float* resrows[kStatRows];
   auto grad_out = [w](const float* dyr, int64_t j, int n) {
     const VF g = vm::loadv<VF>(dyr + j, n);
     return w ? g * vm::loadv<VF>(w + j, n) : g;
@@ -220,6 +229,7 @@ void kernel_LAYER_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
     const int64_t nr = std::min(kStatRows, r.end - i0);
     rows_of(x, i0, nr, d, cx ? buf : nullptr, blk.row);
     rows_of(dy, i0, nr, d, cdy ? buf + cx : nullptr, dyrows);
+    if (res) rows_of(res, i0, nr, d, cres ? buf + cx + cdy : nullptr, resrows);
     block_stats(blk, nr, d, p.eps);
     for (int64_t k = 0; k < nr; ++k) {
       const float *xr = blk.row[k], *dyr = dyrows[k];
@@ -246,7 +256,8 @@ void kernel_LAYER_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
       for (int64_t j = 0; j < d; j += kW) {
         const int n = int(std::min(kW, d - j));
         const VF xc = vm::loadv<VF>(xr + j, n) - vmean;
-        vm::store(o + j, vm::madd(grad_out(dyr, j, n), va, vm::madd(xc, vnb, vc)), n);
+        const VF dx = vm::madd(grad_out(dyr, j, n), va, vm::madd(xc, vnb, vc));
+        vm::store(o + j, res ? vm::loadv<VF>(resrows[k] + j, n) + dx : dx, n);
       }
     }
   }
@@ -361,17 +372,19 @@ void kernel_RMS_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* dy = dst->src[0];
   const TensorNode* x = dst->src[1];
   const RmsNormParams p = op_params<Op::RMS_NORM_BACK>(*dst);
+  const TensorNode* res = residual_of(dst, p.has_residual, 2 + int(p.has_weight));
   const int64_t d = x->shape[x->shape.ndim() - 1];
   if (d == 0 || x->numel() == 0) return;
   const int64_t rows = x->numel() / d;
   const Range r = thread_range(t, rows, 6 * d, 1);
   if (r.empty()) return;
-  float* buf = static_cast<float*>(t.scratch(size_t(3 * d) * sizeof(float)));
+  float* buf = static_cast<float*>(t.scratch(size_t(4 * d) * sizeof(float)));
   const float* w = p.has_weight ? vec_of(dst->src[2], d, buf + 2 * d) : nullptr;
   float* out = static_cast<float*>(dst->data);
   for (int64_t i = r.begin; i < r.end; ++i) {
     const float* xr = row_of(x, i, d, buf);
     const float* dyr = row_of(dy, i, d, buf + d);
+    const float* resr = res ? row_of(res, i, d, buf + 3 * d) : nullptr;
     const float rs = row_rstd(xr, d, p.eps);
     VF sgx = vm::c<VF>(0.0f);
     for (int64_t j = 0; j < d; j += kW) {
@@ -386,7 +399,8 @@ void kernel_RMS_NORM_BACK(TensorNode* dst, ThreadCtx& t) {
       const int n = int(std::min(kW, d - j));
       VF g = vm::loadv<VF>(dyr + j, n);
       if (w) g = g * vm::loadv<VF>(w + j, n);
-      vm::store(o + j, g * vr - vm::loadv<VF>(xr + j, n) * k, n);
+      const VF dx = g * vr - vm::loadv<VF>(xr + j, n) * k;
+      vm::store(o + j, resr ? vm::loadv<VF>(resr + j, n) + dx : dx, n);
     }
   }
 }
