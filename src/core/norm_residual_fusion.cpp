@@ -19,11 +19,14 @@ constexpr uint32_t kPinned =
     kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
 
 // n = ADD(s, r) or ADD(r, s): s a LAYER_NORM_BACK or RMS_NORM_BACK result
-// without a residual yet, r any f32 tensor; all three of one shape.
+// without a residual yet, r any f32 tensor; all three of one shape. Both
+// sources may be norm gradients (the last block's: x's gradient is ln_2's plus
+// ln_f's, which c_proj's products read too): s[0] and s[1] are the two ways
+// round, the second empty when only one fits.
 struct Candidate {
   TensorNode* n = nullptr;
-  TensorNode* s = nullptr;
-  TensorNode* r = nullptr;
+  TensorNode* s[2] = {nullptr, nullptr};
+  TensorNode* r[2] = {nullptr, nullptr};
 };
 
 bool has_residual(const TensorNode* s) {
@@ -41,14 +44,16 @@ bool candidate_of(TensorNode* n, Candidate& c) {
   if (n->op != Op::ADD || n->n_src != 2 || n->is_view() || n->dtype != DType::f32 ||
       !n->is_contiguous() || !n->src[0] || !n->src[1])
     return false;
+  c = {n, {}, {}};
+  int found = 0;
   for (int k = 0; k < 2; ++k) {
     TensorNode *s = n->src[k], *r = n->src[1 - k];
     if (s != r && is_norm_back(s, n) && r->dtype == DType::f32 && r->shape == n->shape) {
-      c = {n, s, r};
-      return true;
+      c.s[found] = s;
+      c.r[found++] = r;
     }
   }
-  return false;
+  return found > 0;
 }
 
 }  // namespace
@@ -59,23 +64,29 @@ size_t Graph::fuse_norm_residual() {
   std::unordered_map<const TensorNode*, int> readers;  // of each norm gradient s
   for (TensorNode* n : nodes_) {
     Candidate c;
-    if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
+    if (!candidate_of(n, c)) continue;
     cands.push_back(c);
-    readers[c.s] = 0;
+    for (TensorNode* s : c.s)
+      if (s) readers[s] = 0;
   }
   if (cands.empty()) return 0;
-  detail::count_context_readers(*cands[0].s->ctx, readers);
+  detail::count_context_readers(*cands[0].n->ctx, readers);
   std::unordered_set<const TensorNode*> grad_nodes;  // Graph::grad must keep finding them
   for (const auto& [t, g] : grads_) grad_nodes.insert(g);
 
   std::unordered_set<const TensorNode*> gone;
   for (const Candidate& c : cands) {
-    if (readers[c.s] != 1 || grad_nodes.count(c.s)) continue;
+    int k = 0;
+    auto fits = [&](const TensorNode* s) {
+      return s && seen_.count(s) && readers[s] == 1 && !grad_nodes.count(s) && !gone.count(s);
+    };
+    while (k < 2 && !fits(c.s[k])) ++k;
+    if (k == 2) continue;
     // The ADD node becomes the norm's backward op with r as its last source;
     // its consumers, flags and memory stay as they were. (ADD's operands
     // commute exactly, so r + dx is the sum the ADD computed.)
     TensorNode* n = c.n;
-    TensorNode* s = c.s;
+    TensorNode* s = c.s[k];
     n->op = s->op;
     if (s->op == Op::LAYER_NORM_BACK) {
       LayerNormParams p = op_params<Op::LAYER_NORM_BACK>(*s);
@@ -87,7 +98,7 @@ size_t Graph::fuse_norm_residual() {
       detail::set_params(*n, p);
     }
     n->src = s->src;
-    n->src[s->n_src] = c.r;
+    n->src[s->n_src] = c.r[k];
     n->n_src = s->n_src + 1;
     gone.insert(s);
   }

@@ -33,8 +33,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// y = x + gelu(layer_norm(x) W1^T), z = y + rms_norm(y) * s, loss sum(z * t):
-// x and y each have a norm's gradient and the residual path's, summed by an ADD.
+// y = x + gelu(layer_norm(x) W1^T), z = y + rms_norm(y) * s, loss
+// sum(layer_norm(z) * t): x and y each have a norm's gradient and the residual
+// path's, summed by an ADD. y's residual gradient is the final norm's
+// gradient, which the product with s reads too, so only the other way round
+// fuses (as in a GPT's last block, whose c_proj reads ln_f's gradient).
 struct Blocks {
   static constexpr int64_t B = 3, T = 7, D = 40;
   Context ctx;
@@ -54,7 +57,7 @@ struct Blocks {
     t = ctx.input(f32, {B, T, D}, "t");
     Tensor y = x + gelu(matmul(layer_norm(x, lw, lb), w1.T()));
     z = y + rms_norm(y, rw) * s;
-    loss = sum(z * t);
+    loss = sum(layer_norm(z, Tensor(), Tensor()) * t);
     graph = Graph::forward(loss);
     graph.expand(z);
     graph.backward(loss);
