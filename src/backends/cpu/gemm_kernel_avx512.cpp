@@ -56,13 +56,16 @@ inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], flo
   }
 }
 
-}  // namespace
-
-void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-            int m, int n, bool add_c, const float* bias) {
+// The tile's first R rows (R = MR, or the m of a last partial panel: its
+// padding rows are neither multiplied nor stored, which for M = 128 is 12 of
+// the last panel's 14, 8% of the product). Each row's sums are the same
+// whatever R is.
+template <int R>
+void kernel_rows(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+                 int64_t ldc, int m, int n, bool add_c, const float* bias) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
 
@@ -78,7 +81,7 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + 16 * v);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
@@ -87,8 +90,29 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
     b += NR;
   }
 
-  if (m == MR && n == NR) store_tile<true>(acc, c, ldc, m, n, add_c, bias);
-  else store_tile<false>(acc, c, ldc, m, n, add_c, bias);
+  if constexpr (R == MR) {
+    if (n == NR) return store_tile<true>(acc, c, ldc, m, n, add_c, bias);
+  }
+  store_tile<false>(acc, c, ldc, m, n, add_c, bias);
+}
+
+// Calls f.template operator()<R>() for R = m in [1, MR].
+template <int R = 1, class F>
+inline __attribute__((always_inline)) void with_rows(int m, F&& f) {
+  if constexpr (R < MR) {
+    if (m == R) return f.template operator()<R>();
+    return with_rows<R + 1>(m, f);
+  } else {
+    f.template operator()<MR>();
+  }
+}
+
+}  // namespace
+
+void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+            int m, int n, bool add_c, const float* bias) {
+  if (m == MR) return kernel_rows<MR>(kc, a, b, c, ldc, m, n, add_c, bias);
+  with_rows(m, [&]<int R>() { kernel_rows<R>(kc, a, b, c, ldc, m, n, add_c, bias); });
 }
 
 #if defined(KILN_GEMM_BF16)
@@ -98,11 +122,13 @@ void kernel(int64_t kc, const float* __restrict a, const float* __restrict b, fl
 // f32 accumulation of exact products, as oneDNN's and PyTorch's bf16 matmul.
 // The instruction treats bf16 subnormal inputs as zero and rounds to nearest
 // even whatever MXCSR says.
-void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __restrict b, float* c,
-                 int64_t ldc, int m, int n, bool add_c, const float* bias) {
+namespace {
+template <int R>
+void kernel_bf16_rows(int64_t kc, const uint16_t* __restrict a, const uint16_t* __restrict b,
+                      float* c, int64_t ldc, int m, int n, bool add_c, const float* bias) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
 
@@ -118,7 +144,7 @@ void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __res
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + 32 * v);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       int32_t w;
       __builtin_memcpy(&w, a + 2 * i, 4);
       const __m512bh ai = (__m512bh)_mm512_set1_epi32(w);
@@ -129,8 +155,17 @@ void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __res
     b += 2 * NR;
   }
 
-  if (m == MR && n == NR) store_tile<true>(acc, c, ldc, m, n, add_c, bias);
-  else store_tile<false>(acc, c, ldc, m, n, add_c, bias);
+  if constexpr (R == MR) {
+    if (n == NR) return store_tile<true>(acc, c, ldc, m, n, add_c, bias);
+  }
+  store_tile<false>(acc, c, ldc, m, n, add_c, bias);
+}
+}  // namespace
+
+void kernel_bf16(int64_t kc, const uint16_t* __restrict a, const uint16_t* __restrict b, float* c,
+                 int64_t ldc, int m, int n, bool add_c, const float* bias) {
+  if (m == MR) return kernel_bf16_rows<MR>(kc, a, b, c, ldc, m, n, add_c, bias);
+  with_rows(m, [&]<int R>() { kernel_bf16_rows<R>(kc, a, b, c, ldc, m, n, add_c, bias); });
 }
 #endif  // KILN_GEMM_BF16
 
