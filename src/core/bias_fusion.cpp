@@ -12,8 +12,7 @@
 namespace kiln {
 namespace {
 
-constexpr uint32_t kPinned =
-    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+using detail::kRewritePinned;
 
 // n = ADD(s, bias) or ADD(bias, s): s a plain 2-D product [M, N] of 2-D float
 // operands, bias f32 [N] or [1, N] with contiguous elements.
@@ -25,7 +24,7 @@ struct Candidate {
 
 bool is_product(const TensorNode* s, const TensorNode* n) {
   if (s->op != Op::MATMUL || s->n_src != 2 || s->is_view() || s->dtype != DType::f32 ||
-      s->shape != n->shape || (s->flags & kPinned) || s->ctx != n->ctx)
+      s->shape != n->shape || (s->flags & kRewritePinned) || s->ctx != n->ctx)
     return false;
   for (int k = 0; k < 2; ++k) {
     const TensorNode* o = s->src[k];
@@ -70,8 +69,7 @@ size_t Graph::fuse_matmul_bias() {
   }
   if (cands.empty()) return 0;
   detail::count_context_readers(*cands[0].s->ctx, readers);
-  std::unordered_set<const TensorNode*> grad_nodes;  // Graph::grad must keep finding them
-  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
+  const auto grad_nodes = detail::grad_node_set(grads_);  // Graph::grad must keep finding them
 
   std::unordered_set<const TensorNode*> gone;
   for (const Candidate& c : cands) {

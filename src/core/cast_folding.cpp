@@ -18,13 +18,12 @@
 namespace kiln {
 namespace {
 
-constexpr uint32_t kPinned =
-    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+using detail::kRewritePinned;
 
 bool is_bf16_cast(const TensorNode* n) {
   return n->op == Op::COPY && n->dtype == DType::bf16 && n->n_src == 1 && n->src[0] &&
          n->src[0]->dtype == DType::f32 && !n->is_view() && n->is_contiguous() &&
-         !(n->flags & kPinned);
+         !(n->flags & kRewritePinned);
 }
 
 // Which factor of matmul m (0 left, 1 right) src slot k is; -1 if not a factor.
@@ -65,15 +64,14 @@ size_t Graph::fold_bf16_casts() {
   }
   std::unordered_map<const TensorNode*, size_t> index;
   for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i]] = i;
-  std::unordered_set<const TensorNode*> grad_nodes;
-  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
+  const auto grad_nodes = detail::grad_node_set(grads_);
   // Dead: outside this graph, not pinned, and nothing live reads it (e.g. the
   // product that autodiff turned into a MATMUL_ACC, though it is recorded as
   // the weight's gradient): it never runs here, so it does not count.
   std::unordered_map<const TensorNode*, bool> dead_memo;
   std::function<bool(const TensorNode*)> dead = [&](const TensorNode* x) {
     if (auto it = dead_memo.find(x); it != dead_memo.end()) return it->second;
-    bool d = !index.count(x) && !(x->flags & kPinned);
+    bool d = !index.count(x) && !(x->flags & kRewritePinned);
     for (const TensorNode* r : readers[x]) d = d && dead(r);
     return dead_memo[x] = d;
   };
@@ -104,7 +102,7 @@ size_t Graph::fold_bf16_casts() {
         f.reads.emplace_back(m, x);
         f.last = std::max(f.last, index[r]);
       } else if (r->op == Op::PERMUTE && r->src[0] == x && r->shape.ndim() >= 2 &&
-                 r->shape.ndim() <= 4 && !grad_nodes.count(r) && !(r->flags & kPinned)) {
+                 r->shape.ndim() <= 4 && !grad_nodes.count(r) && !(r->flags & kRewritePinned)) {
         f.views.push_back(m);
         if (!collect(r, f)) return false;
       } else {
@@ -128,7 +126,7 @@ size_t Graph::fold_bf16_casts() {
     // and the bf16 copy, half its size, is never allocated.
     const TensorNode* s = c->src[0];
     const TensorNode* o = owner(s);
-    bool alive = (o->flags & kPinned) || o->op == Op::NONE || index[c] >= n_forward_;
+    bool alive = (o->flags & kRewritePinned) || o->op == Op::NONE || index[c] >= n_forward_;
     for (const TensorNode* x : {o, s})
       for (const TensorNode* r : readers[x])
         alive = alive || (r != c && index.count(r) && index[r] >= f.last);

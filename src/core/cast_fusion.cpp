@@ -24,8 +24,7 @@ bool stores_bf16(Op op) {
   }
 }
 
-constexpr uint32_t kPinned =
-    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+using detail::kRewritePinned;
 
 // A cast n = COPY(v) to bf16, where v is the op's result s itself or a
 // contiguous reshape of it (a Linear flattens [B, T, C] to [B*T, C]).
@@ -43,13 +42,13 @@ bool candidate_of(TensorNode* n, Candidate& c) {
   TensorNode* v = nullptr;
   if (s->is_view()) {
     if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || s->src[0] != s->view_src ||
-        !s->is_contiguous() || (s->flags & kPinned))
+        !s->is_contiguous() || (s->flags & kRewritePinned))
       return false;
     v = s;
     s = v->view_src;
   }
   if (s->dtype != DType::f32 || s->numel() != n->numel() || s->is_view() || !s->is_contiguous() ||
-      (s->flags & kPinned) || !stores_bf16(s->op) || s->ctx != n->ctx)
+      (s->flags & kRewritePinned) || !stores_bf16(s->op) || s->ctx != n->ctx)
     return false;
   if (v) {
     // The op runs with n's shape: LayerNorm's rows must stay rows; an
@@ -84,8 +83,7 @@ size_t Graph::fuse_bf16_casts() {
   }
   if (cands.empty()) return 0;
   detail::count_context_readers(*cands[0].s->ctx, readers);
-  std::unordered_set<const TensorNode*> grad_nodes;
-  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
+  const auto grad_nodes = detail::grad_node_set(grads_);
 
   std::unordered_map<const TensorNode*, TensorNode*> replaced;  // s -> the cast it became
   std::unordered_set<const TensorNode*> gone;                   // s and v

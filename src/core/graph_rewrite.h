@@ -1,5 +1,6 @@
 // Shared by the graph rewrite passes (Graph::fuse_bf16_casts, fold_bf16_casts,
-// fuse_matmul_bias): counting a node's readers in the whole context, and the
+// fuse_matmul_bias, fuse_norm_residual): the flags that pin a node, the nodes
+// Graph::grad hands out, counting a node's readers in the whole context, and the
 // node-list edit every pass ends with (drop the nodes a pass made dead, insert
 // the views it made right before their first reader, recount the forward part).
 #pragma once
@@ -11,6 +12,20 @@
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::detail {
+
+// Flags of a node that a rewrite must keep as it is (never fold it into
+// another node or drop it): the program reads or writes it by name.
+inline constexpr uint32_t kRewritePinned =
+    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+
+// The nodes Graph::grad hands out (values of its gradient map): a rewrite that
+// drops or reshapes one would leave grad() pointing at nothing.
+template <class GradMap>
+std::unordered_set<const TensorNode*> grad_node_set(const GradMap& grads) {
+  std::unordered_set<const TensorNode*> s;
+  for (const auto& [t, g] : grads) s.insert(g);
+  return s;
+}
 
 // readers[x] += the number of nodes anywhere in ctx that read x, for every x
 // already a key of readers (other graphs built from the same nodes, the

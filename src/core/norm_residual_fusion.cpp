@@ -15,8 +15,7 @@
 namespace kiln {
 namespace {
 
-constexpr uint32_t kPinned =
-    kFlagInput | kFlagOutput | kFlagParam | kFlagLoss | kFlagGradAcc | kFlagCheckpoint;
+using detail::kRewritePinned;
 
 // n = ADD(s, r) or ADD(r, s): s a LAYER_NORM_BACK or RMS_NORM_BACK result
 // without a residual yet, r any f32 tensor; all three of one shape. Both
@@ -36,7 +35,7 @@ bool has_residual(const TensorNode* s) {
 
 bool is_norm_back(const TensorNode* s, const TensorNode* n) {
   return (s->op == Op::LAYER_NORM_BACK || s->op == Op::RMS_NORM_BACK) && !s->is_view() &&
-         s->dtype == DType::f32 && s->shape == n->shape && !(s->flags & kPinned) &&
+         s->dtype == DType::f32 && s->shape == n->shape && !(s->flags & kRewritePinned) &&
          s->ctx == n->ctx && s->n_src < kMaxSrc && !has_residual(s);
 }
 
@@ -71,8 +70,7 @@ size_t Graph::fuse_norm_residual() {
   }
   if (cands.empty()) return 0;
   detail::count_context_readers(*cands[0].n->ctx, readers);
-  std::unordered_set<const TensorNode*> grad_nodes;  // Graph::grad must keep finding them
-  for (const auto& [t, g] : grads_) grad_nodes.insert(g);
+  const auto grad_nodes = detail::grad_node_set(grads_);  // Graph::grad must keep finding them
 
   std::unordered_set<const TensorNode*> gone;
   for (const Candidate& c : cands) {
