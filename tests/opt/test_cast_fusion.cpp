@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/random_values.h"
+#include "common/two_block_training.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
 
@@ -158,39 +159,21 @@ TEST(CastFusion, OutputsAndF32GraphsAreLeftAlone) {
 // An OptContext on the CPU backend runs the pass: two pre-LN transformer blocks
 // train to bit-identical losses with it and with KILN_FUSE_CASTS=0.
 TEST(CastFusion, OptContextTrainsIdenticallyWithTheCastsFused) {
-  std::vector<double> losses[2];
+  kiln_test::TwoBlockRun run[2];
   int casts[2] = {0, 0}, bf16_norms[2] = {0, 0};
-  for (int fuse = 0; fuse < 2; ++fuse) {
-    if (!fuse) setenv("KILN_FUSE_CASTS", "0", 1);
-    Context ctx;
-    ctx.set_matmul_precision(bf16);
-    nn::Sequential net(ctx);
-    net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
-    net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
-    Tensor x = ctx.input(f32, {4, 16, 64}, "x");
-    OptConfig cfg;
-    cfg.inputs = x;
-    cfg.outputs = net.forward(x);
-    cfg.loss = LossKind::mse;
-    cfg.model = &net;
-    cfg.n_threads = 2;
-    OptContext opt(cfg);
-    unsetenv("KILN_FUSE_CASTS");
-    for (const TensorNode* n : opt.graph().nodes()) {
-      casts[fuse] += n->op == Op::COPY && n->dtype == bf16;
-      bf16_norms[fuse] += n->op == Op::LAYER_NORM && n->dtype == bf16;
-    }
-    uint32_t seed = 10;
-    for (Tensor p : net.parameters()) p.set(uniform_floats(size_t(p.numel()), seed++));
-    x.set(uniform_floats(size_t(x.numel()), 1));
-    opt.labels().set(uniform_floats(size_t(opt.labels().numel()), 2));
-    for (int step = 0; step < 3; ++step) losses[fuse].push_back(opt.train_batch());
-  }
+  for (int fuse = 0; fuse < 2; ++fuse)
+    run[fuse] = kiln_test::train_two_blocks(
+        bf16, 2, fuse ? nullptr : "KILN_FUSE_CASTS", [&](const Graph& g) {
+          for (const TensorNode* n : g.nodes()) {
+            casts[fuse] += n->op == Op::COPY && n->dtype == bf16;
+            bf16_norms[fuse] += n->op == Op::LAYER_NORM && n->dtype == bf16;
+          }
+        });
   EXPECT_EQ(bf16_norms[0], 0);
   EXPECT_EQ(bf16_norms[1], 4);  // two norms per block
   EXPECT_LT(casts[1], casts[0]);
-  EXPECT_EQ(losses[0], losses[1]);        // exact
-  EXPECT_NE(losses[1][0], losses[1][2]);  // it trained
+  EXPECT_EQ(run[0].losses, run[1].losses);        // exact
+  EXPECT_NE(run[1].losses[0], run[1].losses[2]);  // it trained
 }
 
 }  // namespace

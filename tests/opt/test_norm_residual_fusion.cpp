@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/random_values.h"
+#include "common/two_block_training.h"
 #include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
@@ -134,42 +135,21 @@ TEST(NormResidualFusion, OptContextTrainsTransformerBlocksIdentically) {
   for (DType precision : {f32, bf16})
     for (int threads : {1, 2}) {
       SCOPED_TRACE(std::string(dtype_name(precision)) + " threads=" + std::to_string(threads));
-      std::vector<double> losses[2];
-      std::vector<std::vector<float>> params[2];
+      kiln_test::TwoBlockRun run[2];
       int fused[2] = {0, 0};
-      for (int fuse = 0; fuse < 2; ++fuse) {
-        if (!fuse) setenv("KILN_FUSE_RESIDUAL", "0", 1);
-        Context ctx;
-        ctx.set_matmul_precision(precision);
-        nn::Sequential net(ctx);
-        net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
-        net.push_back<nn::TransformerBlock>(64, 4, 0.0f, true);
-        Tensor x = ctx.input(f32, {4, 16, 64}, "x");
-        OptConfig cfg;
-        cfg.inputs = x;
-        cfg.outputs = net.forward(x);
-        cfg.loss = LossKind::mse;
-        cfg.model = &net;
-        cfg.n_threads = threads;
-        OptContext opt(cfg);
-        unsetenv("KILN_FUSE_RESIDUAL");
-        fused[fuse] = fused_norms(opt.graph());
-        uint32_t seed = 10;
-        for (Tensor p : net.parameters()) p.set(uniform_floats(size_t(p.numel()), seed++));
-        x.set(uniform_floats(size_t(x.numel()), 1));
-        opt.labels().set(uniform_floats(size_t(opt.labels().numel()), 2));
-        for (int step = 0; step < 3; ++step) losses[fuse].push_back(opt.train_batch());
-        for (Tensor p : net.parameters()) params[fuse].push_back(p.get<float>());
-      }
+      for (int fuse = 0; fuse < 2; ++fuse)
+        run[fuse] =
+            kiln_test::train_two_blocks(precision, threads, fuse ? nullptr : "KILN_FUSE_RESIDUAL",
+                                        [&](const Graph& g) { fused[fuse] = fused_norms(g); });
       EXPECT_EQ(fused[0], 0);
       // ln_2 of both blocks and ln_1 of the second (the first block's input
       // is the graph's input, which has no gradient).
       EXPECT_EQ(fused[1], 3);
-      EXPECT_EQ(losses[0], losses[1]);        // exact
-      EXPECT_NE(losses[1][0], losses[1][2]);  // it trained
-      ASSERT_EQ(params[0].size(), params[1].size());
-      for (size_t i = 0; i < params[0].size(); ++i)
-        EXPECT_TRUE(same_bits(params[0][i], params[1][i])) << "param " << i;
+      EXPECT_EQ(run[0].losses, run[1].losses);        // exact
+      EXPECT_NE(run[1].losses[0], run[1].losses[2]);  // it trained
+      ASSERT_EQ(run[0].params.size(), run[1].params.size());
+      for (size_t i = 0; i < run[0].params.size(); ++i)
+        EXPECT_TRUE(same_bits(run[0].params[i], run[1].params[i])) << "param " << i;
     }
 }
 
