@@ -1,6 +1,7 @@
 // Graph::fuse_bf16_casts: folds a bf16 cast into the op that produces its
 // source, so the op's kernel rounds on store instead of a second pass over
 // memory (and a second thread-pool dispatch) doing it.
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,7 +20,8 @@ bool stores_bf16(Op op) {
     case Op::GELU:
     case Op::GELU_ERF:
     case Op::GELU_BACK:
-    case Op::GELU_ERF_BACK: return true;
+    case Op::GELU_ERF_BACK:
+    case Op::MATMUL: return true;
     default: return false;
   }
 }
@@ -27,10 +29,11 @@ bool stores_bf16(Op op) {
 using detail::kRewritePinned;
 
 // A cast n = COPY(v) to bf16, where v is the op's result s itself or a
-// contiguous reshape of it (a Linear flattens [B, T, C] to [B*T, C]).
+// contiguous reshape of it, or of a reshape of it (a Linear flattens [B, T, C]
+// to [B*T, C] and back; attention splits C into heads).
 struct Candidate {
   TensorNode* n = nullptr;
-  TensorNode* v = nullptr;  // the reshape between s and n, or null
+  std::vector<TensorNode*> views;  // the reshapes between s and n (n's source first)
   TensorNode* s = nullptr;
 };
 
@@ -39,24 +42,30 @@ bool candidate_of(TensorNode* n, Candidate& c) {
       !n->is_contiguous() || !n->src[0])
     return false;
   TensorNode* s = n->src[0];
-  TensorNode* v = nullptr;
-  if (s->is_view()) {
-    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || s->src[0] != s->view_src ||
-        !s->is_contiguous() || (s->flags & kRewritePinned))
+  std::vector<TensorNode*> views;
+  while (s->is_view()) {  // (each view's view_src is the memory's owner: s at the end)
+    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
+        !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
       return false;
-    v = s;
-    s = v->view_src;
+    views.push_back(s);
+    s = s->src[0];
   }
+  for (const TensorNode* v : views)
+    if (v->view_src != s) return false;
   if (s->dtype != DType::f32 || s->numel() != n->numel() || s->is_view() || !s->is_contiguous() ||
       (s->flags & kRewritePinned) || !stores_bf16(s->op) || s->ctx != n->ctx)
     return false;
-  if (v) {
+  if (s->op == Op::MATMUL && is_quantized(s->src[1]->dtype)) return false;  // qmatmul stores f32
+  if (!views.empty()) {
     // The op runs with n's shape: LayerNorm's rows must stay rows; an
     // elementwise op reads its sources through reshapes, so they must be
     // contiguous and of s's shape (no broadcasting).
     const int nd = s->shape.ndim(), vd = n->shape.ndim();
     if (s->op == Op::LAYER_NORM) {
       if (nd == 0 || vd == 0 || s->shape[nd - 1] != n->shape[vd - 1]) return false;
+    } else if (s->op == Op::MATMUL) {
+      // The kernel writes 2-D factors' [M, N] product into any contiguous shape.
+      if (nd != 2 || s->src[0]->shape.ndim() != 2 || s->src[1]->shape.ndim() != 2) return false;
     } else {
       for (int k = 0; k < s->n_src; ++k)
         if (!s->src[k] || s->src[k]->shape != s->shape || !s->src[k]->is_contiguous() ||
@@ -64,7 +73,7 @@ bool candidate_of(TensorNode* n, Candidate& c) {
           return false;
     }
   }
-  c = {n, v, s};
+  c = {n, std::move(views), s};
   return true;
 }
 
@@ -73,32 +82,35 @@ bool candidate_of(TensorNode* n, Candidate& c) {
 size_t Graph::fuse_bf16_casts() {
   check_alive();
   std::vector<Candidate> cands;
-  std::unordered_map<const TensorNode*, int> readers;  // of each s and v
+  std::unordered_map<const TensorNode*, int> readers;  // of each s and view
   for (TensorNode* n : nodes_) {
     Candidate c;
     if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
-    cands.push_back(c);
     readers[c.s] = 0;
-    if (c.v) readers[c.v] = 0;
+    for (const TensorNode* v : c.views) readers[v] = 0;
+    cands.push_back(std::move(c));
   }
   if (cands.empty()) return 0;
   detail::count_context_readers(*cands[0].s->ctx, readers);
-  const auto grad_nodes = detail::grad_node_set(grads_);
 
-  std::unordered_map<const TensorNode*, TensorNode*> replaced;  // s -> the cast it became
-  std::unordered_set<const TensorNode*> gone;                   // s and v
+  std::unordered_map<const TensorNode*, TensorNode*> became;  // s and its views -> the cast
+  size_t fused = 0;
   std::unordered_map<const TensorNode*, std::vector<TensorNode*>> views_before;  // new views
   for (const Candidate& c : cands) {
-    if (readers[c.s] != 1 || (c.v && readers[c.v] != 1)) continue;
-    // Graph::grad of t whose gradient was s then returns the bf16 cast: only
-    // when the shapes agree.
-    if (c.v && (grad_nodes.count(c.s) || grad_nodes.count(c.v))) continue;
+    const bool viewed = !c.views.empty();
+    // s is read by the first view (or n) and, through view_src, by every
+    // view of a view (count_context_readers).
+    const int s_readers = 1 + int(std::count_if(c.views.begin(), c.views.end(),
+                                                [&](auto* v) { return v->src[0] != v->view_src; }));
+    if (readers[c.s] != s_readers ||
+        std::any_of(c.views.begin(), c.views.end(), [&](auto* v) { return readers[v] != 1; }))
+      continue;
     TensorNode* n = c.n;
     n->op = c.s->op;
     n->params = c.s->params;
     n->n_src = c.s->n_src;
     n->src = c.s->src;
-    if (c.v && c.s->op != Op::LAYER_NORM) {
+    if (viewed && c.s->op != Op::LAYER_NORM && c.s->op != Op::MATMUL) {
       for (int k = 0; k < n->n_src; ++k) {
         TensorNode* r = Tensor(c.s->src[k]).view(n->shape).node();
         n->src[size_t(k)] = r;
@@ -106,15 +118,31 @@ size_t Graph::fuse_bf16_casts() {
         seen_.insert(r);
       }
     }
-    replaced[c.s] = n;
-    gone.insert(c.s);
-    if (c.v) gone.insert(c.v);
+    became[c.s] = n;
+    for (TensorNode* v : c.views) became[v] = n;
+    ++fused;
   }
-  if (gone.empty()) return 0;
-  for (auto& [t, g] : grads_)
-    if (auto it = replaced.find(g); it != replaced.end()) g = it->second;
-  detail::rewrite_node_list(nodes_, n_forward_, seen_, gone, views_before);
-  return replaced.size();
+  if (became.empty()) return 0;
+  // Graph::grad of t whose gradient was s or one of its views now returns the
+  // bf16 cast, or a reshape of it to that gradient's shape (placed after it).
+  std::unordered_map<const TensorNode*, std::vector<TensorNode*>> views_after;
+  for (auto& [t, g] : grads_) {
+    auto it = became.find(g);
+    if (it == became.end()) continue;
+    TensorNode* n = it->second;
+    if (g->shape == n->shape) {
+      g = n;
+      continue;
+    }
+    TensorNode* r = Tensor(n).reshape(g->shape).node();
+    views_after[n].push_back(r);
+    seen_.insert(r);
+    g = r;
+  }
+  std::unordered_set<const TensorNode*> gone;  // s and its views
+  for (const auto& [x, n] : became) gone.insert(x);
+  detail::rewrite_node_list(nodes_, n_forward_, seen_, gone, views_before, views_after);
+  return fused;
 }
 
 }  // namespace kiln

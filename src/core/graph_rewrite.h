@@ -46,13 +46,15 @@ inline void count_context_readers(Context& ctx,
   }
 }
 
-// nodes without those in `gone`, each before[n] placed right before n (n kept
-// unless gone); n_forward counts the result's nodes that came from (or were
-// placed before) the first n_forward; `seen` forgets the dropped nodes.
+// nodes without those in `gone`, each before[n] placed right before n and each
+// after[n] right after it (n kept unless gone); n_forward counts the result's
+// nodes that came from (or were placed next to) the first n_forward; `seen`
+// forgets the dropped nodes.
 inline void rewrite_node_list(
     std::vector<TensorNode*>& nodes, size_t& n_forward, std::unordered_set<const TensorNode*>& seen,
     const std::unordered_set<const TensorNode*>& gone,
-    const std::unordered_map<const TensorNode*, std::vector<TensorNode*>>& before = {}) {
+    const std::unordered_map<const TensorNode*, std::vector<TensorNode*>>& before = {},
+    const std::unordered_map<const TensorNode*, std::vector<TensorNode*>>& after = {}) {
   std::vector<TensorNode*> kept;
   size_t forward = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -66,6 +68,11 @@ inline void rewrite_node_list(
     if (gone.count(n)) continue;
     kept.push_back(n);
     forward += fwd;
+    if (auto it = after.find(n); it != after.end())
+      for (TensorNode* v : it->second) {
+        kept.push_back(v);
+        forward += fwd;
+      }
   }
   nodes = std::move(kept);
   n_forward = forward;

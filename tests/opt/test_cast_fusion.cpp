@@ -42,7 +42,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 struct Mlp {
   static constexpr int64_t B = 3, T = 5, M = B * T, D = 70, H = 45, O = 19;  // M * H > 256
   Context ctx;
-  Tensor x, lw, lb, w1, w2, t, y, loss;
+  Tensor x, lw, lb, w1, w2, t, a, y, loss;
   Graph graph;
   std::unique_ptr<Buffer> buf;
   size_t fused = 0;
@@ -56,7 +56,7 @@ struct Mlp {
     w2 = ctx.param(f32, {O, H}, "w2");
     t = ctx.input(f32, {M, O}, "t");
     Tensor h = layer_norm(x, lw, lb);
-    Tensor a = matmul(h.reshape({M, D}), w1.T());
+    a = matmul(h.reshape({M, D}), w1.T());
     if (batched) a = a.reshape({B, T, H});
     y = matmul(gelu(a, approx).reshape({M, H}), w2.T());
     loss = sum(y * t);
@@ -115,16 +115,107 @@ TEST(CastFusion, LayerNormAndGeluStoreBf16WithIdenticalResults) {
 TEST(CastFusion, ThroughReshapesOfBatchedActivations) {
   Mlp plain(false, false, GeluApprox::none, true), fused(true, false, GeluApprox::none, true);
   EXPECT_EQ(casts_of(plain.graph, Op::RESHAPE), 3);  // LayerNorm, GELU, GELU gradient
-  // The forward casts fuse (the norm and GELU write [B*T, .] bf16 directly); the
-  // gradient's stays, as Graph::grad hands out the [B, T, H] f32 gradient.
-  EXPECT_EQ(fused.fused, 2u);
-  EXPECT_EQ(casts_of(fused.graph, Op::RESHAPE), 1);
+  // All three fuse: the norm, GELU and GELU's gradient write [B*T, .] bf16.
+  EXPECT_EQ(fused.fused, 3u);
+  EXPECT_EQ(casts_of(fused.graph, Op::RESHAPE), 0);
   EXPECT_EQ(nodes_of(fused.graph, Op::LAYER_NORM, bf16), 1);
   EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, bf16), 1);
   EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF, f32), 0);
+  EXPECT_EQ(nodes_of(fused.graph, Op::GELU_ERF_BACK, bf16), 1);
   plain.run();
   fused.run();
   expect_identical(plain, fused);
+  // Graph::grad of the [B, T, H] pre-GELU activation was the f32 GELU gradient
+  // the cast read through a reshape: now a [B, T, H] view of the bf16 one.
+  const Tensor g32 = plain.graph.grad(plain.a), g16 = fused.graph.grad(fused.a);
+  ASSERT_EQ(g16.dtype(), bf16);
+  EXPECT_EQ(g16.shape(), g32.shape());
+  const std::vector<float> want = g32.get<float>();
+  const std::vector<uint16_t> got = g16.get<uint16_t>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], f32_to_bf16(want[i])) << i;
+}
+
+// A Linear's product with its bias, reshaped twice (into heads) and cast to
+// bf16, as nn's attention reads c_attn's output: the MATMUL stores bf16 itself,
+// in the reshaped node's shape; bit-identical values and gradients. (Its
+// output gradient's cast stays: the bias gradient reads the f32 one.)
+struct Proj {
+  static constexpr int64_t B = 3, T = 7, M = B * T, D = 40, N = 48, O = 9;
+  Context ctx;
+  Tensor x, w, b, w2, t, y16, loss;
+  Graph graph;
+  std::unique_ptr<Buffer> buf;
+  size_t fused = 0;
+
+  explicit Proj(bool fuse) {
+    ctx.set_matmul_precision(bf16);
+    x = ctx.param(f32, {B, T, D}, "x");
+    w = ctx.param(f32, {N, D}, "w");
+    b = ctx.param(f32, {N}, "b");
+    w2 = ctx.param(f32, {O, N}, "w2");
+    t = ctx.input(f32, {M, O}, "t");
+    Tensor y = (matmul(x.reshape({M, D}), w.T()) + b).reshape({B, T, N}).reshape({B, T, 4, N / 4});
+    y16 = y.to(bf16);
+    loss = sum(matmul(y16.reshape({M, N}), w2.T()) * t);
+    graph = Graph::forward(loss);
+    graph.expand(y16);
+    graph.backward(loss);
+    graph.fuse_matmul_bias();
+    if (fuse) fused = graph.fuse_bf16_casts();
+  }
+  void run() {
+    CpuBackend cpu(3);
+    buf = allocate_tensors(ctx, cpu);
+    x.set(uniform_floats(size_t(M * D), 1));
+    w.set(uniform_floats(size_t(N * D), 2));
+    b.set(uniform_floats(size_t(N), 3));
+    w2.set(uniform_floats(size_t(O * N), 4));
+    t.set(uniform_floats(size_t(M * O), 5));
+    graph.reset_grads();
+    cpu.compute(graph);
+  }
+};
+
+TEST(CastFusion, MatmulStoresBf16ThroughReshapes) {
+  Proj plain(false), fused(true);
+  // x's, the product's and its gradient's (x is a param: never fused)
+  EXPECT_EQ(casts_of(plain.graph, Op::RESHAPE), 3);
+  EXPECT_EQ(fused.fused, 1u);
+  EXPECT_EQ(casts_of(fused.graph, Op::RESHAPE), 2);
+  EXPECT_EQ(nodes_of(fused.graph, Op::MATMUL, bf16), 1);
+  plain.run();
+  fused.run();
+  EXPECT_EQ(plain.y16.get<uint16_t>(), fused.y16.get<uint16_t>());
+  EXPECT_TRUE(same_bits(plain.loss.get<float>(), fused.loss.get<float>()));
+  for (auto p : {&Proj::x, &Proj::w, &Proj::b, &Proj::w2})
+    EXPECT_TRUE(
+        same_bits(plain.graph.grad(plain.*p).get<float>(), fused.graph.grad(fused.*p).get<float>()))
+        << (plain.*p).label();
+}
+
+// A batched product cast as it is (no reshape): the MATMUL stores its
+// [B, M, N] result in bf16; the values are the cast's.
+TEST(CastFusion, BatchedMatmulStoresBf16) {
+  std::vector<float> out[2];
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    Context ctx;
+    Tensor a = ctx.input(f32, {4, 30, 50}, "a"), b = ctx.input(f32, {4, 50, 20}, "b");
+    Tensor z = matmul(a, b).to(bf16).to(f32);  // (the bf16 product is no output: fusable)
+    Graph g = Graph::forward(z);
+    if (fuse) {
+      EXPECT_EQ(g.fuse_bf16_casts(), 1u);
+      EXPECT_EQ(nodes_of(g, Op::MATMUL, bf16), 1);
+      EXPECT_EQ(casts_of(g, Op::MATMUL), 0);
+    }
+    CpuBackend cpu(2);
+    auto buf = allocate_tensors(ctx, cpu);
+    a.set(uniform_floats(size_t(4 * 30 * 50), 7));
+    b.set(uniform_floats(size_t(4 * 50 * 20), 8));
+    cpu.compute(g);
+    out[fuse] = z.get<float>();
+  }
+  EXPECT_TRUE(same_bits(out[0], out[1]));
 }
 
 TEST(CastFusion, SourceWithAnotherReaderIsNotFused) {

@@ -17,7 +17,9 @@
 // (BF16Path: pair-interleaved packing, vdpbf16ps kernel, KC_BF16).
 // An optional bias row is added to each C tile by the micro-kernel that runs
 // its last K block, before it stores the tile (the small paths add it as they
-// store C).
+// store C). A bf16 C (GemmArgs::C_bf16) takes each tile's K blocks back to
+// back into an f32 tile in L1, rounded into C once complete; the small paths
+// compute into an f32 copy of C on thread 0 and round it.
 // Special cases: products under kSoloWork multiply-adds run on thread 0 alone;
 // M <= 4 with row-contiguous B and N <= 4 with row-contiguous A skip packing
 // (gemm_small_m.cpp, gemm_small_n.cpp). The choice depends only on the args.
@@ -31,6 +33,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/gemm_convert.h"
 #include "backends/cpu/gemm_internal.h"
+#include "backends/cpu/kernels/common.h"
 
 #if defined(KILN_GEMM_AVX512)
 #include "backends/cpu/intrinsics.h"
@@ -244,18 +247,23 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
     const int64_t a_stride = round_up(mc, MR) * pl.kstride;
     for (int64_t p = 0; p < pl.nkb; ++p)
       P::pack_a(g.A, i0, p * pl.kcb, mc, pl.kc(p), abuf + p * a_stride);
+    alignas(64) float tile[MR * NR];  // a bf16 C's tile, complete before it is rounded
     for (int64_t s = s_lo; s < s_hi; ++s) {
       const int64_t j = jc + s * NR;
       const int n = int(std::min<int64_t>(NR, pl.N - j));
-      float* cp = g.C + i0 * ldc + j;
       for (int64_t ir = 0; ir < mc; ir += MR) {
         const int m = int(std::min<int64_t>(MR, mc - ir));
+        float* cp = g.C_bf16 ? tile : g.C + (i0 + ir) * ldc + j;
+        const int64_t ldt = g.C_bf16 ? NR : ldc;
         for (int64_t p = 0; p < pl.nkb; ++p) {
           const int64_t kcp = pl.kc_packed(p);
           const E* bp = bbuf + p * pl.kstride * pl.ncb + s * kcp * NR;
-          P::kernel(pl.kc(p), abuf + p * a_stride + ir * kcp, bp, cp + ir * ldc, ldc, m, n,
+          P::kernel(pl.kc(p), abuf + p * a_stride + ir * kcp, bp, cp, ldt, m, n,
                     g.accumulate || p > 0, p == pl.nkb - 1 && g.bias ? g.bias + j : nullptr);
         }
+        if (g.C_bf16)
+          for (int r = 0; r < m; ++r)
+            f32_to_bf16_n(tile + r * NR, g.C_bf16 + (i0 + ir + r) * ldc + j, n);
       }
     }
     return;
@@ -302,7 +310,8 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
   // A packed for all of K when that fits kAllKBytes (then each C tile gets all
   // its K blocks at once: run_chunk).
   const size_t a_block = size_t(max_chunk_rows * pl.kstride) * sizeof(E);
-  const bool a_all_k = pl.nkb > 1 && a_block * size_t(pl.nkb) <= kAllKBytes;
+  // (Always for a bf16 C, whose tiles are rounded once all K is in.)
+  const bool a_all_k = g.C_bf16 || (pl.nkb > 1 && a_block * size_t(pl.nkb) <= kAllKBytes);
   const size_t a_bytes = a_all_k ? a_block * size_t(pl.nkb) : a_block;
   char* shared;
   E* abuf;
@@ -390,6 +399,25 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
       if (g.A.round_bf16) c.A = rounded_bf16_copy(g.A, M, K, 0);
       if (g.B.round_bf16) c.B = rounded_bf16_copy(g.B, K, N, 1);
       return gemm(c, t);
+    }
+  }
+
+  if (g.C_bf16) {
+    KILN_ASSERT(!g.accumulate);
+    if (K <= 0 || small_m_applicable(g) || small_n_applicable(g)) {
+      // Few rows or columns (or K = 0): an f32 C on thread 0, then rounded.
+      if (ith == 0) {
+        thread_local std::vector<float> c32;
+        c32.assign(size_t(M * N), 0.0f);
+        GemmArgs c = g;
+        c.C_bf16 = nullptr;
+        c.C = c32.data();
+        c.ldc = N;
+        gemm_alone(c);
+        for (int64_t i = 0; i < M; ++i) f32_to_bf16_n(c32.data() + i * N, g.C_bf16 + i * g.ldc, N);
+      }
+      t.barrier();
+      return;
     }
   }
 

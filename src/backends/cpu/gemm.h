@@ -34,6 +34,11 @@ struct GemmArgs {
   // each add rounded as a separate add pass would (a Linear's bias, folded in
   // while the C tile is still in cache).
   const float* bias = nullptr;
+  // Optional: C is bf16 here instead (C(i, j) at C_bf16[i*ldc + j]; `C` unused,
+  // no accumulate): each element computed in f32 as above, then rounded to
+  // nearest even as a COPY to bf16 rounds (a cast folded into its MATMUL by
+  // Graph::fuse_bf16_casts). The blocked paths round each C tile from L1.
+  uint16_t* C_bf16 = nullptr;
 };
 
 // Called by every thread of a pool run, with the same args on all threads (a

@@ -92,10 +92,13 @@ void backward_MATMUL(GradCtx& g) {
   if (is_quantized(b.dtype()) && g.needs(1))
     fail("matmul", "the quantized weight ", b.label(), " ", b.shape().str(), " is ",
          dtype_name(b.dtype()), " and gets no gradient: it must be frozen");
-  // A fused bias (src2, Graph::fuse_matmul_bias): its gradient as ADD's rule gives it.
-  if (g.n_src() > 2 && g.needs(2)) g.add(2, sum_to(g.grad(), g.src(2).shape()));
-  // Under a bf16 policy both products would cast dC: cast it once here.
+  // A cast of a reshape of the product folded in (Graph::fuse_bf16_casts): the
+  // node holds [M, N] as another shape of 2-D factors' product.
   Tensor gc = g.grad();
+  if (a.ndim() == 2 && b.ndim() == 2 && gc.ndim() != 2) gc = gc.reshape({a.size(0), b.size(1)});
+  // A fused bias (src2, Graph::fuse_matmul_bias): its gradient as ADD's rule gives it.
+  if (g.n_src() > 2 && g.needs(2)) g.add(2, sum_to(gc, g.src(2).shape()));
+  // Under a bf16 policy both products would cast dC: cast it once here.
   if (gc.node()->ctx->matmul_precision() == bf16 && gc.dtype() == f32 && g.needs(0) && g.needs(1) &&
       !is_quantized(b.dtype()))
     gc = gc.to(bf16);

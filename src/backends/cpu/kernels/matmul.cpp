@@ -4,7 +4,10 @@
 // MATMUL_ACC: the same product added into src0 in place (a gradient accumulator).
 // A 2-D MATMUL may carry a bias src2 (f32, N contiguous floats; put there by
 // Graph::fuse_matmul_bias, for the CPU kernels only): dst = a @ b + bias, the add done by
-// the GEMM as it stores C, bit-identical to a separate ADD.
+// the GEMM as it stores C, bit-identical to a separate ADD. A MATMUL whose dst
+// is bf16 is a cast folded into it (Graph::fuse_bf16_casts, CPU only): the f32
+// product rounded as stored (with 2-D factors, the dst may be a contiguous
+// reshape of [M, N]), bit-identical to the separate COPY.
 //
 // Each batch is one cpu::gemm call on strided views (a transposed view is just
 // rs = 1, so x.T() needs no copy). Small products, and batches that split evenly
@@ -92,9 +95,19 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
     return x->dtype == DType::f32 && (round >> bit & 1) != 0;
   };
   const int nd = dst->shape.ndim(), na = a->shape.ndim(), nb_ = b->shape.ndim();
-  KILN_ASSERT(nd >= 2 && na >= 2 && nb_ >= 2);
-  const int64_t M = dst->shape[nd - 2], N = dst->shape[nd - 1], K = a->shape[na - 1];
-  KILN_ASSERT(dst->stride[nd - 1] == 4);
+  KILN_ASSERT(na >= 2 && nb_ >= 2);
+  // A bf16 dst is a cast to bf16 folded into the product (Graph::fuse_bf16_casts):
+  // C rounded as it is stored. With 2-D factors that dst may be any contiguous
+  // shape of M x N elements (the cast was of a reshape of the product).
+  const bool to_bf16 = dst->dtype == DType::bf16;
+  const bool flat = to_bf16 && na == 2 && nb_ == 2 && nd != 2;
+  KILN_ASSERT(flat || nd >= 2);
+  KILN_ASSERT(!to_bf16 || (!accumulate && (!flat || dst->is_contiguous())));
+  const int64_t M = flat ? a->shape[0] : dst->shape[nd - 2];
+  const int64_t N = flat ? b->shape[1] : dst->shape[nd - 1];
+  const int64_t K = a->shape[na - 1];
+  const int64_t ec = int64_t(dst->elem_size());
+  KILN_ASSERT(flat ? dst->numel() == M * N : dst->stride[nd - 1] == ec);
   const int64_t ea = int64_t(a->elem_size()), eb = int64_t(b->elem_size());
 
   GemmArgs g{};
@@ -103,13 +116,13 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
          rounds(a, 0)};
   g.B = {nullptr, gemm_type(b->dtype), b->stride[nb_ - 2] / eb, b->stride[nb_ - 1] / eb,
          rounds(b, 1)};
-  g.ldc = dst->stride[nd - 2] / 4;
+  g.ldc = flat ? N : dst->stride[nd - 2] / ec;
   g.accumulate = accumulate;
   g.bias = bias;
-  KILN_ASSERT(!bias || nd == 2);
+  KILN_ASSERT(!bias || nd == 2 || flat);
 
   // Batch index space: dst's leading dims, with src0 / src1 / dst byte strides.
-  const int nbd = nd - 2;
+  const int nbd = flat ? 0 : nd - 2;
   Shape bs;
   for (int d = 0; d < nbd; ++d) bs.push_back(dst->shape[d]);
   Strides sd{};
@@ -119,7 +132,8 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
 
   auto at = [&](const Ptrs<3>& p) {
     GemmArgs gi = g;
-    gi.C = (float*)p[0];
+    if (to_bf16) gi.C_bf16 = (uint16_t*)p[0];
+    else gi.C = (float*)p[0];
     gi.A.data = p[1];
     gi.B.data = p[2];
     return gi;
@@ -136,7 +150,7 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
   // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
   // dot products of W's rows as stored with x (gemv.h), the rows split over the
   // threads, instead of packing all of W for a single row.
-  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
+  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1 && !to_bf16) {
     const GemmOperand w{nullptr, g.B.type, g.B.cs, 1, g.B.round_bf16};
     const Range rows = split_range(N, t.ith, t.nth, 8);
     batches(0, nbatch, [&](const Ptrs<3>& p) {
@@ -177,8 +191,9 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
 void kernel_MATMUL(TensorNode* dst, ThreadCtx& t) {
   if (is_quantized(dst->src[1]->dtype)) return matmul_quantized(dst, t);
   const TensorNode* bias = dst->n_src > 2 ? dst->src[2] : nullptr;
-  KILN_ASSERT(!bias || (bias->dtype == DType::f32 && bias->numel() == dst->shape[1] &&
-                        bias->is_contiguous()));
+  const TensorNode* b = dst->src[1];
+  KILN_ASSERT(!bias || (bias->dtype == DType::f32 &&
+                        bias->numel() == b->shape[b->shape.ndim() - 1] && bias->is_contiguous()));
   run_matmul(dst, dst->src[0], dst->src[1], false,
              bias ? static_cast<const float*>(bias->data) : nullptr, t);
 }
