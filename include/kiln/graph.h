@@ -46,16 +46,26 @@ class Graph {
   }
   size_t n_forward() const { return n_forward_; }
 
-  // Mixed precision: each COPY f32 -> bf16 (same shape) whose source s is a
-  // contiguous LAYER_NORM, GELU, GELU_ERF, GELU_BACK or GELU_ERF_BACK result that
-  // nothing else reads (no other node of the context; not an output, input,
-  // param, loss or checkpoint) takes over s's op and stores bf16 itself; s leaves
-  // the graph and is no longer computed (grad() of a tensor whose gradient was
-  // s returns the bf16 cast instead). Values are bit-identical to the cast's.
-  // Only the CPU backend's kernels store those ops in bf16: run the graph there.
-  // Call after the graph is complete (backward included), before allocating
-  // it. Returns the casts fused.
+  // Mixed precision: each COPY f32 -> bf16 whose source s is a contiguous
+  // LAYER_NORM, GELU, GELU_ERF, GELU_BACK, GELU_ERF_BACK or MATMUL result (or a
+  // contiguous reshape of one, or of a reshape of it) that nothing else reads
+  // (no other node of the context; not an output, input, param, loss or
+  // checkpoint) takes over s's op and stores bf16 itself; s leaves the graph
+  // and is no longer computed (grad() of a tensor whose gradient was s or its
+  // reshape returns the bf16 cast, or a reshape of it, instead). Values are
+  // bit-identical to the cast's. Only the CPU backend's kernels store those ops
+  // in bf16: run the graph there. Call after the graph is complete (backward
+  // included), before allocating it. Returns the casts fused.
   size_t fuse_bf16_casts();
+  // Mixed precision, as PyTorch's autocast: a GELU_BACK or GELU_ERF_BACK result
+  // (a Linear's output gradient) that is cast to bf16 for the Linear's products
+  // and also summed (its bias gradient: SUM nodes, f32 results) has those SUMs
+  // read the bf16 cast instead (each element widened exactly, summed in f32).
+  // Then nothing but the cast reads the f32 gradient, so fuse_bf16_casts (call
+  // it next) lets the op store bf16 and the f32 gradient is never written. The
+  // bias gradients change by the rounding of their terms. CPU kernels only;
+  // call after the graph is complete. Returns the sums re-pointed.
+  size_t sum_bf16_gradients();
   // Drops the bf16 casts that only matmuls read (directly or through a
   // permuted view): the matmuls read the f32 source rounded to bf16 as they
   // pack it (bit-identical). Only where the source stays alive as long anyway

@@ -21,6 +21,7 @@ bool stores_bf16(Op op) {
     case Op::GELU_ERF:
     case Op::GELU_BACK:
     case Op::GELU_ERF_BACK:
+    case Op::CROSS_ENTROPY_BACK:
     case Op::MATMUL: return true;
     default: return false;
   }
@@ -63,6 +64,8 @@ bool candidate_of(TensorNode* n, Candidate& c) {
     const int nd = s->shape.ndim(), vd = n->shape.ndim();
     if (s->op == Op::LAYER_NORM) {
       if (nd == 0 || vd == 0 || s->shape[nd - 1] != n->shape[vd - 1]) return false;
+    } else if (s->op == Op::CROSS_ENTROPY_BACK) {
+      if (n->shape != s->shape) return false;  // its rows are the logits' rows
     } else if (s->op == Op::MATMUL) {
       // The kernel writes 2-D factors' [M, N] product into any contiguous shape.
       if (nd != 2 || s->src[0]->shape.ndim() != 2 || s->src[1]->shape.ndim() != 2) return false;
@@ -110,7 +113,8 @@ size_t Graph::fuse_bf16_casts() {
     n->params = c.s->params;
     n->n_src = c.s->n_src;
     n->src = c.s->src;
-    if (viewed && c.s->op != Op::LAYER_NORM && c.s->op != Op::MATMUL) {
+    if (viewed && c.s->op != Op::LAYER_NORM && c.s->op != Op::MATMUL &&
+        c.s->op != Op::CROSS_ENTROPY_BACK) {
       for (int k = 0; k < n->n_src; ++k) {
         TensorNode* r = Tensor(c.s->src[k]).view(n->shape).node();
         n->src[size_t(k)] = r;

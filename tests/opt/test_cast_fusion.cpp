@@ -218,6 +218,41 @@ TEST(CastFusion, BatchedMatmulStoresBf16) {
   EXPECT_TRUE(same_bits(out[0], out[1]));
 }
 
+// An LM head's output gradient: cross-entropy's backward stores the bf16 copy
+// the head's products read (through the [B, T, V] reshapes); bit-identical.
+TEST(CastFusion, CrossEntropyGradientStoresBf16) {
+  constexpr int64_t B = 2, T = 9, D = 16, V = 11, N = B * T;
+  std::vector<float> out[2][3];
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    Context ctx;
+    ctx.set_matmul_precision(bf16);
+    Tensor x = ctx.param(f32, {B, T, D}, "x"), w = ctx.param(f32, {V, D}, "w");
+    Tensor labels = ctx.input(i32, {N}, "labels");
+    Tensor logits = matmul(x.reshape({N, D}), w.T()).reshape({B, T, V});
+    Tensor loss = cross_entropy(logits.reshape({N, V}), labels);
+    Graph g = Graph::forward(loss);
+    g.backward(loss);
+    if (fuse) {
+      EXPECT_EQ(g.fuse_bf16_casts(), 1u);
+      EXPECT_EQ(nodes_of(g, Op::CROSS_ENTROPY_BACK, bf16), 1);
+      EXPECT_EQ(nodes_of(g, Op::CROSS_ENTROPY_BACK, f32), 0);
+    }
+    CpuBackend cpu(2);
+    auto buf = allocate_tensors(ctx, cpu);
+    x.set(uniform_floats(size_t(N * D), 1));
+    w.set(uniform_floats(size_t(V * D), 2));
+    std::vector<int32_t> lab(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) lab[size_t(i)] = int32_t((i * 7) % V);
+    labels.set(lab);
+    g.reset_grads();
+    cpu.compute(g);
+    out[fuse][0] = loss.get<float>();
+    out[fuse][1] = g.grad(x).get<float>();
+    out[fuse][2] = g.grad(w).get<float>();
+  }
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(same_bits(out[0][k], out[1][k])) << k;
+}
+
 TEST(CastFusion, SourceWithAnotherReaderIsNotFused) {
   Mlp plain(false, true, GeluApprox::none), fused(true, true, GeluApprox::none);
   // The LayerNorm result is also summed: it stays f32 and its cast stays.

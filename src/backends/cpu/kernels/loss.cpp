@@ -91,18 +91,22 @@ void kernel_CROSS_ENTROPY_BACK(TensorNode* dst, ThreadCtx& t) {
   std::memcpy(&g, gl->data, sizeof g);
   const float gs = g / float(n);
   const VF vgs = vm::c<VF>(gs);
-  float* buf = static_cast<float*>(t.scratch(size_t(c) * sizeof(float)));
+  // A bf16 dst (a cast fused into the op, Graph::fuse_bf16_casts): each row is
+  // computed in f32 into a scratch row, then rounded as a COPY to bf16 would.
+  const bool to_bf16 = dst->dtype == DType::bf16;
+  float* buf = static_cast<float*>(t.scratch(size_t(to_bf16 ? 2 * c : c) * sizeof(float)));
   float* out = static_cast<float*>(dst->data);
   for (int64_t i = r.begin; i < r.end; ++i) {
     const float* row = logits_row(x, i, c, buf);
     const auto [mx, ls] = max_and_log_sum(row, c);
     const VF vmx = vm::c<VF>(mx), vls = vm::c<VF>(ls);
-    float* o = out + i * c;
+    float* o = to_bf16 ? buf + c : out + i * c;
     for (int64_t j = 0; j < c; j += kW) {
       const int m = int(std::min(kW, c - j));
       vm::store(o + j, vm::exp((vm::loadv<VF>(row + j, m) - vmx) - vls) * vgs, m);
     }
     o[label_at(labels, i)] -= gs;
+    if (to_bf16) f32_to_bf16_n(o, static_cast<uint16_t*>(dst->data) + i * c, c);
   }
 }
 

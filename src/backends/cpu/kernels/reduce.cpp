@@ -8,8 +8,13 @@
 // count. An axis reduction gives each output element to one thread, which
 // reduces it in a fixed order (blocks of kRowBlock rows, then across blocks).
 // MAX propagates NaN (as torch.max).
+// SUM also reads bf16 (f32 result): Graph::sum_bf16_gradients points a bias
+// gradient's SUM at the bf16 copy of the gradient it sums. Each element is
+// widened exactly and summed as an f32 one would be (full reductions convert
+// runs in pieces of kWiden, each piece a block sum).
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
@@ -49,14 +54,38 @@ float max_block(const float* p, int64_t n) {
   return vm::any(nan) ? kNaN : vm::hmax(acc);
 }
 
+// Element i of a run of T (float or bf16 bits) at byte step `step`, as f32.
+template <class T>
+inline float at_f32(const char* p, int64_t i, int64_t step) {
+  if constexpr (std::is_same_v<T, float>) return *(const float*)(p + i * step);
+  else return bf16_to_f32(*(const uint16_t*)(p + i * step));
+}
+
+constexpr int64_t kWiden = 256;  // bf16 elements widened at a time
+
+// Sum of a bf16 run with byte step `step`: pieces of kWiden, each widened and
+// block-summed.
+double sum_run_bf16(const char* p, int64_t len, int64_t step) {
+  float buf[kWiden];
+  double acc = 0.0;
+  for (int64_t i0 = 0; i0 < len; i0 += kWiden) {
+    const int64_t k = std::min(kWiden, len - i0);
+    for (int64_t i = 0; i < k; ++i) buf[i] = at_f32<uint16_t>(p, i0 + i, step);
+    acc += sum_block_f32(buf, k);
+  }
+  return acc;
+}
+
 // One block [b, e) of a full reduction over a (possibly strided) layout.
 template <bool kMax>
-double reduce_block(const Layout<1>& L, char* base, int64_t b, int64_t e) {
+double reduce_block(const Layout<1>& L, char* base, int64_t b, int64_t e, bool bf16) {
   double acc = kMax ? double(kNegInf) : 0.0;
   float m = kNegInf;
   for_each_run(L, {base}, b, e, [&](const Ptrs<1>& p, int64_t len, const Steps<1>& st) {
     const float* x = (const float*)p[0];
-    if (st[0] == 4) {
+    if (!kMax && bf16) {
+      acc += sum_run_bf16(p[0], len, st[0]);
+    } else if (st[0] == 4) {
       if constexpr (kMax) m = fmax_nan(m, max_block(x, len));
       else acc += sum_block_f32(x, len);
     } else {
@@ -73,6 +102,7 @@ double reduce_block(const Layout<1>& L, char* base, int64_t b, int64_t e) {
 template <bool kMax>
 void reduce_all(TensorNode* dst, const TensorNode* src, ThreadCtx& t) {
   const int64_t n = src->numel();
+  const bool bf16 = src->dtype == DType::bf16;
   auto L = make_layout<1>(src->shape, {src->stride});
   char* base = (char*)src->data;
   const int64_t nblocks = (n + kSumBlock - 1) / kSumBlock;
@@ -86,7 +116,7 @@ void reduce_all(TensorNode* dst, const TensorNode* src, ThreadCtx& t) {
     if (t.ith != 0) return;
     double acc = kMax ? double(kNegInf) : 0.0;
     for (int64_t i = 0; i < nblocks; ++i) {
-      double v = reduce_block<kMax>(L, base, i * kSumBlock, std::min(n, (i + 1) * kSumBlock));
+      double v = reduce_block<kMax>(L, base, i * kSumBlock, std::min(n, (i + 1) * kSumBlock), bf16);
       acc = kMax ? double(fmax_nan(float(acc), float(v))) : acc + v;
     }
     *(float*)dst->data = float(acc);
@@ -95,7 +125,7 @@ void reduce_all(TensorNode* dst, const TensorNode* src, ThreadCtx& t) {
   double* part = (double*)t.shared_scratch(size_t(nblocks) * sizeof(double));
   Range r = split_range(nblocks, t.ith, t.nth);
   for (int64_t i = r.begin; i < r.end; ++i)
-    part[i] = reduce_block<kMax>(L, base, i * kSumBlock, std::min(n, (i + 1) * kSumBlock));
+    part[i] = reduce_block<kMax>(L, base, i * kSumBlock, std::min(n, (i + 1) * kSumBlock), bf16);
   t.barrier();
   if (t.ith == 0) combine(part);
 }
@@ -122,8 +152,9 @@ AxisPlan plan_axis(const TensorNode* dst, const TensorNode* src, int axis) {
   return a;
 }
 
-// Sum over `len` rows of `cols` dense columns (row byte step rs) into d: each
-// column summed in blocks of kRowBlock rows, exactly as sum_strided below.
+// Sum over `len` rows of `cols` dense columns (row byte step rs) of T into d:
+// each column summed in blocks of kRowBlock rows, exactly as sum_strided below.
+template <class T>
 void sum_columns(float* d, const char* s, int64_t cols, int64_t len, int64_t rs) {
   constexpr int64_t kCols = 4 * W;
   float tot[kCols], part[kCols];
@@ -134,20 +165,21 @@ void sum_columns(float* d, const char* s, int64_t cols, int64_t len, int64_t rs)
       std::fill(part, part + kCols, 0.0f);
       const int64_t r1 = std::min(len, r0 + kRowBlock);
       for (int64_t r = r0; r < r1; ++r) {
-        const float* row = (const float*)(s + r * rs) + c0;
-        for (int64_t c = 0; c < nc; ++c) part[c] += row[c];
+        const char* row = s + r * rs + c0 * int64_t(sizeof(T));
+        for (int64_t c = 0; c < nc; ++c) part[c] += at_f32<T>(row, c, sizeof(T));
       }
       for (int64_t c = 0; c < nc; ++c) tot[c] += part[c];
     }
     std::copy(tot, tot + nc, d + c0);
   }
 }
+template <class T>
 float sum_strided(const char* s, int64_t len, int64_t rs) {
   float tot = 0.0f;
   for (int64_t r0 = 0; r0 < len; r0 += kRowBlock) {
     float part = 0.0f;
     const int64_t r1 = std::min(len, r0 + kRowBlock);
-    for (int64_t r = r0; r < r1; ++r) part += *(const float*)(s + r * rs);
+    for (int64_t r = r0; r < r1; ++r) part += at_f32<T>(s, r, rs);
     tot += part;
   }
   return tot;
@@ -158,8 +190,31 @@ float max_strided(const char* s, int64_t len, int64_t rs) {
   return m;
 }
 
+// A bf16 axis sum: the f32 one's paths (dense rows, dense columns, strided),
+// each element widened as it is read.
+void sum_axis_bf16(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t) {
+  AxisPlan a = plan_axis(dst, src, axis);
+  Range r = thread_range(t, a.n_out, std::max<int64_t>(a.len, 1), 1);
+  if (r.empty()) return;
+  for_each_run(a.L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
+               [&](const Ptrs<2>& p, int64_t n, const Steps<2>& st) {
+                 float* d = (float*)p[0];
+                 const int64_t sd = st[0] / 4;
+                 if (a.step == 2) {  // dense rows
+                   for (int64_t k = 0; k < n; ++k)
+                     d[k * sd] = float(sum_run_bf16(p[1] + k * st[1], a.len, 2));
+                 } else if (st[0] == 4 && st[1] == 2) {  // dense columns
+                   sum_columns<uint16_t>(d, p[1], n, a.len, a.step);
+                 } else {
+                   for (int64_t k = 0; k < n; ++k)
+                     d[k * sd] = sum_strided<uint16_t>(p[1] + k * st[1], a.len, a.step);
+                 }
+               });
+}
+
 template <bool kMax>
 void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t) {
+  if (!kMax && src->dtype == DType::bf16) return sum_axis_bf16(dst, src, axis, t);
   AxisPlan a = plan_axis(dst, src, axis);
   Range r = thread_range(t, a.n_out, std::max<int64_t>(a.len, 1), 1);
   if (r.empty()) return;
@@ -173,12 +228,12 @@ void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t)
                      d[k * sd] = kMax ? max_block(row, a.len) : float(sum_f32(row, a.len));
                    }
                  } else if (!kMax && st[0] == 4 && st[1] == 4) {  // dense columns
-                   sum_columns(d, p[1], n, a.len, a.step);
+                   sum_columns<float>(d, p[1], n, a.len, a.step);
                  } else {
                    for (int64_t k = 0; k < n; ++k) {
                      const char* s = p[1] + k * st[1];
-                     d[k * sd] =
-                         kMax ? max_strided(s, a.len, a.step) : sum_strided(s, a.len, a.step);
+                     d[k * sd] = kMax ? max_strided(s, a.len, a.step)
+                                      : sum_strided<float>(s, a.len, a.step);
                    }
                  }
                });
@@ -187,6 +242,7 @@ void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t)
 template <bool kMax>
 void reduce_kernel(TensorNode* dst, ThreadCtx& t) {
   const TensorNode* src = dst->src[0];
+  KILN_ASSERT(src->dtype == DType::f32 || (!kMax && src->dtype == DType::bf16));
   const int64_t axis = op_params<ReduceParams>(*dst).axis;
   if (axis < 0 || src->shape.ndim() == 0) return reduce_all<kMax>(dst, src, t);
   reduce_axis<kMax>(dst, src, int(axis), t);

@@ -1,0 +1,141 @@
+// Graph::sum_bf16_gradients: under the bf16 policy a Linear's bias gradient
+// sums the bf16 copy of its output gradient (as PyTorch's autocast does), so
+// that gradient's producer (GELU's backward) stores bf16 and its f32 values are
+// never written. The products' gradients stay bit-identical; the bias gradient
+// is the sum of the rounded terms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/random_values.h"
+#include "common/two_block_training.h"
+#include "kiln/ext/tensor_node.h"
+#include "kiln/kiln.h"
+
+namespace kiln::test {
+namespace {
+
+using kiln_test::uniform_floats;
+
+int nodes_of(const Graph& g, Op op, DType dt) {
+  int n = 0;
+  for (const TensorNode* t : g.nodes()) n += t->op == op && t->dtype == dt;
+  return n;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// x [B, T, D] -> Linear(w1, b1) -> GELU -> Linear(w2, b2), loss sum(y * t), with
+// the CPU rewrites an OptContext makes (the bias fusion, then optionally this
+// pass, then the cast fusion).
+struct Mlp {
+  static constexpr int64_t B = 3, T = 100, M = B * T, D = 24, H = 40, O = 7;  // M > 256 rows
+  Context ctx;
+  Tensor x, w1, b1, w2, b2, t, a, loss;
+  Graph graph;
+  std::unique_ptr<Buffer> buf;
+  size_t repointed = 0;
+
+  explicit Mlp(bool pass) {
+    ctx.set_matmul_precision(bf16);
+    x = ctx.param(f32, {B, T, D}, "x");
+    w1 = ctx.param(f32, {H, D}, "w1");
+    b1 = ctx.param(f32, {H}, "b1");
+    w2 = ctx.param(f32, {O, H}, "w2");
+    b2 = ctx.param(f32, {O}, "b2");
+    t = ctx.input(f32, {M, O}, "t");
+    a = (matmul(x.reshape({M, D}), w1.T()) + b1).reshape({B, T, H});
+    Tensor y = matmul(gelu(a).reshape({M, H}), w2.T()) + b2;
+    loss = sum(y * t);
+    graph = Graph::forward(loss);
+    graph.backward(loss);
+    graph.fuse_matmul_bias();
+    if (pass) repointed = graph.sum_bf16_gradients();
+    graph.fuse_bf16_casts();
+  }
+  void run() {
+    CpuBackend cpu(3);
+    buf = allocate_tensors(ctx, cpu);
+    x.set(uniform_floats(size_t(M * D), 1));
+    w1.set(uniform_floats(size_t(H * D), 2));
+    b1.set(uniform_floats(size_t(H), 3));
+    w2.set(uniform_floats(size_t(O * H), 4));
+    b2.set(uniform_floats(size_t(O), 5));
+    t.set(uniform_floats(size_t(M * O), 6));
+    graph.reset_grads();
+    cpu.compute(graph);
+  }
+};
+
+TEST(Bf16GradSums, BiasSumsTheRoundedGradientAndGeluBackStoresBf16) {
+  Mlp off(false), on(true);
+  EXPECT_EQ(on.repointed, 1u);  // b1's sum (b2's gradient is the loss's, never cast)
+  // Without the pass the GELU gradient stays f32 (its sum reads it); with it,
+  // GELU's backward stores bf16 and the sum reads that.
+  EXPECT_EQ(nodes_of(off.graph, Op::GELU_ERF_BACK, f32), 1);
+  EXPECT_EQ(nodes_of(on.graph, Op::GELU_ERF_BACK, bf16), 1);
+  EXPECT_EQ(nodes_of(on.graph, Op::GELU_ERF_BACK, f32), 0);
+  off.run();
+  on.run();
+  EXPECT_TRUE(same_bits(off.loss.get<float>(), on.loss.get<float>()));
+  for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::w2, &Mlp::b2})
+    EXPECT_TRUE(same_bits(off.graph.grad(off.*p).get<float>(), on.graph.grad(on.*p).get<float>()))
+        << (off.*p).label();
+  // b1's gradient: the column sums of the f32 gradient of `a` (off) rounded
+  // to bf16 term by term, and within bf16 rounding of the f32 sums.
+  const std::vector<float> ga = off.graph.grad(off.a).get<float>();
+  const std::vector<float> want32 = off.graph.grad(off.b1).get<float>();
+  const std::vector<float> got = on.graph.grad(on.b1).get<float>();
+  ASSERT_EQ(ga.size(), size_t(Mlp::M * Mlp::H));
+  for (int64_t j = 0; j < Mlp::H; ++j) {
+    double rounded = 0, mag = 0;
+    for (int64_t i = 0; i < Mlp::M; ++i) {
+      const float g = ga[size_t(i * Mlp::H + j)];
+      rounded += double(bf16_to_f32(f32_to_bf16(g)));
+      mag += std::fabs(double(g));
+    }
+    EXPECT_NEAR(got[size_t(j)], rounded, 1e-5 * mag) << j;
+    EXPECT_NEAR(got[size_t(j)], want32[size_t(j)], 4e-3 * mag) << j;  // bf16: 2^-9 per term
+    EXPECT_NE(got[size_t(j)], want32[size_t(j)]) << j;                // the terms were rounded
+  }
+}
+
+TEST(Bf16GradSums, F32GraphsAndUncastGradientsAreLeftAlone) {
+  Context ctx;  // the f32 policy makes no casts: nothing to re-point
+  Tensor x = ctx.param(f32, {8, 6}, "x"), w = ctx.param(f32, {5, 6}, "w"),
+         b = ctx.param(f32, {5}, "b");
+  Tensor loss = sum(matmul(gelu(matmul(x, w.T()) + b), w));
+  Graph g = Graph::forward(loss);
+  g.backward(loss);
+  const size_t n = g.size();
+  EXPECT_EQ(g.sum_bf16_gradients(), 0u);
+  EXPECT_EQ(g.size(), n);
+}
+
+// In an OptContext: two transformer blocks train as they do with the pass off
+// (KILN_BF16_GRAD_SUMS=0) but for the MLP biases' rounding, and GELU's
+// backward stores bf16 in each block.
+TEST(Bf16GradSums, OptContextTrainsTwoBlocks) {
+  kiln_test::TwoBlockRun run[2];
+  int bf16_gelu_back[2] = {0, 0};
+  for (int pass = 0; pass < 2; ++pass)
+    run[pass] = kiln_test::train_two_blocks(
+        bf16, 2, pass ? nullptr : "KILN_BF16_GRAD_SUMS", [&](const Graph& g) {
+          for (const TensorNode* n : g.nodes())
+            bf16_gelu_back[pass] +=
+                (n->op == Op::GELU_BACK || n->op == Op::GELU_ERF_BACK) && n->dtype == bf16;
+        });
+  EXPECT_EQ(bf16_gelu_back[0], 0);
+  EXPECT_EQ(bf16_gelu_back[1], 2);                // one per block
+  EXPECT_EQ(run[0].losses[0], run[1].losses[0]);  // the first forward pass is the same
+  for (size_t s = 1; s < run[0].losses.size(); ++s)
+    EXPECT_NEAR(run[0].losses[s], run[1].losses[s], 1e-3 * std::fabs(run[0].losses[s])) << s;
+  EXPECT_NE(run[0].params, run[1].params);  // the rounding shows in the biases
+}
+
+}  // namespace
+}  // namespace kiln::test
