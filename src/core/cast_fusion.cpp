@@ -29,9 +29,8 @@ bool stores_bf16(Op op) {
 
 using detail::kRewritePinned;
 
-// A cast n = COPY(v) to bf16, where v is the op's result s itself or a
-// contiguous reshape of it, or of a reshape of it (a Linear flattens [B, T, C]
-// to [B*T, C] and back; attention splits C into heads).
+// A cast n = COPY to bf16 of the op's result s, directly or through
+// reshapes (detail::bf16_cast_source).
 struct Candidate {
   TensorNode* n = nullptr;
   std::vector<TensorNode*> views;  // the reshapes between s and n (n's source first)
@@ -39,20 +38,9 @@ struct Candidate {
 };
 
 bool candidate_of(TensorNode* n, Candidate& c) {
-  if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
-      !n->is_contiguous() || !n->src[0])
-    return false;
-  TensorNode* s = n->src[0];
   std::vector<TensorNode*> views;
-  while (s->is_view()) {  // (each view's view_src is the memory's owner: s at the end)
-    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
-        !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
-      return false;
-    views.push_back(s);
-    s = s->src[0];
-  }
-  for (const TensorNode* v : views)
-    if (v->view_src != s) return false;
+  TensorNode* s = detail::bf16_cast_source(n, views);
+  if (!s) return false;
   if (s->dtype != DType::f32 || s->numel() != n->numel() || s->is_view() || !s->is_contiguous() ||
       (s->flags & kRewritePinned) || !stores_bf16(s->op) || s->ctx != n->ctx)
     return false;

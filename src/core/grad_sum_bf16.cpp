@@ -22,8 +22,8 @@ using detail::kRewritePinned;
 // The gradient ops whose casts fuse_bf16_casts can fold (their kernels store bf16).
 bool gradient_op(Op op) { return op == Op::GELU_BACK || op == Op::GELU_ERF_BACK; }
 
-// A cast n = COPY to bf16 of a gradient s, directly or through up to two
-// contiguous reshapes (views[0] is n's source, s the memory's owner).
+// A cast n = COPY to bf16 of a gradient s, directly or through reshapes
+// (detail::bf16_cast_source).
 struct GradCast {
   TensorNode* n = nullptr;
   TensorNode* s = nullptr;
@@ -31,21 +31,9 @@ struct GradCast {
 };
 
 bool grad_cast_of(TensorNode* n, GradCast& c) {
-  if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
-      !n->is_contiguous() || !n->src[0])
-    return false;
-  TensorNode* s = n->src[0];
   std::vector<TensorNode*> views;
-  while (s->is_view()) {
-    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
-        !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
-      return false;
-    views.push_back(s);
-    s = s->src[0];
-  }
-  for (const TensorNode* v : views)
-    if (v->view_src != s) return false;
-  if (s->dtype != DType::f32 || s->is_view() || !s->is_contiguous() ||
+  TensorNode* s = detail::bf16_cast_source(n, views);
+  if (!s || s->dtype != DType::f32 || s->is_view() || !s->is_contiguous() ||
       (s->flags & kRewritePinned) || !gradient_op(s->op) || s->ctx != n->ctx)
     return false;
   c = {n, s, std::move(views)};

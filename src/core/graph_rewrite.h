@@ -27,6 +27,29 @@ std::unordered_set<const TensorNode*> grad_node_set(const GradMap& grads) {
   return s;
 }
 
+// The tensor a cast n = COPY to bf16 (contiguous, no view) converts: the
+// memory owner s it reads directly or through up to two contiguous reshapes of
+// s (a Linear flattens [B, T, C] to [B*T, C] and back; attention splits C into
+// heads), those reshapes in `views` (n's source first); null when n is no such
+// cast or a view on the way is not such a reshape (or is pinned).
+inline TensorNode* bf16_cast_source(TensorNode* n, std::vector<TensorNode*>& views) {
+  views.clear();
+  if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
+      !n->is_contiguous() || !n->src[0])
+    return nullptr;
+  TensorNode* s = n->src[0];
+  while (s->is_view()) {  // (each view's view_src is the memory's owner: s at the end)
+    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
+        !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
+      return nullptr;
+    views.push_back(s);
+    s = s->src[0];
+  }
+  for (const TensorNode* v : views)
+    if (v->view_src != s) return nullptr;
+  return s;
+}
+
 // readers[x] += the number of nodes anywhere in ctx that read x, for every x
 // already a key of readers (other graphs built from the same nodes, the
 // partial-batch tail and recomputed segments read them too, not only the graph
