@@ -12,8 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/gemm_internal.h"
-#include "backends/cpu/thread_pool.h"
+#include "cpu/gemm_paths.h"
 #include "kiln/dtype.h"
 
 namespace {
@@ -21,22 +20,9 @@ namespace {
 using kiln::cpu::GemmArgs;
 using kiln::cpu::GemmOperand;
 using kiln::cpu::GemmType;
-using kiln::cpu::ThreadCtx;
-using kiln::cpu::ThreadPool;
-namespace gd = kiln::cpu::gemm_detail;
-
-void run(const GemmArgs& g, int threads) {
-  if (threads == 0) {
-    ThreadCtx t;
-    kiln::cpu::gemm(g, t);
-    return;
-  }
-  ThreadPool pool(threads);
-  pool.run([&](ThreadCtx& t) { kiln::cpu::gemm(g, t); });
-}
 
 enum class Operands { f32, bf16, f32_rounded };
-enum class Path { blocked, small_m, small_n };
+using Path = kiln_test::GemmPath;
 
 struct Case {
   int64_t M, N, K;
@@ -73,27 +59,18 @@ std::vector<uint16_t> bf16_out(const Case& c, int threads, std::vector<uint16_t>
   const void* bp = bf ? static_cast<const void*>(b16.data()) : b32.data();
   g.B = c.b_trans ? GemmOperand{bp, t, 1, c.K, rounded} : GemmOperand{bp, t, c.N, 1, rounded};
   g.bias = c.bias ? bias.data() : nullptr;
-  switch (c.path) {  // the case takes the path it is meant to test
-    case Path::small_m: EXPECT_TRUE(gd::small_m_applicable(g)) << describe(c, threads); break;
-    case Path::small_n:
-      EXPECT_FALSE(gd::small_m_applicable(g)) << describe(c, threads);
-      EXPECT_TRUE(gd::small_n_applicable(g)) << describe(c, threads);
-      break;
-    case Path::blocked:
-      EXPECT_FALSE(gd::small_m_applicable(g) || gd::small_n_applicable(g)) << describe(c, threads);
-      break;
-  }
+  kiln_test::expect_path(g, c.path, describe(c, threads));  // the path it is meant to test
   const int64_t ldc = c.N + 3;
   std::vector<float> c32(size_t(c.M * c.N));
   g.C = c32.data(), g.ldc = c.N;
-  run(g, threads);
+  kiln_test::run_gemm(g, threads);
   want.assign(size_t(c.M * ldc), kGap);
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < c.N; ++j)
       want[size_t(i * ldc + j)] = kiln::f32_to_bf16(c32[size_t(i * c.N + j)]);
   std::vector<uint16_t> got(size_t(c.M * ldc), kGap);
   g.C = nullptr, g.C_bf16 = got.data(), g.ldc = ldc;
-  run(g, threads);
+  kiln_test::run_gemm(g, threads);
   return got;
 }
 
@@ -138,7 +115,7 @@ TEST(GemmBf16Out, ZeroK) {
   g.A = {&dummy, GemmType::f32, 0, 1};
   g.B = {&dummy, GemmType::f32, 3, 1};
   g.C_bf16 = C.data(), g.ldc = 3, g.bias = bias.data();
-  run(g, 2);
+  kiln_test::run_gemm(g, 2);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(C[size_t(i)], kiln::f32_to_bf16(bias[size_t(i % 3)])) << i;
 }
 

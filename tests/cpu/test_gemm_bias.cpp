@@ -13,16 +13,12 @@
 #include <vector>
 
 #include "backends/cpu/gemm.h"
-#include "backends/cpu/gemm_internal.h"
-#include "backends/cpu/thread_pool.h"
+#include "cpu/gemm_paths.h"
 
 namespace {
 
 using kiln::cpu::GemmArgs;
 using kiln::cpu::GemmType;
-using kiln::cpu::ThreadCtx;
-using kiln::cpu::ThreadPool;
-namespace gd = kiln::cpu::gemm_detail;
 
 uint16_t bf16_bits(float x) {  // truncation: any bf16 value will do
   uint32_t u;
@@ -30,17 +26,7 @@ uint16_t bf16_bits(float x) {  // truncation: any bf16 value will do
   return uint16_t(u >> 16);
 }
 
-void run(const GemmArgs& g, int threads) {
-  if (threads == 0) {
-    ThreadCtx t;
-    kiln::cpu::gemm(g, t);
-    return;
-  }
-  ThreadPool pool(threads);
-  pool.run([&](ThreadCtx& t) { kiln::cpu::gemm(g, t); });
-}
-
-enum class Path { blocked, small_m, small_n };
+using Path = kiln_test::GemmPath;
 
 struct Case {
   int64_t M, N, K;
@@ -83,25 +69,16 @@ std::vector<float> with_bias(const Case& c, int threads, std::vector<float>& wan
   g.B = c.b_trans ? kiln::cpu::GemmOperand{bp, t, 1, c.K} : kiln::cpu::GemmOperand{bp, t, c.N, 1};
   g.ldc = ldc;
   g.accumulate = c.accumulate;
-  switch (c.path) {  // the case takes the path it is meant to test
-    case Path::small_m: EXPECT_TRUE(gd::small_m_applicable(g)) << describe(c, threads); break;
-    case Path::small_n:
-      EXPECT_FALSE(gd::small_m_applicable(g)) << describe(c, threads);
-      EXPECT_TRUE(gd::small_n_applicable(g)) << describe(c, threads);
-      break;
-    case Path::blocked:
-      EXPECT_FALSE(gd::small_m_applicable(g) || gd::small_n_applicable(g)) << describe(c, threads);
-      break;
-  }
+  kiln_test::expect_path(g, c.path, describe(c, threads));  // the path it is meant to test
   want = C0;
   g.C = want.data();
-  run(g, threads);
+  kiln_test::run_gemm(g, threads);
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < c.N; ++j) want[size_t(i * ldc + j)] += bias[size_t(j)];
   std::vector<float> got = C0;
   g.C = got.data();
   g.bias = bias.data();
-  run(g, threads);
+  kiln_test::run_gemm(g, threads);
   return got;
 }
 
@@ -168,7 +145,7 @@ TEST(GemmBias, ZeroK) {
     g.A = {&dummy, GemmType::f32, 0, 1};
     g.B = {&dummy, GemmType::f32, 3, 1};
     g.C = C.data(), g.ldc = 3, g.accumulate = acc, g.bias = bias.data();
-    run(g, 2);
+    kiln_test::run_gemm(g, 2);
     for (int i = 0; i < 6; ++i)
       EXPECT_EQ(C[size_t(i)], (acc ? float(i + 1) : 0.0f) + bias[size_t(i % 3)]) << i;
   }
