@@ -190,31 +190,12 @@ float max_strided(const char* s, int64_t len, int64_t rs) {
   return m;
 }
 
-// A bf16 axis sum: the f32 one's paths (dense rows, dense columns, strided),
-// each element widened as it is read.
-void sum_axis_bf16(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t) {
-  AxisPlan a = plan_axis(dst, src, axis);
-  Range r = thread_range(t, a.n_out, std::max<int64_t>(a.len, 1), 1);
-  if (r.empty()) return;
-  for_each_run(a.L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
-               [&](const Ptrs<2>& p, int64_t n, const Steps<2>& st) {
-                 float* d = (float*)p[0];
-                 const int64_t sd = st[0] / 4;
-                 if (a.step == 2) {  // dense rows
-                   for (int64_t k = 0; k < n; ++k)
-                     d[k * sd] = float(sum_run_bf16(p[1] + k * st[1], a.len, 2));
-                 } else if (st[0] == 4 && st[1] == 2) {  // dense columns
-                   sum_columns<uint16_t>(d, p[1], n, a.len, a.step);
-                 } else {
-                   for (int64_t k = 0; k < n; ++k)
-                     d[k * sd] = sum_strided<uint16_t>(p[1] + k * st[1], a.len, a.step);
-                 }
-               });
-}
-
+// An axis reduction; SUM of bf16 takes the same paths (dense rows, dense
+// columns, strided), each element widened as it is read.
 template <bool kMax>
 void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t) {
-  if (!kMax && src->dtype == DType::bf16) return sum_axis_bf16(dst, src, axis, t);
+  const bool bf = !kMax && src->dtype == DType::bf16;
+  const int64_t es = bf ? 2 : 4;
   AxisPlan a = plan_axis(dst, src, axis);
   Range r = thread_range(t, a.n_out, std::max<int64_t>(a.len, 1), 1);
   if (r.empty()) return;
@@ -222,17 +203,21 @@ void reduce_axis(TensorNode* dst, const TensorNode* src, int axis, ThreadCtx& t)
                [&](const Ptrs<2>& p, int64_t n, const Steps<2>& st) {
                  float* d = (float*)p[0];
                  const int64_t sd = st[0] / 4;
-                 if (a.step == 4) {  // reduced axis is dense: row reductions
+                 if (a.step == es) {  // reduced axis is dense: row reductions
                    for (int64_t k = 0; k < n; ++k) {
-                     const float* row = (const float*)(p[1] + k * st[1]);
-                     d[k * sd] = kMax ? max_block(row, a.len) : float(sum_f32(row, a.len));
+                     const char* row = p[1] + k * st[1];
+                     if (bf) d[k * sd] = float(sum_run_bf16(row, a.len, 2));
+                     else if (kMax) d[k * sd] = max_block((const float*)row, a.len);
+                     else d[k * sd] = float(sum_f32((const float*)row, a.len));
                    }
-                 } else if (!kMax && st[0] == 4 && st[1] == 4) {  // dense columns
-                   sum_columns<float>(d, p[1], n, a.len, a.step);
+                 } else if (!kMax && st[0] == 4 && st[1] == es) {  // dense columns
+                   if (bf) sum_columns<uint16_t>(d, p[1], n, a.len, a.step);
+                   else sum_columns<float>(d, p[1], n, a.len, a.step);
                  } else {
                    for (int64_t k = 0; k < n; ++k) {
                      const char* s = p[1] + k * st[1];
                      d[k * sd] = kMax ? max_strided(s, a.len, a.step)
+                                 : bf ? sum_strided<uint16_t>(s, a.len, a.step)
                                       : sum_strided<float>(s, a.len, a.step);
                    }
                  }
