@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/graph_checks.h"
 #include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/tensor_node.h"
@@ -16,6 +17,7 @@
 namespace kiln::test {
 namespace {
 
+using kiln_test::same_bits;
 using kiln_test::uniform_floats;
 
 int biased_products(const Graph& g) {
@@ -29,10 +31,6 @@ int adds_of_products(const Graph& g) {
   for (const TensorNode* t : g.nodes())
     n += t->op == Op::ADD && (t->src[0]->op == Op::MATMUL || t->src[1]->op == Op::MATMUL);
   return n;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // y = b2 + gelu(x W1^T + b1) W2^T, loss sum(y * t): the first bias [H] added

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/graph_checks.h"
 #include "common/random_values.h"
 #include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
@@ -15,6 +16,7 @@
 namespace kiln::test {
 namespace {
 
+using kiln_test::same_bits;
 using kiln_test::uniform_floats;
 
 int bf16_casts(const Graph& g) {
@@ -29,10 +31,6 @@ int rounding_matmuls(const Graph& g) {
       n += op_params<MatmulParams>(*t).round_bf16 != 0;
   return n;
 }
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // y = tanh(x @ w1^T + b1) @ w2^T (+ with `dying_source`, a third product of
 // x * 2, whose cast's source nothing else reads), loss sum(y * t).
 struct Net {

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/graph_checks.h"
 #include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/tensor_node.h"
@@ -16,6 +17,8 @@
 namespace kiln::test {
 namespace {
 
+using kiln_test::nodes_of;
+using kiln_test::same_bits;
 using kiln_test::uniform_floats;
 
 // Casts to bf16 whose source is computed by `op`.
@@ -24,15 +27,6 @@ int casts_of(const Graph& g, Op op) {
   for (const TensorNode* t : g.nodes())
     n += t->op == Op::COPY && t->dtype == bf16 && t->src[0]->op == op;
   return n;
-}
-int nodes_of(const Graph& g, Op op, DType dt) {
-  int n = 0;
-  for (const TensorNode* t : g.nodes()) n += t->op == op && t->dtype == dt;
-  return n;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // x -> LayerNorm -> Linear -> GELU (erf or tanh) -> Linear, loss sum(y * t); with

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/graph_checks.h"
 #include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/tensor_node.h"
@@ -17,17 +18,9 @@
 namespace kiln::test {
 namespace {
 
+using kiln_test::nodes_of;
+using kiln_test::same_bits;
 using kiln_test::uniform_floats;
-
-int nodes_of(const Graph& g, Op op, DType dt) {
-  int n = 0;
-  for (const TensorNode* t : g.nodes()) n += t->op == op && t->dtype == dt;
-  return n;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // x [B, T, D] -> Linear(w1, b1) -> GELU -> Linear(w2, b2), loss sum(y * t), with
 // the CPU rewrites an OptContext makes (the bias fusion, then optionally this

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/graph_checks.h"
 #include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/op_params.h"
@@ -17,6 +18,7 @@
 namespace kiln::test {
 namespace {
 
+using kiln_test::same_bits;
 using kiln_test::uniform_floats;
 
 bool residual_of(const TensorNode* t) {
@@ -28,10 +30,6 @@ int fused_norms(const Graph& g) {
   int n = 0;
   for (const TensorNode* t : g.nodes()) n += residual_of(t);
   return n;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // y = x + gelu(layer_norm(x) W1^T), z = y + rms_norm(y) * s, loss
