@@ -325,6 +325,60 @@ TEST(Gemm, BitIdenticalAcrossThreadCounts) {
   }
 }
 
+TEST(Gemm, ManyProductsInOneRun) {
+  // A graph's products run back to back in one pool run: B panels packed by
+  // each thread for itself (small B, whose work counters alternate between
+  // calls without a barrier), shared B panels, solo and unpacked products, in
+  // turn. Each C must equal the same product run alone on one thread.
+  const Case cases[] = {
+      {300, 128, 128, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col},
+      {300, 130, 700, GemmType::f32, GemmType::f32, Layout::col, Layout::row},
+      {200, 1500, 600},  // B 3.6 MB packed: shared
+      {40, 40, 40},      // solo
+      {3, 300, 200},     // small M
+      {130, 97, 250, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row, true},
+      {29, 31, 15},  // fewer M panels than threads: shared
+  };
+  constexpr int kRounds = 7;
+  struct Product {
+    Mat A, B;
+    std::vector<float> C, C1;
+    GemmArgs args;
+  };
+  std::vector<Product> ps;
+  std::mt19937 rng(5);
+  for (int round = 0; round < kRounds; ++round)
+    for (const Case& c : cases) {
+      Product p{make_mat(c.M, c.K, c.ta, c.la, rng), make_mat(c.K, c.N, c.tb, c.lb, rng)};
+      std::uniform_real_distribution<float> u(-1, 1);
+      p.C.resize(size_t(c.M * c.N));
+      for (float& x : p.C) x = u(rng);
+      p.C1 = p.C;
+      p.args = {c.M, c.N, c.K, p.A.op(), p.B.op(), nullptr, c.N, c.accumulate};
+      ps.push_back(std::move(p));
+    }
+  for (Product& p : ps) {
+    GemmArgs a = p.args;
+    a.C = p.C1.data();
+    run_gemm(a, 1);
+  }
+  for (int threads : {2, 3}) {
+    std::vector<std::vector<float>> Cs;
+    for (Product& p : ps) Cs.push_back(p.C);
+    ThreadPool pool(threads);
+    pool.run([&](ThreadCtx& t) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        GemmArgs a = ps[i].args;
+        a.C = Cs[i].data();
+        gemm(a, t);
+      }
+    });
+    for (size_t i = 0; i < ps.size(); ++i)
+      EXPECT_EQ(std::memcmp(Cs[i].data(), ps[i].C1.data(), Cs[i].size() * sizeof(float)), 0)
+          << describe(cases[i % std::size(cases)]) << " product " << i << " threads=" << threads;
+  }
+}
+
 TEST(Gemm, AllF16AndBF16Values) {
   // Every 16-bit pattern through the packing conversions, including
   // subnormals, infinities and NaNs. Row-major: C = [1] x B (1 x 65536).

@@ -219,4 +219,51 @@ TEST(ThreadPool, SharedScratchIsShared) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p[0]) % 64, 0u);
 }
 
+// Each call claims units (some per thread, stolen by whoever is free) from its
+// work counters; every unit must be claimed exactly once, call after call,
+// run after run, and after a run that threw with counters half used.
+TEST(ThreadPool, WorkCountersClaimEveryUnitOnce) {
+  constexpr int kThreads = 3, kCalls = 300;
+  ThreadPool pool(kThreads);
+  auto units_of = [](int call, int i) { return (call * 7 + i * 3) % 11; };  // some 0
+  std::vector<std::atomic<int>> claims(kCalls * kThreads * 11);
+  auto one_call = [&](ThreadCtx& t, int call) {
+    kiln::cpu::WorkCounter* c = t.work_counters();
+    for (int v = 0; v < t.nth; ++v) {
+      const int i = (t.ith + v) % t.nth;
+      for (int64_t u; (u = c[i].next.fetch_add(1)) < units_of(call, i);) {
+        claims[(call * kThreads + i) * 11 + u]++;
+        if ((u + t.ith) % 4 == 0) std::this_thread::yield();  // let others steal
+      }
+    }
+    t.barrier();
+  };
+  for (int run = 0; run < 3; ++run) {
+    for (auto& c : claims) c = 0;
+    if (run == 1) {  // a run that throws in its second call, after claiming
+      EXPECT_THROW(pool.run([&](ThreadCtx& t) {
+        one_call(t, 0);
+        kiln::cpu::WorkCounter* c = t.work_counters();
+        c[t.ith].next.fetch_add(1);
+        if (t.ith == 1) throw std::runtime_error("boom");
+        t.barrier();
+      }),
+                   std::runtime_error);
+      for (auto& c : claims) c = 0;
+    }
+    pool.run([&](ThreadCtx& t) {
+      for (int call = 0; call < kCalls; ++call) one_call(t, call);
+    });
+    int wrong = 0;
+    for (int call = 0; call < kCalls; ++call)
+      for (int i = 0; i < kThreads; ++i)
+        for (int u = 0; u < 11; ++u)
+          wrong += claims[(call * kThreads + i) * 11 + u] != (u < units_of(call, i) ? 1 : 0);
+    EXPECT_EQ(wrong, 0) << "run " << run;
+  }
+  ThreadCtx alone;  // standalone: one counter, zeroed on every call
+  alone.work_counters()->next = 5;
+  EXPECT_EQ(alone.work_counters()->next.load(), 0);
+}
+
 TEST(ThreadPool, DefaultThreadCount) { EXPECT_GE(kiln::cpu::default_thread_count(), 1); }

@@ -3,7 +3,9 @@
 //                                  strips), shared by all threads: packed
 //                                  cooperatively (each thread strips that
 //                                  its column of the grid computes), then a
-//                                  barrier
+//                                  barrier; or, when all of B is one small
+//                                  panel, packed by every thread for itself
+//                                  (no barrier; Plan::private_b)
 //     for each row chunk (<= MC):  the work units; thread i owns those of its
 //                                  rectangle of C and, when done, takes units
 //                                  of slower threads (atomic counters)
@@ -105,6 +107,15 @@ constexpr double kSoloWork = 1 << 18;
 // ones 2-4%; the layers' B fit in one panel either way).
 constexpr int64_t kBPanelFloats = int64_t(1) << 20;
 
+// A B panel packed all at once of at most this many bytes is packed by every
+// thread for itself (Plan::private_b): no barrier after the packing, and no
+// packed line written by one core and read by the other. Sharing such a panel
+// cost more in coherence traffic (each call's packing invalidating the copies
+// the other core read in the last one, then reading half of it from that
+// core) than packing all of it twice: the GPT-sized bf16 products ran 10-25%
+// faster with it private (docs/benchmarks.md).
+constexpr size_t kPrivateBBytes = size_t(256) << 10;
+
 // A chunk's rows of A packed for all of K at once when they take at most this
 // (about half of a 1 MiB L2, where they stay while the chunk's strips go by).
 constexpr size_t kAllKBytes = size_t(512) << 10;
@@ -155,6 +166,7 @@ struct Plan {
   int64_t pm, pn;    // MR panels of M, NR strips of N
   Grid grid;
   int nth;
+  bool private_b;  // every thread packs all of B itself (kPrivateBBytes); then grid.tm == nth
 
   Plan(const GemmArgs& g, int nth_) : M(g.M), N(g.N), K(g.K), nth(nth_) {
     nkb = ceil_div(K, P::kKC);
@@ -166,7 +178,10 @@ struct Plan {
     ncb = round_up(ceil_div(N, nnb), NR);
     pm = ceil_div(M, MR);
     pn = ceil_div(N, NR);
-    grid = choose_grid(M, N, nth, g.A.cs == 1 && g.A.rs != 1);
+    private_b = nth > 1 && ncb >= N && pm >= nth &&
+                size_t(nkb * kstride * ncb) * sizeof(typename P::E) <= kPrivateBBytes;
+    // With B private every thread needs all of it anyway: split M only.
+    grid = private_b ? Grid{nth, 1} : choose_grid(M, N, nth, g.A.cs == 1 && g.A.rs != 1);
   }
   int64_t kc(int64_t p) const { return std::min(kcb, K - p * kcb); }
   // Packed length of K block p (panel and strip stride in k).
@@ -218,12 +233,6 @@ void add_bias(float* c, int64_t ldc, int64_t m, int64_t n, const float* bias) {
   for (int64_t i = 0; i < m; ++i, c += ldc)
     for (int64_t j = 0; j < n; ++j) c[j] += bias[j];
 }
-
-// Work-unit counters in the shared buffer, one cache line per thread: thread i
-// takes its own chunks in order; once done it takes chunks of the others.
-struct alignas(64) UnitCounter {
-  std::atomic<int64_t> next;
-};
 
 // Chunk c of rectangle r: C rows [i0, i1) x this panel's strips [s_lo, s_hi),
 // over all of K. Packs its own A blocks: with a_all_k all K blocks of the
@@ -288,8 +297,25 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
   }
 }
 
+// Runs thread ith's chunks of the panel at jc, then (with nth > 1) takes
+// chunks of the others: counters[i] numbers rectangle i's chunks, claimed in
+// order by whoever comes first.
+template <class P, class E = typename P::E>
+void run_chunks(const GemmArgs& g, const Plan<P>& pl, int ith, int nth, WorkCounter* counters,
+                int64_t jc, int64_t ns, const E* bbuf, E* abuf, bool a_all_k) {
+  for (int v = 0; v < nth; ++v) {
+    const int i = (ith + v) % nth;
+    const typename Plan<P>::Rect r = pl.rect(i);
+    if (r.chunks == 0) continue;
+    for (int64_t c; (c = counters[i].next.fetch_add(1, std::memory_order_relaxed)) < r.chunks;)
+      run_chunk(g, pl, r, c, jc, ns, bbuf, abuf, a_all_k);
+  }
+}
+
 // The blocked algorithm for thread ith of nth. With nth > 1 the threads share
-// the packed B (t.shared_scratch) and meet at barriers; with nth == 1 it
+// the packed B (t.shared_scratch) and meet at barriers, or, with private_b,
+// each packs B in its own t.scratch() and they only share work counters
+// (t.work_counters(); gemm's closing barrier ends the call); with nth == 1 it
 // touches only t.scratch() and never synchronizes.
 template <class P>
 void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
@@ -298,8 +324,6 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
   const Plan<P> pl(g, nth);
   const Rect mine = pl.rect(ith);
 
-  // Buffers: [unit counters | packed B: block p at p*kcb*ncb] shared; A private.
-  const size_t hdr = nth > 1 ? size_t(nth) * sizeof(UnitCounter) : 0;
   const size_t b_bytes = size_t(pl.nkb * pl.kstride * pl.ncb) * sizeof(E);
   int64_t max_chunk_rows = MR;
   for (int i = 0; i < nth; ++i) {  // any thread may run any thread's chunks
@@ -313,45 +337,46 @@ void blocked(const GemmArgs& g, int ith, int nth, ThreadCtx& t) {
   // (Always for a bf16 C, whose tiles are rounded once all K is in.)
   const bool a_all_k = g.C_bf16 || (pl.nkb > 1 && a_block * size_t(pl.nkb) <= kAllKBytes);
   const size_t a_bytes = a_all_k ? a_block * size_t(pl.nkb) : a_block;
-  char* shared;
-  E* abuf;
-  if (nth > 1) {
-    shared = static_cast<char*>(t.shared_scratch(hdr + b_bytes));
-    abuf = static_cast<E*>(t.scratch(a_bytes));
-  } else {
-    shared = static_cast<char*>(t.scratch(b_bytes + a_bytes));
-    abuf = reinterpret_cast<E*>(shared + b_bytes);  // b_bytes is a multiple of 64
-  }
-  auto* counters = reinterpret_cast<UnitCounter*>(shared);
-  E* bbuf = reinterpret_cast<E*>(shared + hdr);
 
-  for (int64_t jc = 0; jc < pl.N; jc += pl.ncb) {
-    const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
-    if (jc > 0 && nth > 1) t.barrier();  // everyone is done with the previous panel
-
-    // Pack this thread's share of B: items (strip s, K block p).
-    const auto share = pl.pack_share(ith, jc, ns);
-    for (int64_t it = share.it0; it < share.it1; ++it) {
-      const int64_t s = share.s0 + it / pl.nkb, p = it % pl.nkb;
+  // Packs items [it0, it1) of the panel at jc (ns strips) into bbuf: item it
+  // is (strip s0 + it / nkb, K block it % nkb).
+  auto pack_b_items = [&](E* bbuf, int64_t jc, int64_t nc, int64_t s0, int64_t it0, int64_t it1) {
+    for (int64_t it = it0; it < it1; ++it) {
+      const int64_t s = s0 + it / pl.nkb, p = it % pl.nkb;
       P::pack_b(g.B, p * pl.kcb, jc + s * NR, pl.kc(p), std::min<int64_t>(NR, nc - s * NR),
                 bbuf + p * pl.kstride * pl.ncb + s * pl.kc_packed(p) * NR);
     }
+  };
 
-    if (nth == 1) {
-      for (int64_t c = 0; c < mine.chunks; ++c)
-        run_chunk(g, pl, mine, c, jc, ns, bbuf, abuf, a_all_k);
-      continue;
+  if (nth == 1 || pl.private_b) {  // B in this thread's scratch, one panel at a time
+    E* bbuf = static_cast<E*>(t.scratch(b_bytes + a_bytes));
+    E* abuf = reinterpret_cast<E*>(reinterpret_cast<char*>(bbuf) + b_bytes);  // (64-byte multiple)
+    for (int64_t jc = 0; jc < pl.N; jc += pl.ncb) {  // (one panel when private_b)
+      const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
+      pack_b_items(bbuf, jc, nc, 0, 0, ns * pl.nkb);
+      if (nth == 1)
+        for (int64_t c = 0; c < mine.chunks; ++c)
+          run_chunk(g, pl, mine, c, jc, ns, bbuf, abuf, a_all_k);
+      else run_chunks(g, pl, ith, nth, t.work_counters(), jc, ns, bbuf, abuf, a_all_k);
     }
+    return;
+  }
+
+  // Shared B: [work counters | packed B: block p at p*kcb*ncb]; A private.
+  const size_t hdr = size_t(nth) * sizeof(WorkCounter);
+  char* shared = static_cast<char*>(t.shared_scratch(hdr + b_bytes));
+  E* abuf = static_cast<E*>(t.scratch(a_bytes));
+  auto* counters = reinterpret_cast<WorkCounter*>(shared);
+  E* bbuf = reinterpret_cast<E*>(shared + hdr);
+  for (int64_t jc = 0; jc < pl.N; jc += pl.ncb) {
+    const int64_t nc = std::min(pl.ncb, pl.N - jc), ns = ceil_div(nc, NR);
+    if (jc > 0) t.barrier();  // everyone is done with the previous panel
+    const auto share = pl.pack_share(ith, jc, ns);
+    pack_b_items(bbuf, jc, nc, share.s0, share.it0, share.it1);
     if (ith == 0)
       for (int i = 0; i < nth; ++i) new (&counters[i].next) std::atomic<int64_t>(0);
     t.barrier();  // B packed, counters set
-    for (int v = 0; v < nth; ++v) {
-      const int i = (ith + v) % nth;
-      const Rect r = v == 0 ? mine : pl.rect(i);
-      if (r.chunks == 0) continue;
-      for (int64_t c; (c = counters[i].next.fetch_add(1, std::memory_order_relaxed)) < r.chunks;)
-        run_chunk(g, pl, r, c, jc, ns, bbuf, abuf, a_all_k);
-    }
+    run_chunks(g, pl, ith, nth, counters, jc, ns, bbuf, abuf, a_all_k);
   }
 }
 

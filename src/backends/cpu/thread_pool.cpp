@@ -168,6 +168,7 @@ struct PoolState {
   alignas(64) std::atomic<bool> threw{false};
   std::mutex run_m;
   ThreadCtx::Buffer shared;
+  std::unique_ptr<WorkCounter[]> counters;  // ThreadCtx::work_counters: 2 sets of n
 
   void call(ThreadCtx& c) {
     try {
@@ -252,6 +253,26 @@ void* ThreadCtx::shared_scratch(size_t bytes) {
   return pool_->shared.ptr;
 }
 
+WorkCounter* ThreadCtx::work_counters() {
+  if (nth <= 1 || !pool_) {
+    own_counter_.next.store(0, std::memory_order_relaxed);
+    return &own_counter_;
+  }
+  WorkCounter* sets = pool_->counters.get();
+  const uint32_t call = counter_calls_++;
+  WorkCounter* mine = sets + size_t(call % 2) * size_t(nth);
+  if (call == 0) {
+    if (ith == 0)
+      for (int i = 0; i < 2 * nth; ++i) sets[i].next.store(0, std::memory_order_relaxed);
+    barrier();
+  } else {
+    // The previous call's set: everyone passed the barrier that ended it.
+    sets[size_t((call + 1) % 2) * size_t(nth) + size_t(ith)].next.store(0,
+                                                                        std::memory_order_relaxed);
+  }
+  return mine;
+}
+
 // ---------------------------------------------------------------------------
 // ThreadPool
 
@@ -266,6 +287,7 @@ ThreadPool::ThreadPool(int n_threads) : s_(std::make_unique<PoolState>()) {
     s_->ctx.push_back(std::move(c));
   }
   s_->arrival = std::make_unique<Arrival[]>(n_threads);
+  s_->counters = std::make_unique<WorkCounter[]>(2 * size_t(n_threads));
   s_->workers.reserve(n_threads - 1);
   for (int i = 1; i < n_threads; ++i) {
     PoolState* s = s_.get();
@@ -309,6 +331,7 @@ void ThreadPool::run(const std::function<void(ThreadCtx&)>& fn) {
   for (int i = 0; i < s.n; ++i) {  // barrier counts restart with each run
     s.arrival[i].count.store(0, std::memory_order_relaxed);
     s.ctx[i]->barriers_ = 0;
+    s.ctx[i]->counter_calls_ = 0;
   }
   s.pending.store(s.n - 1, std::memory_order_relaxed);
   s.publish();

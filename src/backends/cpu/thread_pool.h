@@ -10,6 +10,7 @@
 // Between runs the workers spin for 1 ms (so back-to-back runs are cheap) and
 // then sleep on a futex (std::atomic::wait), so an idle pool uses no CPU.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,11 @@ struct PoolState;  // thread_pool.cpp
 struct WaitStats {
   uint64_t fast = 0, spun = 0, yielded = 0, slept = 0;
   int64_t spin_ns = 0, sleep_ns = 0;
+};
+
+// A work-stealing counter, one cache line each (see ThreadCtx::work_counters).
+struct alignas(64) WorkCounter {
+  std::atomic<int64_t> next{0};
 };
 
 // One per thread; the pool passes each thread its own ThreadCtx. A standalone,
@@ -61,6 +67,18 @@ class alignas(64) ThreadCtx {
   // (it contains two barriers). Valid until the next shared_scratch() call.
   void* shared_scratch(size_t bytes);
 
+  // nth counters, all 0, for the threads of a collective call to claim work
+  // units from (counter i: thread i's units; a thread done with its own takes
+  // the others'), without the barrier that zeroing them would need. Every
+  // thread of the run must call it once at the start of the call, and the
+  // call must end with barrier() (gemm does). Two sets alternate: the set of
+  // call n is zeroed, slot by slot, by each thread at the start of call n + 1
+  // (everyone is done with it: they all passed the barrier ending call n), so
+  // it is zero again before anyone reaches call n + 2. The first call of a run
+  // zeroes both sets itself, behind one barrier (a run that threw may have
+  // left them dirty). A standalone context (nth == 1) gets its own counter.
+  WorkCounter* work_counters();
+
  private:
   friend class ThreadPool;
   friend struct PoolState;
@@ -70,12 +88,14 @@ class alignas(64) ThreadCtx {
     void* get(size_t bytes);
     ~Buffer();
   };
-  PoolState* pool_ = nullptr;  // null for a standalone context
-  uint32_t barriers_ = 0;      // barriers reached in the current run
-  int64_t spin_ns_ = 50'000;   // adaptive spin budget of this thread's waits
+  PoolState* pool_ = nullptr;   // null for a standalone context
+  uint32_t barriers_ = 0;       // barriers reached in the current run
+  uint32_t counter_calls_ = 0;  // work_counters() calls in the current run
+  int64_t spin_ns_ = 50'000;    // adaptive spin budget of this thread's waits
   WaitStats stats_;
   Buffer scratch_;
-  Buffer own_shared_;  // shared_scratch() of a standalone context
+  Buffer own_shared_;        // shared_scratch() of a standalone context
+  WorkCounter own_counter_;  // work_counters() of a standalone context
 };
 
 class ThreadPool {
