@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -24,6 +25,15 @@ size_t position(const Graph& g, Tensor t) {
 }
 
 }  // namespace
+
+TEST(OpParams, EmptyParamsPackAsZeros) {
+  // NoParams has one byte of no particular value; packed, it must not become
+  // the first parameter byte of the op (a MATMUL's round_bf16 flags).
+  alignas(NoParams) unsigned char raw[1] = {0xff};
+  const NoParams* np = new (raw) NoParams;  // default-initialized: the byte stays 0xff
+  const detail::OpParamBytes b = detail::pack_params(*np);
+  for (unsigned char x : b.bytes) EXPECT_EQ(x, 0);
+}
 
 TEST(Graph, NodesComeAfterTheirSources) {
   Context ctx;

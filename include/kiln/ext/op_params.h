@@ -186,7 +186,9 @@ OpParamBytes pack_params(const P& p) {
   static_assert(std::is_trivially_copyable_v<P>, "op parameters must be trivially copyable");
   static_assert(sizeof(P) <= sizeof(OpParamBytes::bytes), "op parameters do not fit a node");
   OpParamBytes b;
-  std::memcpy(b.bytes, &p, sizeof(P));
+  // An empty struct (NoParams) still has one byte, of no particular value:
+  // copied, it would become whatever the op's first parameter byte means.
+  if constexpr (!std::is_empty_v<P>) std::memcpy(b.bytes, &p, sizeof(P));
   return b;
 }
 
