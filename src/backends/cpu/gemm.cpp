@@ -166,7 +166,8 @@ struct Plan {
   int64_t pm, pn;    // MR panels of M, NR strips of N
   Grid grid;
   int nth;
-  bool private_b;  // every thread packs all of B itself (kPrivateBBytes); then grid.tm == nth
+  bool even_panels;  // see row()
+  bool private_b;    // every thread packs all of B itself (kPrivateBBytes); then grid.tm == nth
 
   Plan(const GemmArgs& g, int nth_) : M(g.M), N(g.N), K(g.K), nth(nth_) {
     nkb = ceil_div(K, P::kKC);
@@ -178,11 +179,21 @@ struct Plan {
     ncb = round_up(ceil_div(N, nnb), NR);
     pm = ceil_div(M, MR);
     pn = ceil_div(N, NR);
+    even_panels = M - (pm - 1) * MR < MR / 2;
     private_b = nth > 1 && ncb >= N && pm >= nth &&
                 size_t(nkb * kstride * ncb) * sizeof(typename P::E) <= kPrivateBBytes;
     // With B private every thread needs all of it anyway: split M only.
     grid = private_b ? Grid{nth, 1} : choose_grid(M, N, nth, g.A.cs == 1 && g.A.rs != 1);
   }
+  // C's rows in panels: panel q is rows [row(q), row(q+1)), MR each but the
+  // last, unless that one would have under MR / 2 rows: then the panels are as
+  // even as MR allows, ceil(M / pm) rows or one fewer (M = 128: ten panels of
+  // 12 or 13 rows, not nine of 14 and one of 2, which took as long as half a
+  // full one and, last in one thread's share, made the other wait: 8% on
+  // kiln-gpt's c_proj weight gradient). Full panels are packed in one call
+  // per chunk (M = 768, even panels ran ~2% slower).
+  int64_t row(int64_t q) const { return even_panels ? q * M / pm : std::min(q * MR, M); }
+  int64_t rows(int64_t q) const { return row(q + 1) - row(q); }
   int64_t kc(int64_t p) const { return std::min(kcb, K - p * kcb); }
   // Packed length of K block p (panel and strip stride in k).
   int64_t kc_packed(int64_t p) const { return round_up(kc(p), P::kKStep); }
@@ -234,35 +245,43 @@ void add_bias(float* c, int64_t ldc, int64_t m, int64_t n, const float* bias) {
     for (int64_t j = 0; j < n; ++j) c[j] += bias[j];
 }
 
-// Chunk c of rectangle r: C rows [i0, i1) x this panel's strips [s_lo, s_hi),
-// over all of K. Packs its own A blocks: with a_all_k all K blocks of the
-// chunk at once (block p at p * a_stride), then each MR x NR tile of C runs
-// its K blocks back to back while it is in L1 (C rows a multiple of 4 KiB
-// apart, as the [T, 49152] logits of an LM head, share a few cache sets, so a
-// C tile revisited once per K block after a whole panel of strips would come
-// from memory); otherwise one K block of A at a time, each over all strips.
-// The per-element arithmetic is the same either way: K blocks in order.
+// Chunk c of rectangle r: its panels [q0, q1) of C's rows (Plan::row) x this
+// panel's strips [s_lo, s_hi), over all of K. Packs its own A blocks: with
+// a_all_k all K blocks of the chunk at once (block p at p * a_stride), then
+// each tile of C runs its K blocks back to back while it is in L1 (C rows a
+// multiple of 4 KiB apart, as the [T, 49152] logits of an LM head, share a few
+// cache sets, so a C tile revisited once per K block after a whole panel of
+// strips would come from memory); otherwise one K block of A at a time, each
+// over all strips. The per-element arithmetic is the same either way: K
+// blocks in order.
 template <class P, class E = typename P::E>
 void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rect& r, int64_t c,
                int64_t jc, int64_t ns, const E* bbuf, E* abuf, bool a_all_k) {
   const int64_t panels = r.p1 - r.p0;
-  const int64_t i0 = (r.p0 + panels * c / r.chunks) * MR;
-  const int64_t i1 = std::min(pl.M, (r.p0 + panels * (c + 1) / r.chunks) * MR);
+  const int64_t q0 = r.p0 + panels * c / r.chunks, q1 = r.p0 + panels * (c + 1) / r.chunks;
   const int64_t s_base = jc / NR;
   const int64_t s_lo = std::max(r.q0, s_base) - s_base, s_hi = std::min(r.q1, s_base + ns) - s_base;
-  if (i1 <= i0 || s_hi <= s_lo) return;
-  const int64_t mc = i1 - i0, ldc = g.ldc;
+  if (q1 <= q0 || s_hi <= s_lo) return;
+  const int64_t ldc = g.ldc;
+  // Packs K block p of the chunk's panels, panel q at dst + (q - q0) * kc_packed * MR.
+  auto pack_panels = [&](int64_t p, E* dst) {
+    if (!pl.even_panels)  // MR rows each (but the last): pack_a's own panels
+      return P::pack_a(g.A, pl.row(q0), p * pl.kcb, pl.row(q1) - pl.row(q0), pl.kc(p), dst);
+    for (int64_t q = q0; q < q1; ++q)
+      P::pack_a(g.A, pl.row(q), p * pl.kcb, pl.rows(q), pl.kc(p),
+                dst + (q - q0) * pl.kc_packed(p) * MR);
+  };
   if (a_all_k) {
-    const int64_t a_stride = round_up(mc, MR) * pl.kstride;
-    for (int64_t p = 0; p < pl.nkb; ++p)
-      P::pack_a(g.A, i0, p * pl.kcb, mc, pl.kc(p), abuf + p * a_stride);
+    const int64_t a_stride = (q1 - q0) * MR * pl.kstride;
+    for (int64_t p = 0; p < pl.nkb; ++p) pack_panels(p, abuf + p * a_stride);
     alignas(64) float tile[MR * NR];  // a bf16 C's tile, complete before it is rounded
     for (int64_t s = s_lo; s < s_hi; ++s) {
       const int64_t j = jc + s * NR;
       const int n = int(std::min<int64_t>(NR, pl.N - j));
-      for (int64_t ir = 0; ir < mc; ir += MR) {
-        const int m = int(std::min<int64_t>(MR, mc - ir));
-        float* cp = g.C_bf16 ? tile : g.C + (i0 + ir) * ldc + j;
+      for (int64_t q = q0; q < q1; ++q) {
+        const int m = int(pl.rows(q));
+        const int64_t ir = (q - q0) * MR;  // the panel's offset in the packed block
+        float* cp = g.C_bf16 ? tile : g.C + pl.row(q) * ldc + j;
         const int64_t ldt = g.C_bf16 ? NR : ldc;
         for (int64_t p = 0; p < pl.nkb; ++p) {
           const int64_t kcp = pl.kc_packed(p);
@@ -271,8 +290,8 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
                     g.accumulate || p > 0, p == pl.nkb - 1 && g.bias ? g.bias + j : nullptr);
         }
         if (g.C_bf16)
-          for (int r = 0; r < m; ++r)
-            f32_to_bf16_n(tile + r * NR, g.C_bf16 + (i0 + ir + r) * ldc + j, n);
+          for (int i = 0; i < m; ++i)
+            f32_to_bf16_n(tile + i * NR, g.C_bf16 + (pl.row(q) + i) * ldc + j, n);
       }
     }
     return;
@@ -281,18 +300,15 @@ void run_chunk(const GemmArgs& g, const Plan<P>& pl, const typename Plan<P>::Rec
     const int64_t kc = pl.kc(p), kcp = pl.kc_packed(p);
     const bool add_c = g.accumulate || p > 0;
     const float* bias = p == pl.nkb - 1 ? g.bias : nullptr;  // after the last K block
-    P::pack_a(g.A, i0, p * pl.kcb, mc, kc, abuf);
+    pack_panels(p, abuf);
     const E* bp0 = bbuf + p * pl.kstride * pl.ncb;
     for (int64_t s = s_lo; s < s_hi; ++s) {
       const int64_t j = jc + s * NR;
       const int n = int(std::min<int64_t>(NR, pl.N - j));
       const E* bp = bp0 + s * kcp * NR;
-      float* cp = g.C + i0 * ldc + j;
-      for (int64_t ir = 0; ir < mc; ir += MR) {
-        const int m = int(std::min<int64_t>(MR, mc - ir));
-        P::kernel(kc, abuf + ir * kcp, bp, cp + ir * ldc, ldc, m, n, add_c,
-                  bias ? bias + j : nullptr);
-      }
+      for (int64_t q = q0; q < q1; ++q)
+        P::kernel(kc, abuf + (q - q0) * MR * kcp, bp, g.C + pl.row(q) * ldc + j, ldc,
+                  int(pl.rows(q)), n, add_c, bias ? bias + j : nullptr);
     }
   }
 }

@@ -56,10 +56,9 @@ inline __attribute__((always_inline)) void store_tile(__m512 (&acc)[MR][NV], flo
   }
 }
 
-// The tile's first R rows (R = MR, or the m of a last partial panel: its
-// padding rows are neither multiplied nor stored, which for M = 128 is 12 of
-// the last panel's 14, 8% of the product). Each row's sums are the same
-// whatever R is.
+// The tile's first R rows (R = MR, or the m of a panel with fewer rows: its
+// padding rows are neither multiplied nor stored). Each row's sums are the
+// same whatever R is.
 template <int R>
 void kernel_rows(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
                  int64_t ldc, int m, int n, bool add_c, const float* bias) {
