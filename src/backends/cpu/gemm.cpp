@@ -112,8 +112,9 @@ constexpr int64_t kBPanelFloats = int64_t(1) << 20;
 // packed line written by one core and read by the other. Sharing such a panel
 // cost more in coherence traffic (each call's packing invalidating the copies
 // the other core read in the last one, then reading half of it from that
-// core) than packing all of it twice: the GPT-sized bf16 products ran 10-25%
-// faster with it private (docs/benchmarks.md).
+// core) than packing all of it twice: the GPT-sized bf16 products ran up to
+// 25% faster with it private (most 3-19%; docs/benchmarks.md), a 1 MiB limit
+// (the c_proj weight gradient's 768 KiB B too) was no faster.
 constexpr size_t kPrivateBBytes = size_t(256) << 10;
 
 // A chunk's rows of A packed for all of K at once when they take at most this
