@@ -331,13 +331,13 @@ TEST(Gemm, ManyProductsInOneRun) {
   // calls without a barrier), shared B panels, solo and unpacked products, in
   // turn. Each C must equal the same product run alone on one thread.
   const Case cases[] = {
-      {300, 128, 128, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col},
-      {300, 130, 700, GemmType::f32, GemmType::f32, Layout::col, Layout::row},
+      {300, 128, 128, GemmType::bf16, GemmType::bf16, Layout::row, Layout::col},  // private B
+      {300, 130, 700, GemmType::f32, GemmType::f32, Layout::col, Layout::row},    // 450 KiB: shared
       {200, 1500, 600},  // B 3.6 MB packed: shared
       {40, 40, 40},      // solo
       {3, 300, 200},     // small M
-      {130, 97, 250, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row, true},
-      {29, 31, 15},  // fewer M panels than threads: shared
+      {130, 97, 250, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row, true},  // private
+      {14, 700, 301, GemmType::bf16, GemmType::bf16, Layout::col, Layout::row},  // 1 panel: shared
   };
   constexpr int kRounds = 7;
   struct Product {
