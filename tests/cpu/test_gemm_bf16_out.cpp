@@ -42,15 +42,8 @@ constexpr uint16_t kGap = 0xABCD;  // between C's rows: must stay
 
 // C computed as bf16 by the GEMM, and in `want` the f32 GEMM's C rounded.
 std::vector<uint16_t> bf16_out(const Case& c, int threads, std::vector<uint16_t>& want) {
-  std::mt19937 rng(uint32_t(c.M * 131 + c.N * 7 + c.K));
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a32(size_t(c.M * c.K)), b32(size_t(c.K * c.N)), bias(size_t(c.N));
-  for (float& x : a32) x = u(rng);
-  for (float& x : b32) x = u(rng);
-  for (float& x : bias) x = u(rng) * 100.0f;  // large enough to change the rounding
-  std::vector<uint16_t> a16(a32.size()), b16(b32.size());
-  for (size_t i = 0; i < a32.size(); ++i) a16[i] = kiln::f32_to_bf16(a32[i]);
-  for (size_t i = 0; i < b32.size(); ++i) b16[i] = kiln::f32_to_bf16(b32[i]);
+  // (A bias large enough to change the rounding.)
+  const auto [rng, a32, b32, bias, a16, b16] = kiln_test::random_operands(c.M, c.N, c.K, 100.0f);
   const bool bf = c.ops == Operands::bf16, rounded = c.ops == Operands::f32_rounded;
   const GemmType t = bf ? GemmType::bf16 : GemmType::f32;
   GemmArgs g{};

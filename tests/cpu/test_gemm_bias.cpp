@@ -20,12 +20,6 @@ namespace {
 using kiln::cpu::GemmArgs;
 using kiln::cpu::GemmType;
 
-uint16_t bf16_bits(float x) {  // truncation: any bf16 value will do
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return uint16_t(u >> 16);
-}
-
 using Path = kiln_test::GemmPath;
 
 struct Case {
@@ -42,19 +36,12 @@ std::string describe(const Case& c, int threads) {
          " threads=" + std::to_string(threads);
 }
 
-// Random operands (values not exact in f32 sums, so the order of operations
-// shows in the bits); returns C computed with the bias in the GEMM and, in
-// `want`, C computed without it and the bias added afterwards.
+// Random operands (kiln_test::random_operands); returns C computed with the
+// bias in the GEMM and, in `want`, C computed without it and the bias added
+// afterwards.
 std::vector<float> with_bias(const Case& c, int threads, std::vector<float>& want) {
-  std::mt19937 rng(uint32_t(c.M * 131 + c.N * 7 + c.K));
+  auto [rng, a32, b32, bias, a16, b16] = kiln_test::random_operands(c.M, c.N, c.K);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a32(size_t(c.M * c.K)), b32(size_t(c.K * c.N)), bias(size_t(c.N));
-  for (float& x : a32) x = u(rng);
-  for (float& x : b32) x = u(rng);
-  for (float& x : bias) x = u(rng);
-  std::vector<uint16_t> a16(a32.size()), b16(b32.size());
-  for (size_t i = 0; i < a32.size(); ++i) a16[i] = bf16_bits(a32[i]);
-  for (size_t i = 0; i < b32.size(); ++i) b16[i] = bf16_bits(b32[i]);
   const GemmType t = c.bf16 ? GemmType::bf16 : GemmType::f32;
   const void* ap = c.bf16 ? static_cast<const void*>(a16.data()) : a32.data();
   const void* bp = c.bf16 ? static_cast<const void*>(b16.data()) : b32.data();
