@@ -1,8 +1,9 @@
 // The models the CUDA backend must run entirely on the GPU: MNIST fc and cnn
-// from examples/mnist/model.h, and a GPT-style transformer block
-// (embeddings, layer norm, causal multi-head attention, GELU MLP, tied logits,
-// cross-entropy). Each owns its Context and is trained through an OptContext
-// with AdamW, so its graph holds the forward, backward and optimizer-step nodes.
+// from examples/mnist/model.h, a GPT-style transformer block built from basic
+// ops (embeddings, layer norm, causal multi-head attention, GELU MLP, tied
+// logits, cross-entropy) and kiln-gpt's model (the fused ops), f32 and bf16. Each owns its Context
+// and is trained through an OptContext with AdamW, so its graph holds the forward, backward and
+// optimizer-step nodes.
 #pragma once
 #include <cmath>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt_model.h"  // examples/gpt
 #include "kiln/kiln.h"
 #include "kiln/opt.h"
 #include "model.h"  // examples/mnist
@@ -124,6 +126,33 @@ inline std::unique_ptr<TestModel> gpt_block(int64_t B = 2, int64_t T = 8, int64_
   Tensor logits = matmul(layer_norm(x, lnfw), wte.T());  // tied embedding
   m->outputs = logits.reshape({B * T, V});
   m->loss = cross_entropy(m->outputs, targets);
+  return m;
+}
+
+// kiln-gpt's model (examples/gpt/gpt_model.h: the fused layer norm and
+// attention, the fused cross-entropy as its loss), small, at a matmul precision
+// (bf16: casts, bf16 products and attention inputs). No dropout by default, so
+// two backends compute the same function.
+inline std::unique_ptr<TestModel> kiln_gpt(DType precision, int64_t B = 2, float dropout = 0) {
+  auto m = std::make_unique<TestModel>();
+  m->name = std::string("kiln_gpt_") + dtype_name(precision);
+  Context& ctx = *m->ctx;
+  ctx.set_matmul_precision(precision);
+  gpt::GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block = 16;
+  c.vocab = 48;
+  c.dropout = dropout;
+  auto net = std::make_unique<gpt::Gpt>(ctx, c);
+  m->inputs = ctx.input(i32, {B, c.block}, "tokens");
+  Tensor targets = ctx.input(i32, {B * c.block}, "targets");
+  m->extra_inputs = {targets};
+  m->outputs = (*net)(m->inputs).reshape({B * c.block, c.vocab});
+  m->loss = cross_entropy(m->outputs, targets);
+  m->params = net->parameters();
+  m->net = std::move(net);
   return m;
 }
 

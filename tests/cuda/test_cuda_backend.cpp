@@ -4,9 +4,9 @@
 // graphs) run everywhere.
 //
 //   CudaRegistry.*   "cuda" listed only with a device; make_backend says why not
-//   CudaSupports.*   every node of MNIST fc/cnn and GPT-block training graphs
-//                    (forward, backward, AdamW/SGD steps) has a CUDA kernel;
-//                    dtype rules
+//   CudaSupports.*   every node of the MNIST fc/cnn, GPT-block and kiln-gpt
+//                    (f32, bf16) training graphs (forward, backward, AdamW/SGD
+//                    steps) has a CUDA kernel; dtype rules
 //   CudaDevice.*     (device) buffers, copies, compute vs CPU, determinism,
 //                    index errors, CUDA graph capture and replay, scheduler
 //                    fallback to the CPU, training steps vs the CPU
@@ -99,13 +99,14 @@ std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type,
       return p;
     };
   // The graph as a program with a CUDA backend gets it: without the rewrites
-  // an OptContext makes only for the CPU backend alone (biases and bf16 casts
-  // folded into CPU-only products).
-  setenv("KILN_FUSE_BIAS", "0", 1);
-  setenv("KILN_FUSE_CASTS", "0", 1);
+  // an OptContext makes only for the CPU backend alone (step_program.cpp,
+  // fuse_for_cpu: biases and bf16 casts folded into CPU-only products, bias
+  // gradients summed from bf16 copies, residual sums into the norms).
+  const char* cpu_rewrites[] = {"KILN_FUSE_BIAS", "KILN_FUSE_RESIDUAL", "KILN_BF16_GRAD_SUMS",
+                                "KILN_FUSE_CASTS"};
+  for (const char* v : cpu_rewrites) setenv(v, "0", 1);
   OptContext opt(cfg);
-  unsetenv("KILN_FUSE_BIAS");
-  unsetenv("KILN_FUSE_CASTS");
+  for (const char* v : cpu_rewrites) unsetenv(v);
   std::set<std::string> missing;
   for (TensorNode* n : opt.graph().nodes()) {
     if (seen) seen->insert(op_name(n->op));
@@ -117,33 +118,34 @@ std::set<std::string> unsupported_ops(TestModel& m, OptimizerType opt_type,
   return missing;
 }
 
-// The fused transformer primitives (docs/ops.md) have CPU kernels only so far:
-// the scheduler runs them on the CPU and everything else of a training graph
-// stays on CUDA. Any other op without a CUDA kernel fails this test.
-const std::set<std::string> kCpuOnlyFusedOps = {
-    "attention f32",  "attention_back f32",  "cross_entropy f32",         "cross_entropy_back f32",
-    "layer_norm f32", "layer_norm_back f32", "layer_norm_back_affine f32"};
-
-std::string ops_beyond_cpu_only_fused(const std::set<std::string>& missing) {
-  std::string bad;
-  for (const std::string& s : missing)
-    if (!kCpuOnlyFusedOps.count(s)) bad += s + ", ";
-  return bad;
+std::string list_of(const std::set<std::string>& items) {
+  std::string s;
+  for (const std::string& i : items) s += i + " ";
+  return s;
 }
 
-TEST(CudaSupports, TrainingGraphsRunOnCudaButTheFusedTransformerOps) {
-  for (auto& m : all_test_models()) {
+// Every node of the training graphs has a CUDA kernel (the fused transformer
+// primitives included, and kiln-gpt's model in bf16 with dropout): a training
+// step runs on the GPU alone. Any op without a CUDA kernel fails this test.
+TEST(CudaSupports, TrainingGraphsRunEntirelyOnCuda) {
+  std::vector<std::unique_ptr<TestModel>> models = all_test_models();
+  models.push_back(kiln_gpt(f32, 2, 0.1f));
+  models.push_back(kiln_gpt(bf16, 2, 0.1f));
+  for (auto& m : models) {
     std::set<std::string> ops;
     const std::set<std::string> missing = unsupported_ops(*m, OptimizerType::adamw, &ops);
-    std::string list;
-    for (const std::string& s : ops) list += s + " ";
-    std::cout << m->name << " training graph ops: " << list << "\n";
-    EXPECT_EQ(ops_beyond_cpu_only_fused(missing), "") << m->name << ": no CUDA kernel";
+    std::cout << m->name << " training graph ops: " << list_of(ops) << "\n";
+    EXPECT_EQ(list_of(missing), "") << m->name << ": no CUDA kernel";
     EXPECT_GT(ops.size(), 5u);
   }
-  auto fc = mnist_fc();
   std::set<std::string> ops;
-  EXPECT_EQ(ops_beyond_cpu_only_fused(unsupported_ops(*fc, OptimizerType::sgd, &ops)), "");
+  unsupported_ops(*kiln_gpt(f32), OptimizerType::adamw, &ops);
+  for (const char* fused : {"attention", "attention_back", "layer_norm", "layer_norm_back",
+                            "layer_norm_back_affine", "cross_entropy", "cross_entropy_back"})
+    EXPECT_TRUE(ops.count(fused)) << "kiln-gpt's graph no longer has " << fused;
+  auto fc = mnist_fc();
+  ops.clear();
+  EXPECT_EQ(list_of(unsupported_ops(*fc, OptimizerType::sgd, &ops)), "");
   EXPECT_TRUE(ops.count("sgd_step"));
 }
 
@@ -303,6 +305,18 @@ TEST(CudaDevice, IndexErrorsThrow) {
   lab.set(std::vector<int32_t>{-1, 3});
   EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([&] { gpu.compute(g); }), "one_hot",
                                   {"label -1", "position 0", "[0, 3)"}));
+  // The fused loss checks its labels on the GPU too, with the CPU's message.
+  Tensor logits = ctx.input(f32, {3, 4}), labels = ctx.input(i32, {3});
+  Tensor loss = cross_entropy(logits, labels);
+  Graph gl = Graph::forward(loss);
+  auto lbuf = allocate_tensors(ctx, gpu);
+  logits.set(std::vector<float>(12, 0.5f));
+  labels.set(std::vector<int32_t>{3, 0, 1});
+  gpu.compute(gl);
+  EXPECT_NEAR(loss.get<float>()[0], std::log(4.0f), 1e-6);
+  labels.set(std::vector<int32_t>{3, 4, -2});
+  EXPECT_TRUE(kiln_test::is_error(kiln_test::error_message([&] { gpu.compute(gl); }),
+                                  "cross_entropy", {"label 4", "position 1", "[0, 4)"}));
 }
 
 TEST(CudaDevice, RepeatedNodeListsAreCapturedAndReplayed) {
@@ -376,8 +390,8 @@ TEST(CudaDevice, SchedulerFallsBackToCpu) {
 }
 
 // A few AdamW steps of each test model on CUDA and on the CPU, from the same
-// values: losses and params agree. The CUDA side has the CPU as fallback for
-// the fused ops without a CUDA kernel (cross_entropy, layer_norm, attention).
+// values: losses and params agree. The CUDA side has the CPU as fallback (which
+// these models no longer need: CudaSupports.TrainingGraphsRunEntirelyOnCuda).
 TEST(CudaDevice, TrainingStepsMatchCpu) {
   SKIP_WITHOUT_DEVICE();
   for (int k = 0; k < 3; ++k) {
@@ -401,6 +415,35 @@ TEST(CudaDevice, TrainingStepsMatchCpu) {
     }
     EXPECT_TRUE(close(losses[0], losses[1], 1e-4)) << all_test_models()[size_t(k)]->name;
     EXPECT_TRUE(close(params[0], params[1], 1e-4)) << all_test_models()[size_t(k)]->name;
+  }
+}
+
+// kiln-gpt's model trained on the GPU alone (no CPU backend to fall back on:
+// the fused layer norm, attention and cross-entropy kernels run there), f32
+// and bf16, against the same steps on the CPU.
+TEST(CudaDevice, KilnGptTrainsOnTheGpuAloneLikeTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  for (DType precision : {f32, bf16}) {
+    std::vector<float> losses[2], params[2];
+    for (int side = 0; side < 2; ++side) {
+      auto m = kiln_gpt(precision);
+      CudaBackend gpu;
+      CpuBackend cpu(1);
+      OptContext opt(m->config({side == 0 ? static_cast<Backend*>(&gpu) : &cpu}));
+      m->fill(opt, 7);
+      for (int step = 0; step < 3; ++step) losses[side].push_back(float(opt.train_batch()));
+      for (const Tensor& p : m->params)
+        for (float v : p.get<float>()) params[side].push_back(v);
+      if (side == 0) EXPECT_GE(gpu.stats().replays, 1) << "the training step was never replayed";
+    }
+    // bf16: both round the products' operands to bf16 and accumulate in f32,
+    // in different orders; f32: only the order of the sums differs. AdamW
+    // divides by sqrt(v): a near-zero gradient element whose last bits differ
+    // moves its param by up to lr (1e-3) a step either way, so the params get
+    // lr's tolerance (the H200 run saw 1.4e-4 in f32).
+    const double tol = precision == f32 ? 1e-4 : 2e-2;
+    EXPECT_TRUE(close(losses[0], losses[1], tol)) << dtype_name(precision);
+    EXPECT_TRUE(close(params[0], params[1], std::max(tol, 1e-3))) << dtype_name(precision);
   }
 }
 

@@ -132,6 +132,10 @@ struct CudaBackend::Impl {
         case Op::EMBEDDING:
           fail("embedding", "index ", v, " at position ", pos, " is out of range for ",
                n->src[0]->shape[0], " rows");
+        case Op::CROSS_ENTROPY:
+        case Op::CROSS_ENTROPY_BACK:
+          fail("cross_entropy", "label ", v, " at position ", pos, " is out of range [0, ",
+               n->src[0]->shape[1], ")");
         default:
           fail("scatter_add_rows", "index ", v, " at position ", pos, " is out of range for ",
                n->shape[0], " rows");

@@ -40,7 +40,7 @@ void check_launch(const char* kernel);
 
 // supports.cpp: the op table of this backend, generated from ops.def.
 bool supported(const TensorNode* n);
-bool checks_indices(Op op);  // ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS
+bool checks_indices(Op op);  // ONE_HOT, EMBEDDING, SCATTER_ADD_ROWS, CROSS_ENTROPY(_BACK)
 size_t workspace_bytes(const TensorNode* n);
 void run_node(TensorNode* n, const Launch& L);  // dispatch by op
 
@@ -78,13 +78,13 @@ OpKernel index_kernel(Op op);
 OpKernel conv_kernel(Op op);
 OpKernel pool_kernel(Op op);
 OpKernel optim_kernel(Op op);
-OpKernel norm_kernel(Op op);       // RMS_NORM and its backward ops (LAYER_NORM: none yet)
-OpKernel attention_kernel(Op op);  // ROPE, ROPE_BACK (ATTENTION: none yet)
-// Views need no kernel (supported() accepts every view and leaf). The ops of a
-// family without CUDA kernels (and LAYER_NORM, ATTENTION) run on the CPU
-// backend through the scheduler (their graphs split around them).
+OpKernel norm_kernel(Op op);       // LAYER_NORM, RMS_NORM and their backward ops
+OpKernel attention_kernel(Op op);  // ATTENTION, ATTENTION_BACK, ROPE, ROPE_BACK
+OpKernel loss_kernel(Op op);       // CROSS_ENTROPY, CROSS_ENTROPY_BACK
+// Views need no kernel (supported() accepts every view and leaf). An op whose
+// entry is empty runs on the CPU backend through the scheduler (the graph
+// splits around it).
 inline OpKernel views_kernel(Op) { return {}; }
-inline OpKernel loss_kernel(Op) { return {}; }
 
 // The families' launchers (one per family, dispatching on dst->op).
 void copy_ops(TensorNode* dst, const Launch& L);    // copy.cu
