@@ -165,6 +165,27 @@ TEST(CudaGemmPlan, GemmReadTakesUnitStrideLayoutsOnly) {
 
 // Every dtype pair and readability: afterwards both operands have one dtype
 // and readable layouts, and nothing readable of the shared dtype is copied.
+// A batched operand whose batch dims cuBLAS cannot step with one stride gets a
+// dense copy (one call), unless a dim is a broadcast (the loop keeps memory).
+TEST(CudaGemmPlan, BatchDimsOfOneRunOnly) {
+  const int64_t heads[] = {64, 6, 256, 64};
+  const int64_t dense[] = {98304, 16384, 64, 1};
+  EXPECT_TRUE(cuda::batch_dims_one_run(4, heads, dense));
+  const int64_t qkv_view[] = {294912, 64, 1152, 1};  // a head view of [64, 256, 1152]
+  EXPECT_FALSE(cuda::batch_dims_one_run(4, heads, qkv_view));
+  const int64_t broadcast[] = {0, 16384, 64, 1};
+  EXPECT_TRUE(cuda::batch_dims_one_run(4, heads, broadcast));
+  const int64_t one_head[] = {64, 1, 256, 64};
+  const int64_t odd[] = {294912, 7, 1152, 1};  // the size-1 dim's stride does not matter
+  EXPECT_TRUE(cuda::batch_dims_one_run(4, one_head, odd));
+  const int64_t three[] = {8, 256, 64};
+  const int64_t any[] = {123456, 64, 1};
+  EXPECT_TRUE(cuda::batch_dims_one_run(3, three, any));
+  EXPECT_TRUE(cuda::batch_dims_one_run(2, three + 1, any + 1));
+  const int64_t small[] = {2, 3, 4, 5}, gap[] = {100, 20, 5, 1};
+  EXPECT_FALSE(cuda::batch_dims_one_run(4, small, gap));
+}
+
 TEST(CudaGemmPlan, MatmulPrepAllDtypeAndLayoutCombinations) {
   using cuda::Prep;
   const DType types[] = {f32, f16, bf16};

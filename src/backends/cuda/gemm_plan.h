@@ -46,6 +46,26 @@ inline bool gemm_layout_readable(int64_t rows, int64_t cols, int64_t rs, int64_t
   return gemm_read(rows, cols, rs, cs, &r);
 }
 
+// Whether an operand's batch dims (all but its last two; nd dims, element
+// strides) can be stepped by cuBLAS's one batch stride: after dropping size-1
+// dims, each dim's stride is the next one's times that one's size. Otherwise
+// matmul.cu loops over the outer batch dims, one cuBLAS call each: the
+// attention scores of a [64, 6, 256, 64] head view of a qkv tensor were 64
+// calls of 6 small products per matmul. A dense copy (a few microseconds)
+// makes it one call of 384. A batch dim that is a broadcast (stride 0) keeps
+// the loop: its copy would multiply the operand's memory.
+inline bool batch_dims_one_run(int nd, const int64_t* shape, const int64_t* stride) {
+  int64_t inner_stride = -1, inner_size = 1;
+  for (int d = nd - 3; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (stride[d] == 0) return true;  // a broadcast: leave it to the loop
+    if (inner_stride >= 0 && stride[d] != inner_stride * inner_size) return false;
+    inner_stride = stride[d];
+    inner_size = shape[d];
+  }
+  return true;
+}
+
 // What MATMUL does with an operand before cuBLAS: nothing (read in place), a
 // dense copy in its own dtype (a layout cuBLAS cannot read), or a dense f32
 // copy (its dtype differs from the other operand's). cuBLAS takes one input

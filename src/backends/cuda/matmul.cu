@@ -119,12 +119,18 @@ void gemm(const Launch& L, int64_t M, int64_t N, int64_t K, int64_t batch, GemmV
 
 namespace {
 
+// cuBLAS reads the operand in place: its matrices (gemm_read) and its batch
+// dims (one stride, batch_dims_one_run).
 bool readable(const TensorNode* t) {
   const int nd = t->shape.ndim();
   const int64_t es = int64_t(t->elem_size());
-  const int64_t rs = t->stride[size_t(nd - 2)], cs = t->stride[size_t(nd - 1)];
-  return rs % es == 0 && cs % es == 0 &&
-         gemm_layout_readable(t->shape[nd - 2], t->shape[nd - 1], rs / es, cs / es);
+  int64_t st[kMaxDims] = {};
+  for (int d = 0; d < nd; ++d) {
+    if (t->stride[size_t(d)] % es != 0) return false;
+    st[d] = t->stride[size_t(d)] / es;
+  }
+  return gemm_layout_readable(t->shape[nd - 2], t->shape[nd - 1], st[nd - 2], st[nd - 1]) &&
+         batch_dims_one_run(nd, t->shape.begin(), st);
 }
 
 // The product's operands: MATMUL's src0 and src1, MATMUL_ACC's src1 and src2
