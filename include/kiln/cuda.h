@@ -51,6 +51,13 @@ struct CudaOptions {
   // step the scheduler splits around CPU-only ops is one list per CUDA split;
   // with fewer entries than that nothing would replay (Stats::evictions grows).
   int max_graphs = 256;
+  // Times every node on the GPU (CUDA events around each launch; graphs off,
+  // so the times include no replay savings) and sums them per op, dtype and
+  // shape: profile_report() has the table, and the backend prints it to
+  // stderr when destroyed. The environment variable KILN_CUDA_PROFILE=1 turns
+  // it on for every CudaBackend (e.g. `KILN_CUDA_PROFILE=1 kiln-gpt train
+  // --backend cuda ...`).
+  bool profile = false;
 };
 
 class CudaBackend : public Backend {
@@ -77,6 +84,9 @@ class CudaBackend : public Backend {
     int64_t evictions = 0;  // node lists dropped from the graph cache (max_graphs)
   };
   Stats stats() const;
+  // With CudaOptions::profile: GPU milliseconds per (op, dtype, shape), most
+  // first: "ms  calls  ms/call  op dtype shape" lines. Empty otherwise.
+  std::string profile_report() const;
 
  private:
   struct Impl;

@@ -418,6 +418,26 @@ TEST(CudaDevice, TrainingStepsMatchCpu) {
   }
 }
 
+// CudaOptions::profile: every node timed, summed per op, dtype and shape.
+TEST(CudaDevice, ProfileTimesEveryNode) {
+  SKIP_WITHOUT_DEVICE();
+  CudaBackend gpu(CudaOptions{.profile = true});
+  Context ctx;
+  Tensor a = ctx.input(f32, {64, 32}), b = ctx.input(f32, {64, 32});
+  Tensor y = relu(a * b + a);
+  Graph g = Graph::forward(y);
+  auto buf = allocate_tensors(ctx, gpu);
+  a.set(ramp(a.numel(), 1.0f, 1));
+  b.set(ramp(b.numel(), 1.0f, 2));
+  for (int r = 0; r < 3; ++r) gpu.compute(g);
+  const std::string rep = gpu.profile_report();
+  for (const char* row : {"mul f32 [64, 32]", "add f32 [64, 32]", "relu f32 [64, 32]"})
+    EXPECT_NE(rep.find(row), std::string::npos) << rep;
+  EXPECT_NE(rep.find("       3 "), std::string::npos) << rep;  // each node's three calls
+  EXPECT_EQ(gpu.stats().replays, 0);                           // timing needs plain launches
+  if (!std::getenv("KILN_CUDA_PROFILE")) EXPECT_EQ(CudaBackend().profile_report(), "");
+}
+
 // kiln-gpt's model trained on the GPU alone (no CPU backend to fall back on:
 // the fused layer norm, attention and cross-entropy kernels run there), f32
 // and bf16, against the same steps on the CPU.

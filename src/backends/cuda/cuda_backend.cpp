@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,15 +41,26 @@ int64_t element_offset(const TensorNode* t, int64_t i) {
   return off;
 }
 
+bool profile_from_env() {
+  const char* e = std::getenv("KILN_CUDA_PROFILE");
+  return e && std::string(e) != "0" && *e;
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
-  explicit Impl(const CudaOptions& o) : opt(o), graphs(size_t(std::max(o.max_graphs, 1))) {}
+  explicit Impl(const CudaOptions& o) : opt(o), graphs(size_t(std::max(o.max_graphs, 1))) {
+    opt.profile = opt.profile || profile_from_env();
+  }
   // Frees whatever was created, also when the constructor stopped half way.
   ~Impl() {
+    if (opt.profile && !op_times.empty())
+      std::fprintf(stderr, "kiln CUDA profile (GPU time per op, dtype, shape):\n%s",
+                   report().c_str());
     if (!stream && !blas && !blas_ws && !ws && !err) return;
     cudaSetDevice(opt.device);
     if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
     graphs.clear();
     if (blas) cuda::cublas().destroy(blas);
     if (blas_ws) cudaFree(blas_ws);
@@ -71,6 +84,31 @@ struct CudaBackend::Impl {
   Stats stats;
   std::vector<TensorNode*> work;     // compute nodes of the current call
   std::vector<TensorNode*> checked;  // its index-checking nodes, in slot order
+  // CudaOptions::profile: two events per node of a call, reused; sums per key.
+  std::vector<cudaEvent_t> events;
+  struct OpTime {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, OpTime> op_times;
+
+  std::string report() const {
+    std::vector<std::pair<std::string, OpTime>> rows(op_times.begin(), op_times.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::string out;
+    char line[256];
+    std::snprintf(line, sizeof line, "%10.3f ms in all\n", total);
+    out += line;
+    for (const auto& [key, t] : rows) {
+      std::snprintf(line, sizeof line, "%10.3f %8lld %9.4f  %s\n", t.ms, (long long)t.calls,
+                    t.ms / double(t.calls), key.c_str());
+      out += line;
+    }
+    return out;
+  }
 
   // Makes the scratch and error slots large enough (outside any capture).
   void reserve(size_t ws_need, size_t slots) {
@@ -97,15 +135,34 @@ struct CudaBackend::Impl {
     }
   }
 
-  void launch_all() {
+  void launch_all(bool timed = false) {
     if (!checked.empty())
       check(cudaMemsetAsync(err, 0xff, checked.size() * sizeof(unsigned long long), stream),
             "cudaMemsetAsync (error slots)");  // all ones = cuda::kNoError
+    while (timed && events.size() < 2 * work.size()) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate");
+      events.push_back(e);
+    }
     size_t slot = 0;
-    for (TensorNode* n : work) {
+    for (size_t i = 0; i < work.size(); ++i) {
+      TensorNode* n = work[i];
       cuda::Launch L{stream, blas, opt.allow_tf32, static_cast<char*>(ws), ws_size, nullptr};
       if (cuda::checks_indices(n->op)) L.err = err + slot++;
+      if (timed) check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
       cuda::run_node(n, L);
+      if (timed) check(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
+    }
+    if (!timed) return;
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    for (size_t i = 0; i < work.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]), "cudaEventElapsedTime");
+      const TensorNode* n = work[i];
+      OpTime& t =
+          op_times[std::string(op_name(n->op)) + " " + dtype_name(n->dtype) + " " + n->shape.str()];
+      t.ms += ms;
+      ++t.calls;
     }
   }
 
@@ -178,6 +235,10 @@ CudaBackend::Stats CudaBackend::stats() const {
   return s;
 }
 
+std::string CudaBackend::profile_report() const {
+  return impl_->opt.profile ? impl_->report() : std::string();
+}
+
 void CudaBackend::synchronize() {
   check(cudaSetDevice(impl_->opt.device), "cudaSetDevice");
   check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
@@ -207,8 +268,8 @@ void CudaBackend::compute(std::span<TensorNode* const> nodes) {
   if (m.work.empty()) return;
   m.reserve(ws_need, m.checked.size());
 
-  if (!m.opt.graphs) {
-    m.launch_all();
+  if (!m.opt.graphs || m.opt.profile) {
+    m.launch_all(m.opt.profile);
     ++m.stats.eager;
   } else {
     cuda::GraphCache::Entry& e =
