@@ -2,6 +2,7 @@
 // Union corpus (docs/gpt.md), evaluates it, and samples text from it.
 //
 //   kiln-gpt train  [--iters 2000 ...]      -> out/gpt.gguf (+ .csv, .svg curves)
+//                   [--backend cuda]        on the GPU (eval and sample run on the CPU)
 //   kiln-gpt eval   [--model out/gpt.gguf]  validation loss of a saved model
 //   kiln-gpt sample [--prompt "..." --tokens 200 --temperature 0.8 --top-k 40]
 //
@@ -46,6 +47,7 @@ struct Options {
   float lr = 1e-3f, min_lr = 1e-4f, beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f, clip = 1.0f;
   uint64_t seed = 1337;
   int threads = 2;
+  std::string backend = "cpu";  // train: kiln::make_backends names ("cuda": the GPU, CPU fallback)
   bool resume = false;
   std::string precision = "f32";  // train, eval: matmul precision (kiln/context.h)
   // sample
@@ -88,8 +90,13 @@ int train(const Options& o) {
   kiln::Context ctx;
   if (o.precision == "bf16") ctx.set_matmul_precision(kiln::bf16);
   gpt::Gpt model(ctx, o.model);
-  kiln::CpuBackend cpu(o.threads);
-  model.allocate(cpu);
+  // The first backend holds the weights and runs what it can; with "cuda" alone
+  // the CPU runs the ops it lacks (kiln/registry.h, host_fallback).
+  std::vector<std::unique_ptr<kiln::Backend>> owned =
+      kiln::make_backends(o.backend, {.n_threads = o.threads, .host_fallback = true});
+  std::vector<kiln::Backend*> backends;
+  for (auto& b : owned) backends.push_back(b.get());
+  model.allocate(*backends[0]);
   model.init_gpt(o.seed);
 
   const int64_t B = o.batch, T = o.model.block, V = o.model.vocab;
@@ -103,9 +110,9 @@ int train(const Options& o) {
   kiln::OptConfig oc = kiln::next_token_opt_config(model, idx, logits, targets, o.weight_decay);
   oc.clip_grad_norm = o.clip;
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.iters);
-  oc.backends = {&cpu};
+  oc.backends = backends;
   kiln::OptContext opt(oc);
-  kiln::TokenLossEvaluator eval(model, kEvalBatch, T, cpu);
+  kiln::TokenLossEvaluator eval(model, kEvalBatch, T, backends);
 
   std::filesystem::create_directories(std::filesystem::path(o.out).parent_path().empty()
                                           ? std::filesystem::path(".")
@@ -285,6 +292,10 @@ int main(int argc, char** argv) {
                  "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; weights, "
                  "gradients and AdamW state stay f32)")
       ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  tr->add_option("--backend", o.backend,
+                 "backends by name, most preferred first: cpu, blas, cuda, \"cuda,cpu\" "
+                 "(an accelerator alone gets the CPU after it)")
       ->capture_default_str();
   tr->add_option("--n-layer", o.model.n_layer)->capture_default_str();
   tr->add_option("--n-head", o.model.n_head)->capture_default_str();

@@ -122,11 +122,8 @@ Backends make_backends(const Args& a) {
   Backends b;
   kiln::BackendOptions o;
   o.n_threads = a.threads;
+  o.host_fallback = true;  // --backend cuda: the CPU runs the ops it lacks
   b.owned = kiln::make_backends(a.backend, o);
-  // Accelerators only (--backend cuda): the CPU runs the ops they lack.
-  bool host = false;
-  for (auto& p : b.owned) host |= p->buffer_type().is_host();
-  if (!host) b.owned.push_back(kiln::make_backend("cpu", o));
   for (auto& p : b.owned) {
     b.list.push_back(p.get());
     b.names += (b.names.empty() ? "" : ",") + std::string(p->name());

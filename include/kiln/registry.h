@@ -25,6 +25,10 @@ namespace kiln {
 
 struct BackendOptions {
   int n_threads = 0;  // host threads a backend may use; <= 0: one per hardware thread
+  // make_backends: when none of the named backends runs on the host ("cuda"
+  // alone), add "cpu" last, so a Scheduler runs there the ops the accelerators
+  // have no kernel for (what a user of `--backend cuda` expects).
+  bool host_fallback = false;
 };
 
 struct BackendInfo {

@@ -31,6 +31,10 @@ namespace kiln {
 class TokenLossEvaluator {
  public:
   TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block, Backend& backend);
+  // Several backends, as OptConfig::backends (the first preferred; e.g. CUDA with
+  // the CPU for what it lacks).
+  TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
+                     std::vector<Backend*> backends);
   ~TokenLossEvaluator();
   // Mean loss over the first `windows` windows of `data` (TokenDataset::get_batch
   // order). `windows` must be a positive multiple of batch() that `data` holds.

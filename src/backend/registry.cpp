@@ -74,7 +74,12 @@ std::vector<std::unique_ptr<Backend>> make_backends(const std::vector<std::strin
                                                     const BackendOptions& opt) {
   if (names.empty()) fail("make_backends", "no backend names given");
   std::vector<std::unique_ptr<Backend>> out;
-  for (const std::string& n : names) out.push_back(make_backend(n, opt));
+  bool host = false;
+  for (const std::string& n : names) {
+    out.push_back(make_backend(n, opt));
+    host |= out.back()->buffer_type().is_host();
+  }
+  if (opt.host_fallback && !host) out.push_back(make_backend("cpu", opt));
   return out;
 }
 

@@ -34,6 +34,10 @@ double since(Clock::time_point t0) {
 
 TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
                                        Backend& backend)
+    : TokenLossEvaluator(model, batch, block, std::vector<Backend*>{&backend}) {}
+
+TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
+                                       std::vector<Backend*> backends)
     : batch_(batch), block_(block) {
   if (batch < 1 || block < 1)
     fail("TokenLossEvaluator", "batch ", batch, " and block ", block, " must be >= 1");
@@ -56,7 +60,7 @@ TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t
       cross_entropy(logits.reshape({batch * block, V}), targets.reshape({batch * block}));
   oc.model = &model;
   oc.forward_only = true;
-  oc.backends = {&backend};
+  oc.backends = std::move(backends);
   opt_ = std::make_unique<OptContext>(oc);
   model.train(was_training);
 }

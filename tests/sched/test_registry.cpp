@@ -71,3 +71,32 @@ TEST(Registry, RegisteredBackendsCanBePreferred) {
   EXPECT_EQ(dynamic_cast<CpuBackend&>(*make_backend("cpu1")).n_threads(), 2);
   EXPECT_THROW(register_backend({"", "", nullptr}), Error);
 }
+
+// A backend whose memory is not the host's (as CUDA's): with host_fallback,
+// make_backends adds the CPU after it; a list that has a host backend is kept.
+TEST(Registry, HostFallbackAddsTheCpuAfterAnAcceleratorAlone) {
+  struct DeviceMemory : BufferType {
+    const char* name() const override { return "device-like"; }
+    size_t alignment() const override { return 64; }
+    bool is_host() const override { return false; }
+    std::unique_ptr<Buffer> alloc(size_t size) override { return host_buffer_type().alloc(size); }
+  };
+  struct DeviceLike : CpuBackend {
+    DeviceLike() : CpuBackend(1) {}
+    BufferType& buffer_type() override {
+      static DeviceMemory memory;
+      return memory;
+    }
+  };
+  register_backend({"devlike", "a backend with non-host memory",
+                    [](const BackendOptions&) -> std::unique_ptr<Backend> {
+                      return std::make_unique<DeviceLike>();
+                    }});
+  EXPECT_EQ(make_backends("devlike", {.n_threads = 1}).size(), 1u);
+  const auto with_host = make_backends("devlike", {.n_threads = 1, .host_fallback = true});
+  ASSERT_EQ(with_host.size(), 2u);
+  EXPECT_TRUE(with_host[1]->buffer_type().is_host());
+  EXPECT_STREQ(with_host[1]->name(), "CPU");
+  EXPECT_EQ(make_backends("cpu", {.n_threads = 1, .host_fallback = true}).size(), 1u);
+  EXPECT_EQ(make_backends("devlike cpu", {.n_threads = 1, .host_fallback = true}).size(), 2u);
+}
