@@ -12,7 +12,12 @@ counted from the 10th iteration on, evaluations and saves included.
 Only the random windows differ (torch's generator instead of kiln's).
 
 PyTorch 1.13 (Debian's python3-torch) has no fused attention; the causal mask is
-applied with masked_fill as nanoGPT does on such versions.
+applied with masked_fill as nanoGPT does on such versions. Where PyTorch has
+F.scaled_dot_product_attention (2.x, the GPU machines), the attention uses it as
+nanoGPT does (its flash kernel on a GPU: the baseline at its best).
+
+--device cuda runs everything on the GPU (eager; batches copied over each
+iteration as nanoGPT does); timings synchronize first.
 
 --autocast runs the forward passes (training and validation) under
 torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision: the
@@ -65,10 +70,15 @@ class Block(nn.Module):
         q = q.view(b, t, h, c // h).transpose(1, 2)
         k = k.view(b, t, h, c // h).transpose(1, 2)
         v = v.view(b, t, h, c // h).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
-        att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
-        att = self.drop(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        if hasattr(F, "scaled_dot_product_attention"):
+            p = self.drop.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // h))
+            att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
+            att = self.drop(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.drop(self.attn_proj(y))
 
     def forward(self, x):
@@ -122,8 +132,11 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--eval-interval", type=int, default=250)
     ap.add_argument("--eval-windows", type=int, default=200)
-    ap.add_argument("--autocast", action="store_true", help="CPU autocast to bf16 (forward passes)")
+    ap.add_argument("--autocast", action="store_true", help="autocast to bf16 (forward passes)")
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -133,7 +146,7 @@ def main():
     val = torch.from_numpy(data[n_train:].astype(np.int64))
     B, T = a.batch, a.block
 
-    model = Gpt(a)
+    model = Gpt(a).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -147,9 +160,9 @@ def main():
         return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1.0 + math.cos(math.pi * t))
 
     def amp():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast)
+        return torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.autocast)
 
-    windows = val[: (len(val) // (T + 1)) * (T + 1)].view(-1, T + 1)[: a.eval_windows]
+    windows = val[: (len(val) // (T + 1)) * (T + 1)].view(-1, T + 1)[: a.eval_windows].to(dev)
 
     @torch.no_grad()
     def val_loss():
@@ -168,9 +181,10 @@ def main():
     t_rate, rate_start, last_val = None, None, float("nan")
     for it in range(a.iters):
         if it == 10:
+            sync()
             t_rate, rate_start = time.perf_counter(), it
         ix = torch.randint(0, len(train) - T, (B,))
-        xy = torch.stack([train[i : i + T + 1] for i in ix])
+        xy = torch.stack([train[i : i + T + 1] for i in ix]).to(dev, non_blocking=True)
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
         with amp():
@@ -185,6 +199,7 @@ def main():
             last_val = val_loss()
             print(f"iter {it + 1}: train_loss {loss.item():.4f} val_loss {last_val:.4f}", flush=True)
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": it + 1}, a.out)
+    sync()
     end = time.perf_counter()
     rate = (a.iters - rate_start) * B * T / (end - t_rate) if rate_start is not None else float("nan")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
