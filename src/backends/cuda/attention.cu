@@ -41,6 +41,7 @@
 // ROPE and ROPE_BACK: one thread per pair (i, i + D/2) of a row (b, t, h) of x
 // [B, T, H, D], tables [T, D] with any strides. A thread reads both elements of
 // its pair before writing them, so in place is safe.
+#include <atomic>
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
@@ -590,21 +591,26 @@ GradOut grad_out(TensorNode* dst, int i, const Geom& g) {
 // E padded to the kernels' EP (the table at the top gives each EP's tiles).
 int padded_e(int64_t e) { return e <= 32 ? 32 : e <= 64 ? 64 : 128; }
 
-// Raises a kernel's dynamic shared memory limit, once per kernel (the first
-// run of a node list is eager, never inside a graph capture; one device).
+// Raises a kernel's dynamic shared memory limit, once per kernel and device
+// (a function attribute is the current device's; the first run of a node list
+// is eager, never inside a graph capture). `done`: a bit per device, set by
+// any thread (backends of two devices may run in two threads).
 template <class Kernel>
-void allow_smem(Kernel* kernel, size_t bytes, bool& done) {
-  if (done) return;
+void allow_smem(Kernel* kernel, size_t bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "attention: cudaGetDevice");
+  const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
         "attention: cudaFuncSetAttribute");
-  done = true;
+  done.fetch_or(bit, std::memory_order_release);
 }
 
 unsigned tiles(int64_t n) { return unsigned((n + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 template <int EP, int NC>
 void attention_fwd(TensorNode* dst, const Geom& g, cudaStream_t st) {
-  static bool ready = false;
+  static std::atomic<uint64_t> ready{0};
   constexpr size_t smem = Smem<EP, NC>::fwd();
   allow_smem(k_attention<EP, NC>, smem, ready);
   const dim3 grid(unsigned(g.heads), tiles(g.tq));
@@ -616,7 +622,7 @@ void attention_fwd(TensorNode* dst, const Geom& g, cudaStream_t st) {
 
 template <int EP, int NC>
 void attention_back(TensorNode* dst, const Geom& g, const Launch& L) {
-  static bool ready_dq = false, ready_dkv = false;
+  static std::atomic<uint64_t> ready_dq{0}, ready_dkv{0};
   constexpr size_t smem_dq = Smem<EP, NC>::dq(), smem_dkv = Smem<EP, NC>::dkv();
   allow_smem(k_attention_dq<EP, NC>, smem_dq, ready_dq);
   allow_smem(k_attention_dkv<EP, NC>, smem_dkv, ready_dkv);

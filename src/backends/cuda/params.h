@@ -1,6 +1,7 @@
 // The op parameters the CUDA launchers read, by meaning, from the ops' typed
-// parameter structs (kiln/ext/op_params.h). Every parameter read in
-// src/backends/cuda goes through here.
+// parameter structs (kiln/ext/op_params.h). The fused ops' launchers (norm.cu,
+// attention.cu, matmul's MatmulParams in supports.cpp) read their whole struct
+// (op_params<LayerNormParams> etc.) where they use most of its fields.
 #pragma once
 #include <cstdint>
 
