@@ -110,6 +110,26 @@ __device__ inline Lane lane_of() {
   return {int(threadIdx.x) >> 5, l >> 3, l & 7};
 }
 
+// Writes a lane's f32 accumulator (rows ln.row(r), r < 4, of the tile at row0;
+// columns ln.cg * 4 + 32 t + u) to out with row stride ld: rows below n and
+// columns below e only (the gradients dq, dk, dv).
+template <int EP>
+__device__ inline void store_tile(float* out, int64_t ld, int64_t row0, int64_t n, int e,
+                                  const Lane& ln, const float (&acc)[4][EP / 8]) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t i = row0 + ln.row(r);
+    if (i >= n) continue;
+#pragma unroll
+    for (int t = 0; t < EP / 32; ++t)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int c = ln.cg * 4 + 32 * t + u;
+        if (c < e) out[i * ld + c] = acc[r][4 * t + u];
+      }
+  }
+}
+
 // Reductions over the 8 lanes that share a row (lane bits 0-2). Every lane
 // gets the same bits (each step combines the same two values on both sides).
 __device__ inline float group_max(float v) {
@@ -420,19 +440,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     __syncwarp();
     pv_tile<EP, NC>(sS, sK, ln, acc);
   }
-  float* dqh = dq.head(g, h);
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t i = i0 + ln.row(r);
-    if (i >= g.tq) continue;
-#pragma unroll
-    for (int t = 0; t < EP / 32; ++t)
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int c = ln.cg * 4 + 32 * t + u;
-        if (c < g.e) dqh[i * dq.ld + c] = acc[r][4 * t + u];
-      }
-  }
+  store_tile<EP>(dq.head(g, h), dq.ld, i0, g.tq, g.e, ln, acc);
 }
 
 // dk and dv: block (head, key tile), first tiles first (in the causal case
@@ -506,21 +514,8 @@ __global__ void __launch_bounds__(kAttnThreads, EP <= 64 ? 3 : 1)
     __syncwarp();
     pv_tile<EP, NC>(sS, sQ, ln, dka);  // dk += scale dS^T q
   }
-  float *dkh = dk.head(g, h), *dvh = dv.head(g, h);
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t j = j0 + ln.row(r);
-    if (j >= g.tk) continue;
-#pragma unroll
-    for (int t = 0; t < EP / 32; ++t)
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int c = ln.cg * 4 + 32 * t + u;
-        if (c >= g.e) continue;
-        dkh[j * dk.ld + c] = dka[r][4 * t + u];
-        dvh[j * dv.ld + c] = dva[r][4 * t + u];
-      }
-  }
+  store_tile<EP>(dk.head(g, h), dk.ld, j0, g.tk, g.e, ln, dka);
+  store_tile<EP>(dv.head(g, h), dv.ld, j0, g.tk, g.e, ln, dva);
 }
 
 // ---- host side
