@@ -55,6 +55,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 DEPS="$ROOT/build/devdeps"
 
+# MNIST (fetched when data/mnist lacks it), gzipped into folder $1: both ways of
+# preparing carry it; the device run unpacks it.
+pack_mnist() {
+  bash "$ROOT/scripts/get-mnist.sh" >/dev/null
+  mkdir -p "$1"
+  for f in "$ROOT"/data/mnist/*-ubyte; do gzip -c "$f" >"$1/$(basename "$f").gz"; done
+}
+
 # ------------------------------------------------------------------ prepare
 if [[ "${1:-}" == "prepare" ]]; then
   set -e
@@ -72,11 +80,7 @@ if(NOT TARGET CLI11::CLI11)
     INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../../include")
 endif()
 EOF
-  if [[ "${SKIP_MNIST:-0}" != 1 ]]; then
-    bash "$ROOT/scripts/get-mnist.sh"
-    mkdir -p "$DEPS/mnist"
-    for f in "$ROOT"/data/mnist/*-ubyte; do gzip -c "$f" >"$DEPS/mnist/$(basename "$f").gz"; done
-  fi
+  [[ "${SKIP_MNIST:-0}" == 1 ]] || pack_mnist "$DEPS/mnist"
   du -sh "$DEPS"
   echo "prepare: done. On the device: run(command='bash scripts/cuda-device-check.sh'," \
     "carry=['build/devdeps'], timeout_s=600)"
@@ -94,13 +98,12 @@ if [[ "${1:-}" == "prepare-bin" ]]; then
     -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
   cmake --build "$B" -j "$(nproc)" --target kiln_test_cuda kiln_test_ops kiln-mnist kiln-gpt bench_cuda
   rm -rf "$C"
-  mkdir -p "$C/bin" "$C/lib" "$C/mnist" "$C/sotu"
+  mkdir -p "$C/bin" "$C/lib" "$C/sotu"
   for f in tests/kiln_test_cuda tests/kiln_test_ops examples/kiln-mnist examples/kiln-gpt bench/bench_cuda; do
     strip -o "$C/bin/$(basename "$f")" "$B/$f"
   done
   cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian "$C/lib/"
-  bash "$ROOT/scripts/get-mnist.sh" >/dev/null
-  for f in "$ROOT"/data/mnist/*-ubyte; do gzip -c "$f" >"$C/mnist/$(basename "$f").gz"; done
+  pack_mnist "$C/mnist"
   if [[ -d "$ROOT/data/sotu" ]]; then
     tar -C "$ROOT/data" -czf "$C/sotu/sotu.tgz" sotu
   fi
