@@ -619,6 +619,46 @@ TEST(Gemm, RoundedF32OperandsEqualBf16Copies) {
         }
 }
 
+// The f32 path's packing (the SIMD fast paths of every instruction set and
+// the portable code) reads a rounded operand as the widened bf16 copy, special
+// values included: NaN (quieted), infinities, the largest finite f32 (rounds
+// to infinity), subnormals (zero, signed) and ties.
+TEST(Gemm, RoundedF32PackingEqualsPackingTheCopy) {
+  using namespace kiln::cpu::gemm_detail;
+  const float specials[] = {std::nanf(""), -std::nanf(""), bits_to_f32(0x7f800001u),
+                            INFINITY,      -INFINITY,      3.4028235e38f,
+                            -1e-39f,       -0.0f,          1.00390625f,
+                            1.01171875f,   -65535.5f};
+  std::mt19937 rng(5);
+  for (Layout layout : {Layout::row, Layout::col, Layout::strided})
+    for (int64_t kc : {1, 7, 8, 9, 16, 33})
+      for (int64_t mn : {1, 5, 6, 7, 16, 17, 40}) {
+        for (bool is_a : {true, false}) {
+          const int64_t rows = is_a ? mn + 2 : kc + 3, cols = is_a ? kc + 3 : mn + 2;
+          RoundedPair x = rounded_pair(rows, cols, layout, rng);
+          auto* f = static_cast<float*>(const_cast<void*>(x.rounded.data));
+          auto* h = static_cast<uint16_t*>(const_cast<void*>(x.copy.data));
+          for (int64_t i = 0, n = 0; i < rows; ++i)
+            for (int64_t j = (i * 3) % 4; j < cols; j += 4, ++n) {
+              const float v = specials[size_t(n) % std::size(specials)];
+              f[i * x.rounded.rs + j * x.rounded.cs] = v;
+              h[i * x.copy.rs + j * x.copy.cs] = f32_to_bf16_daz(v);
+            }
+          const size_t n = size_t(round_up(mn, is_a ? MR : NR) * kc);
+          std::vector<float> d1(n, 1.0f), d2(n, 2.0f);
+          if (is_a) {
+            pack_a(x.rounded, 2, 3, mn, kc, d1.data());
+            pack_a(x.copy, 2, 3, mn, kc, d2.data());
+          } else {
+            pack_b(x.rounded, 3, 2, kc, mn, d1.data());
+            pack_b(x.copy, 3, 2, kc, mn, d2.data());
+          }
+          EXPECT_EQ(std::memcmp(d1.data(), d2.data(), n * sizeof(float)), 0)
+              << (is_a ? "A" : "B") << " layout " << int(layout) << " kc " << kc << " mn " << mn;
+        }
+      }
+}
+
 TEST(Gemm, RoundedPackingEqualsPackingTheCopy) {
 #if defined(KILN_GEMM_BF16)
   using namespace kiln::cpu::gemm_detail;

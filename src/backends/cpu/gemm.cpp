@@ -427,21 +427,15 @@ void gemm(const GemmArgs& g, ThreadCtx& t) {
   if (M <= 0 || N <= 0) return;
   const int nth = t.nth < 1 ? 1 : t.nth, ith = t.ith;
 
-  if (g.A.round_bf16 || g.B.round_bf16) {
-    // The blocked bf16 path packs rounded operands itself; every other path
-    // gets bf16 copies (the same values, so the same result).
-#if defined(KILN_GEMM_BF16)
-    const bool packs_rounded = K > 0 && bf16_operand(g.A) && bf16_operand(g.B) &&
-                               !small_m_applicable(g) && !small_n_applicable(g);
-#else
-    const bool packs_rounded = false;
-#endif
-    if (!packs_rounded) {
-      GemmArgs c = g;
-      if (g.A.round_bf16) c.A = rounded_bf16_copy(g.A, M, K, 0);
-      if (g.B.round_bf16) c.B = rounded_bf16_copy(g.B, K, N, 1);
-      return gemm(c, t);
-    }
+  if ((g.A.round_bf16 || g.B.round_bf16) && K > 0 &&
+      (small_m_applicable(g) || small_n_applicable(g))) {
+    // The small paths read operands in place: they get bf16 copies (the same
+    // values, so the same result). The blocked paths pack rounded operands
+    // themselves (into bf16 pairs, or rounded and widened back to f32).
+    GemmArgs c = g;
+    if (g.A.round_bf16) c.A = rounded_bf16_copy(g.A, M, K, 0);
+    if (g.B.round_bf16) c.B = rounded_bf16_copy(g.B, K, N, 1);
+    return gemm(c, t);
   }
 
   if (g.C_bf16) {

@@ -12,6 +12,11 @@ struct LoadF32 {
   using E = float;
   static float get(const float* p) { return *p; }
 };
+// An f32 operand read rounded to bf16 (GemmOperand::round_bf16), widened back.
+struct LoadF32RoundBF16 {
+  using E = float;
+  static float get(const float* p) { return bf16_bits_to_f32(f32_to_bf16_daz(*p)); }
+};
 struct LoadF16 {
   using E = uint16_t;
   static float get(const uint16_t* p) { return f16_bits_to_f32(*p); }
@@ -78,7 +83,9 @@ void pack_b_any(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_
 void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst) {
   if (pack_a_simd(A, i0, k0, mc, kc, dst)) return;
   switch (A.type) {
-    case GemmType::f32: return pack_a_any<LoadF32>(A, i0, k0, mc, kc, dst);
+    case GemmType::f32:
+      if (A.round_bf16) return pack_a_any<LoadF32RoundBF16>(A, i0, k0, mc, kc, dst);
+      return pack_a_any<LoadF32>(A, i0, k0, mc, kc, dst);
     case GemmType::f16: return pack_a_any<LoadF16>(A, i0, k0, mc, kc, dst);
     case GemmType::bf16: return pack_a_any<LoadBF16>(A, i0, k0, mc, kc, dst);
   }
@@ -87,13 +94,15 @@ void pack_a(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc
 void pack_b(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst) {
   if (pack_b_simd(B, k0, j0, kc, nc, dst)) return;
   switch (B.type) {
-    case GemmType::f32: return pack_b_any<LoadF32>(B, k0, j0, kc, nc, dst);
+    case GemmType::f32:
+      if (B.round_bf16) return pack_b_any<LoadF32RoundBF16>(B, k0, j0, kc, nc, dst);
+      return pack_b_any<LoadF32>(B, k0, j0, kc, nc, dst);
     case GemmType::f16: return pack_b_any<LoadF16>(B, k0, j0, kc, nc, dst);
     case GemmType::bf16: return pack_b_any<LoadBF16>(B, k0, j0, kc, nc, dst);
   }
 }
 
-#if !defined(KILN_GEMM_AVX512)
+#if !defined(KILN_GEMM_AVX512) && !defined(KILN_GEMM_AVX2)
 bool pack_a_simd(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, float*) { return false; }
 bool pack_b_simd(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, float*) { return false; }
 #endif

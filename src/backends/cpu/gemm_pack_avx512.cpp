@@ -126,8 +126,10 @@ void pack_b_t(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t 
 
 }  // namespace
 
+// (An f32 operand read rounded to bf16 takes the portable code: the bf16 path
+// packs such operands itself, so only mixed products get here.)
 bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst) {
-  if (A.rs != 1 && A.cs != 1) return false;
+  if ((A.rs != 1 && A.cs != 1) || A.round_bf16) return false;
   switch (A.type) {
     case GemmType::f32: pack_a_t<GemmType::f32>(A, i0, k0, mc, kc, dst); break;
     case GemmType::f16: pack_a_t<GemmType::f16>(A, i0, k0, mc, kc, dst); break;
@@ -137,7 +139,7 @@ bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64
 }
 
 bool pack_b_simd(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst) {
-  if (B.rs != 1 && B.cs != 1) return false;
+  if ((B.rs != 1 && B.cs != 1) || B.round_bf16) return false;
   switch (B.type) {
     case GemmType::f32: pack_b_t<GemmType::f32>(B, k0, j0, kc, nc, dst); break;
     case GemmType::f16: pack_b_t<GemmType::f16>(B, k0, j0, kc, nc, dst); break;
