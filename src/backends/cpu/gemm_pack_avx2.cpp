@@ -125,8 +125,11 @@ void pack_a_t(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t 
     const int mv = int(mc - p < MR ? mc - p : MR);
     const char* src = base + ((i0 + p) * A.rs + k0 * A.cs) * es;
     if (A.rs == 1) {  // column of the panel contiguous: one load per k
+      // 8 elements when the block has 2 more rows (all in bounds; store6 keeps
+      // 6), else the panel's rows with the rest 0.
       const int64_t ld = A.cs * es;
-      for (int64_t k = 0; k < kc; ++k) store6(dst + k * MR, load_n<S>(src + k * ld, mv));
+      const int n = p + 8 <= mc ? 8 : mv;
+      for (int64_t k = 0; k < kc; ++k) store6(dst + k * MR, load_n<S>(src + k * ld, n));
     } else {  // rows contiguous in k: transpose 8-column blocks
       const int64_t ld = A.rs * es;
       for (int64_t kb = 0; kb < kc; kb += 8) {

@@ -312,6 +312,11 @@ inline void bf16_to_f32_n(const uint16_t* s, float* d, int64_t n) {
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(s + i)));
     _mm512_storeu_si512(d + i, _mm512_slli_epi32(w, 16));
   }
+#elif defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(s + i)));
+    _mm256_storeu_si256((__m256i*)(d + i), _mm256_slli_epi32(w, 16));
+  }
 #endif
   for (; i < n; ++i) d[i] = bf16_to_f32(s[i]);
 }
@@ -329,6 +334,19 @@ inline void f32_to_bf16_n(const float* s, uint16_t* d, int64_t n) {
     __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     r = _mm512_mask_blend_epi32(nan, r, q);
     _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtepi32_epi16(r));
+  }
+#elif defined(__AVX2__)
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  for (; i + 8 <= n; i += 8) {
+    __m256i u = _mm256_loadu_si256((const __m256i*)(s + i));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);  // 0..0xffff each: packus keeps them
+    _mm_storeu_si128((__m128i*)(d + i),
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
   }
 #endif
   for (; i < n; ++i) d[i] = f32_to_bf16(s[i]);
