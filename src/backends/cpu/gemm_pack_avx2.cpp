@@ -7,6 +7,7 @@
 
 #if defined(KILN_GEMM_AVX2)
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/intrinsics.h"
 
@@ -175,49 +176,38 @@ void pack_b_t(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t 
   }
 }
 
-Src source_of(const GemmOperand& x) {
+// Calls f(std::integral_constant<Src, S>{}) for x's element source S and
+// returns true, or returns false for the cases the portable code takes:
+// neither stride 1, or f16 without F16C (x86-64-v3 and AVX2 CPUs'
+// -march=native have it).
+template <class F>
+bool with_source(const GemmOperand& x, F f) {
+  if (x.rs != 1 && x.cs != 1) return false;
   switch (x.type) {
-    case GemmType::f32: return x.round_bf16 ? Src::f32_round : Src::f32;
-    case GemmType::f16: return Src::f16;
-    case GemmType::bf16: return Src::bf16;
+    case GemmType::f32:
+      if (x.round_bf16) f(std::integral_constant<Src, Src::f32_round>{});
+      else f(std::integral_constant<Src, Src::f32>{});
+      return true;
+    case GemmType::f16:
+#if defined(__F16C__)
+      f(std::integral_constant<Src, Src::f16>{});
+      return true;
+#else
+      return false;
+#endif
+    case GemmType::bf16: f(std::integral_constant<Src, Src::bf16>{}); return true;
   }
-  return Src::f32;
+  return false;
 }
 
 }  // namespace
 
 bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst) {
-  if ((A.rs != 1 && A.cs != 1)) return false;
-  switch (source_of(A)) {
-    case Src::f32: pack_a_t<Src::f32>(A, i0, k0, mc, kc, dst); break;
-    case Src::f32_round: pack_a_t<Src::f32_round>(A, i0, k0, mc, kc, dst); break;
-    case Src::f16:  // needs F16C (x86-64-v3 and AVX2 CPUs' -march=native have it)
-#if defined(__F16C__)
-      pack_a_t<Src::f16>(A, i0, k0, mc, kc, dst);
-      break;
-#else
-      return false;
-#endif
-    case Src::bf16: pack_a_t<Src::bf16>(A, i0, k0, mc, kc, dst); break;
-  }
-  return true;
+  return with_source(A, [&](auto s) { pack_a_t<decltype(s)::value>(A, i0, k0, mc, kc, dst); });
 }
 
 bool pack_b_simd(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t nc, float* dst) {
-  if ((B.rs != 1 && B.cs != 1)) return false;
-  switch (source_of(B)) {
-    case Src::f32: pack_b_t<Src::f32>(B, k0, j0, kc, nc, dst); break;
-    case Src::f32_round: pack_b_t<Src::f32_round>(B, k0, j0, kc, nc, dst); break;
-    case Src::f16:  // needs F16C (x86-64-v3 and AVX2 CPUs' -march=native have it)
-#if defined(__F16C__)
-      pack_b_t<Src::f16>(B, k0, j0, kc, nc, dst);
-      break;
-#else
-      return false;
-#endif
-    case Src::bf16: pack_b_t<Src::bf16>(B, k0, j0, kc, nc, dst); break;
-  }
-  return true;
+  return with_source(B, [&](auto s) { pack_b_t<decltype(s)::value>(B, k0, j0, kc, nc, dst); });
 }
 
 }  // namespace kiln::cpu::gemm_detail
