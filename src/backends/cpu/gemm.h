@@ -14,8 +14,9 @@ enum class GemmType { f32, f16, bf16 };  // element type of A or B (C is always 
 // elements, any sign or value: a transposed view is rs = 1, cs = ld).
 // round_bf16 (f32 only): each element is read rounded to bf16 (nearest even,
 // subnormals as zero: gemm_convert.h's f32_to_bf16_daz), so the product is the
-// one over a bf16 copy without the copy (the bf16 path packs the rounded values
-// directly; other paths round into a private copy first).
+// one over a bf16 copy without the copy (the blocked paths pack the rounded
+// values directly; the unpacked small-M / small-N paths round into a private
+// copy first).
 struct GemmOperand {
   const void* data;
   GemmType type;

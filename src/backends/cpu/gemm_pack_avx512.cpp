@@ -126,8 +126,10 @@ void pack_b_t(const GemmOperand& B, int64_t k0, int64_t j0, int64_t kc, int64_t 
 
 }  // namespace
 
-// (An f32 operand read rounded to bf16 takes the portable code: the bf16 path
-// packs such operands itself, so only mixed products get here.)
+// (An f32 operand read rounded to bf16 takes the portable code: with
+// AVX512_BF16 the bf16 path packs such operands itself, so only mixed products
+// get here; without it, the scalar rounding replaces the scalar bf16 copy each
+// thread made before.)
 bool pack_a_simd(const GemmOperand& A, int64_t i0, int64_t k0, int64_t mc, int64_t kc, float* dst) {
   if ((A.rs != 1 && A.cs != 1) || A.round_bf16) return false;
   switch (A.type) {
