@@ -106,6 +106,12 @@ build_preset() {
   if have ccache && [[ -z "${CMAKE_CUDA_COMPILER_LAUNCHER:-}" ]]; then
     export CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   fi
+  # The tests' precompiled header (tests/CMakeLists.txt): ccache caches the
+  # files compiled with it only when told that its checks of __DATE__/__TIME__
+  # and of the macros defined beforehand may be skipped.
+  if have ccache && [[ -z "${CCACHE_SLOPPINESS:-}" ]]; then
+    export CCACHE_SLOPPINESS=pch_defines,time_macros
+  fi
   log "configure (preset $KILN_PRESET)"
   cmake --preset "$KILN_PRESET"
   local targets=()

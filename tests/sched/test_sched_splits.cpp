@@ -9,20 +9,20 @@ using namespace sched_test;
 
 namespace {
 
-struct Result {
+struct RunResult {
   std::vector<float> loss, logits;
   std::vector<std::vector<float>> grads;
-  bool operator==(const Result&) const = default;
+  bool operator==(const RunResult&) const = default;
 };
 
-Result collect(const Model& m) {
-  Result r{values(m.loss), values(m.logits), {}};
+RunResult collect(const Model& m) {
+  RunResult r{values(m.loss), values(m.logits), {}};
   for (Tensor g : m.grads()) r.grads.push_back(values(g));
   return r;
 }
 
 // Reference: the whole graph on the CPU backend, no scheduler.
-Result reference(Model m, uint32_t seed, int runs = 1) {
+RunResult reference(Model m, uint32_t seed, int runs = 1) {
   CpuBackend cpu(2);
   GraphAllocator galloc(cpu.buffer_type());
   galloc.alloc(m.graph);
@@ -31,7 +31,7 @@ Result reference(Model m, uint32_t seed, int runs = 1) {
   return collect(m);
 }
 
-Result scheduled(Model& m, Scheduler& s, uint32_t seed, int runs = 1) {
+RunResult scheduled(Model& m, Scheduler& s, uint32_t seed, int runs = 1) {
   s.alloc(m.graph);
   fill(m, seed);
   for (int i = 0; i < runs; ++i) s.compute(m.graph);
@@ -44,14 +44,14 @@ const std::set<Op> kElementwise = {Op::ADD, Op::MUL, Op::RELU};
 
 TEST(SchedulerSplits, SubsetBackendMatchesCpuBitForBitOnAnMlp) {
   // Without expansion every add/mul/relu runs on TEST: many splits and copies.
-  const Result want = reference(make_mlp(16, 20, 32, 5), 3, 2);
+  const RunResult want = reference(make_mlp(16, 20, 32, 5), 3, 2);
   for (bool expand : {false, true}) {
     SubsetBackend dev(kElementwise);
     CheckedCpu cpu(1);
     Scheduler s({&dev, &cpu}, {.expand = expand});
     Model m = make_mlp(16, 20, 32, 5);
     const int sets = DeviceBuffer::n_set, gets = DeviceBuffer::n_get;
-    Result got = scheduled(m, s, 3, 2);  // two runs: gradients accumulate
+    RunResult got = scheduled(m, s, 3, 2);  // two runs: gradients accumulate
     // Without expansion, 7 splits: CPU matmul | TEST add+relu | CPU matmul |
     // TEST add (logits) | CPU cross_entropy, its fused backward and the layer-2
     // and dh products | TEST mul (relu backward) | CPU rest. 7 copies: one into
@@ -67,13 +67,13 @@ TEST(SchedulerSplits, SubsetBackendMatchesCpuBitForBitOnAnMlp) {
 }
 
 TEST(SchedulerSplits, SubsetBackendMatchesCpuBitForBitOnACnn) {
-  const Result want = reference(make_cnn(3, 2, 8, 4), 5);
+  const RunResult want = reference(make_cnn(3, 2, 8, 4), 5);
   for (bool expand : {false, true}) {
     SubsetBackend dev(kElementwise);
     CheckedCpu cpu(1);
     Scheduler s({&dev, &cpu}, {.expand = expand});
     Model m = make_cnn(3, 2, 8, 4);
-    Result got = scheduled(m, s, 5);
+    RunResult got = scheduled(m, s, 5);
     EXPECT_GE(s.n_splits(), expand ? 5u : 10u) << s.dump();
     EXPECT_EQ(got, want) << "expand " << expand;
   }
@@ -85,7 +85,7 @@ TEST(SchedulerSplits, CpuFirstOrTestFirstGiveTheSameBits) {
   CheckedCpu cpu(1);
   Scheduler dev_first({&dev, &cpu}), cpu_first({&cpu, &dev});
   Model a = make_mlp(8, 12, 16, 4), b = make_mlp(8, 12, 16, 4);
-  Result ra = scheduled(a, dev_first, 9), rb = scheduled(b, cpu_first, 9);
+  RunResult ra = scheduled(a, dev_first, 9), rb = scheduled(b, cpu_first, 9);
   EXPECT_EQ(cpu_first.n_splits(), 1u) << cpu_first.dump();  // CPU supports everything
   EXPECT_GT(dev_first.n_splits(), 1u);
   EXPECT_EQ(ra, rb);
@@ -98,7 +98,7 @@ TEST(SchedulerSplits, StridedViewsOfDeviceTensorsAreCopiedWithTheirLayout) {
   CheckedCpu cpu(1);
   Scheduler s({&dev, &cpu});
   Model m = make_mlp(6, 5, 7, 3);
-  Result got = scheduled(m, s, 11);
+  RunResult got = scheduled(m, s, 11);
   bool transposed_copy = false;
   for (const SplitInfo& sp : s.splits())
     for (const TensorNode* n : sp.nodes)
@@ -116,7 +116,7 @@ TEST(SchedulerSplits, HostBackendsShareMemoryWithoutCopies) {
   CheckedCpu cpu(1);
   Scheduler s({&mm, &cpu});
   Model m = make_mlp(8, 10, 12, 3);
-  Result got = scheduled(m, s, 2);
+  RunResult got = scheduled(m, s, 2);
   EXPECT_GE(s.n_splits(), 4u) << s.dump();
   EXPECT_EQ(s.n_copies(), 0u) << s.dump();
   EXPECT_GT(mm.n_computes, 0);
@@ -161,7 +161,7 @@ TEST(SchedulerSplits, OpsReadingPreallocatedTensorsRunWhereTheyLive) {
     std::unique_ptr<Buffer> params = bt.alloc(1 << 16);
     TensorAllocator ta(*params);
     for (Tensor p : m.params) ta.place(p.node());
-    Result got = scheduled(m, s, 4);
+    RunResult got = scheduled(m, s, 4);
     const TensorNode* bias_add = nullptr;  // matmul(x, w1) + b1
     for (const TensorNode* n : m.graph.nodes())
       if (n->op == Op::ADD && n->src[1] == m.params[1].node()) bias_add = n;
