@@ -119,6 +119,11 @@ TEST(ErrorsCore, UnaryOnIntegers) {
   EXPECT_KILN_ERROR(kiln::exp(x), "exp", "i32");
   EXPECT_KILN_ERROR(kiln::relu(x), "relu", "i32");
   EXPECT_KILN_ERROR(kiln::tanh(x), "tanh", "i32");
+  // GELU also reads bf16 (f32 result), nothing else.
+  EXPECT_KILN_ERROR(kiln::gelu(x), "gelu_erf", "f32 or bf16", "i32");
+  EXPECT_KILN_ERROR(kiln::gelu(ctx.input(kiln::f16, {2}), kiln::GeluApprox::tanh), "gelu", "f16");
+  EXPECT_EQ(kiln::gelu(ctx.input(kiln::bf16, {2})).dtype(), f32);
+  EXPECT_KILN_ERROR(kiln::exp(ctx.input(kiln::bf16, {2})), "exp", "bf16");
 }
 
 TEST(ErrorsCore, ClampLowAboveHigh) {

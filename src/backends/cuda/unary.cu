@@ -134,9 +134,29 @@ constexpr bool has_unary_back = requires {
   sizeof(UnaryBack<O>);
 };
 
+// x of GELU and its gradients may be bf16 (Graph::bf16_gelu_inputs gives the
+// CPU such nodes; a graph may hold them anywhere): widened exactly.
+__device__ inline float ldx(const char* base, int64_t off, bool x16) {
+  return x16 ? from_bf16(*reinterpret_cast<const uint16_t*>(base + off)) : ldf(base, off);
+}
+bool gelu_op(Op op) {
+  return op == Op::GELU || op == Op::GELU_ERF || op == Op::GELU_BACK || op == Op::GELU_ERF_BACK;
+}
+// GELU's ops: f32 but for x (src0 forward, src1 backward), f32 or bf16.
+bool gelu_dtypes(const TensorNode* n) {
+  const int xi = n->op == Op::GELU || n->op == Op::GELU_ERF ? 0 : 1;
+  if (n->dtype != DType::f32) return false;
+  for (int i = 0; i < n->n_src; ++i) {
+    const DType t = n->src[i]->dtype;
+    if (t != DType::f32 && !(i == xi && t == DType::bf16)) return false;
+  }
+  return true;
+}
+
 template <Op O>
-__global__ void k_unary(char* d, Idx di, const char* s, Idx si, float a, float b, int64_t n) {
-  KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = Unary<O>::f(ldf(s, si.off(i)), a, b);
+__global__ void k_unary(char* d, Idx di, const char* s, Idx si, bool x16, float a, float b,
+                        int64_t n) {
+  KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = Unary<O>::f(ldx(s, si.off(i), x16), a, b);
 }
 
 template <Op O>
@@ -145,15 +165,16 @@ void launch_unary(TensorNode* dst, const Launch& L) {
   const float2 ab = Unary<O>::args(dst);
   k_unary<O><<<grid_for(n), kThreads, 0, L.stream>>>(
       static_cast<char*>(dst->data), idx_of(dst), static_cast<const char*>(dst->src[0]->data),
-      bcast_idx(dst->src[0], dst->shape), ab.x, ab.y, n);
+      bcast_idx(dst->src[0], dst->shape), dst->src[0]->dtype == DType::bf16, ab.x, ab.y, n);
   check_launch(op_name(O));
 }
 
 // src0 dy, src1 x.
 template <Op O>
 __global__ void k_unary_back(char* d, Idx di, const char* g, Idx gi, const char* s, Idx si,
-                             int64_t n) {
-  KILN_GRID_LOOP(i, n) atf(d, di.off(i)) = ldf(g, gi.off(i)) * UnaryBack<O>::df(ldf(s, si.off(i)));
+                             bool x16, int64_t n) {
+  KILN_GRID_LOOP(i, n)
+  atf(d, di.off(i)) = ldf(g, gi.off(i)) * UnaryBack<O>::df(ldx(s, si.off(i), x16));
 }
 
 template <Op O>
@@ -162,7 +183,8 @@ void launch_unary_back(TensorNode* dst, const Launch& L) {
   const TensorNode *dy = dst->src[0], *x = dst->src[1];
   k_unary_back<O><<<grid_for(n), kThreads, 0, L.stream>>>(
       static_cast<char*>(dst->data), idx_of(dst), static_cast<const char*>(dy->data),
-      bcast_idx(dy, dst->shape), static_cast<const char*>(x->data), bcast_idx(x, dst->shape), n);
+      bcast_idx(dy, dst->shape), static_cast<const char*>(x->data), bcast_idx(x, dst->shape),
+      x->dtype == DType::bf16, n);
   check_launch(op_name(O));
 }
 
@@ -171,10 +193,12 @@ void launch_unary_back(TensorNode* dst, const Launch& L) {
 // The entries of the ops with a Unary specialisation, generated from ops.def.
 OpKernel unary_kernel(Op op) {
   switch (op) {
-#define KILN_OP(e, family, kind, inplace, grad)                                      \
-  case Op::e:                                                                        \
-    if constexpr (has_unary<Op::e>) return {all_f32, launch_unary<Op::e>};           \
-    if constexpr (has_unary_back<Op::e>) return {all_f32, launch_unary_back<Op::e>}; \
+#define KILN_OP(e, family, kind, inplace, grad)                                  \
+  case Op::e:                                                                    \
+    if constexpr (has_unary<Op::e>)                                              \
+      return {gelu_op(Op::e) ? gelu_dtypes : all_f32, launch_unary<Op::e>};      \
+    if constexpr (has_unary_back<Op::e>)                                         \
+      return {gelu_op(Op::e) ? gelu_dtypes : all_f32, launch_unary_back<Op::e>}; \
     return {};
 #include "kiln/ops.def"
 #undef KILN_OP

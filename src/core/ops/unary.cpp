@@ -53,8 +53,14 @@ Tensor relu(Tensor x) { return unary(Op::RELU, x); }
 Tensor leaky_relu(Tensor x, float slope) {
   return unary(Op::LEAKY_RELU, x, LeakyReluParams{slope});
 }
+// GELU also reads a bf16 x (f32 result): under the bf16 policy the CPU graph
+// rewrites make a Linear store its output in bf16 for it (Graph::bf16_gelu_inputs).
 Tensor gelu(Tensor x, GeluApprox approx) {
-  return unary(approx == GeluApprox::tanh ? Op::GELU : Op::GELU_ERF, x);
+  const Op op = approx == GeluApprox::tanh ? Op::GELU : Op::GELU_ERF;
+  detail::check_defined(op_name(op), {x});
+  if (x.dtype() != f32 && x.dtype() != bf16)
+    fail(op_name(op), "x must be f32 or bf16 but is ", dtype_name(x.dtype()), " ", x.shape().str());
+  return Tensor(detail::new_op(op, f32, x.shape(), {x.node()}));
 }
 Tensor erf(Tensor x) { return unary(Op::ERF, x); }
 Tensor silu(Tensor x) { return unary(Op::SILU, x); }
@@ -118,10 +124,12 @@ void backward_ERF(GradCtx& g) {
 }
 namespace {
 
+Tensor as_f32(Tensor x) { return x.dtype() == f32 ? x : x.to(f32); }
+
 // dy * GELU'(x) in one fused node (GELU_BACK or GELU_ERF_BACK): one pass instead
 // of the ten-odd elementwise nodes and temporaries of the derivative's formula.
 Tensor gelu_back(Op op, Tensor dy, Tensor x) {
-  if (dy.dtype() != f32) dy = dy.to(f32);  // the kernels read f32 dy and x
+  if (dy.dtype() != f32) dy = dy.to(f32);  // the kernels read f32 dy, and f32 or bf16 x
   return Tensor(new_op(op, f32, x.shape(), {dy.node(), x.node()}));
 }
 
@@ -137,15 +145,16 @@ void backward_GELU_ERF_BACK(GradCtx& g) {
   if (g.needs(0)) g.add(0, gelu_back(Op::GELU_ERF_BACK, g.grad(), x));
   if (g.needs(1)) {
     // d/dx (Phi(x) + x phi(x)) = phi(x) (2 - x^2)
-    const Tensor x2 = sqr(x);
+    const Tensor x2 = sqr(as_f32(x));  // (the ops below take f32)
     const Tensor pdf = scale(exp(scale(x2, -0.5f)), kInvSqrt2Pi);
     g.add(1, g.grad() * dy * (pdf * scale(x2, -1.0f, 2.0f)));
   }
 }
 void backward_GELU_BACK(GradCtx& g) {
-  const Tensor dy = g.src(0), x = g.src(1);
-  if (g.needs(0)) g.add(0, gelu_back(Op::GELU_BACK, g.grad(), x));
+  const Tensor dy = g.src(0);
+  if (g.needs(0)) g.add(0, gelu_back(Op::GELU_BACK, g.grad(), g.src(1)));
   if (g.needs(1)) {
+    const Tensor x = as_f32(g.src(1));  // (the ops below take f32)
     // y' = 0.5(1+t) + 0.5x(1-t^2)u', t = tanh(u), u = c(x + k x^3), u' = c(1 + 3k x^2):
     // y'' = (1-t^2) (u' - x t u'^2 + 3ck x^2)
     const Tensor x2 = sqr(x);

@@ -80,6 +80,17 @@ void add_elementwise_mt(std::vector<Case>& cs, Sz z) {
         u.name, {u.op}, {with(in("x", {R, C}, u.g), u.l)}, [f](Context&, X x) { return f(x[0]); },
         true));
   }
+  // GELU reading bf16 x (Graph::bf16_gelu_inputs), split over threads.
+  cs.push_back(mt(
+      "gelu_erf_bf16_x_mt", {Op::GELU_ERF}, {as(in("x", {R, C}, gen::uniform(-4, 4)), DType::bf16)},
+      [](Context&, X x) { return kiln::gelu(x[0]); }, false));
+  cs.push_back(mt(
+      "gelu_erf_back_bf16_x_mt", {Op::GELU_ERF_BACK},
+      {in("dy", {R, C}), as(in("x", {R, C}, gen::uniform(-4, 4)), DType::bf16)},
+      [R, C](Context&, X x) {
+        return detail::make_op(Op::GELU_ERF_BACK, DType::f32, Shape{R, C}, {x[0], x[1]});
+      },
+      true));
   const DType conv[][2] = {{DType::f32, DType::f16},
                            {DType::bf16, DType::f32},
                            {DType::f32, DType::i32},

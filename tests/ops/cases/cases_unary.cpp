@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "kiln/ext/op_params.h"
+#include "ops/cases/case_specs.h"
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -144,6 +145,35 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
     cs.push_back(make_case(name + "_expanded", {op, Op::EXPAND},
                            {expanded(in("dy", xs), {1, C}), in("x", xs, gen::uniform(-4, 4))}, back,
                            true));
+  }
+
+  // GELU with a bf16 x (f32 result), the input the CPU rewrites give it under
+  // the bf16 policy (Graph::bf16_gelu_inputs): the f32 op on the widened
+  // values. Contiguous (chunks widened in vectors) and transposed (gathered);
+  // the fused gradients with a bf16 x (dy stays f32: its gradient is checked);
+  // and gelu(x.to(bf16)) with an f32 x, whose gradient flows through the cast
+  // (finite differences cannot see through the rounding: no_fd).
+  for (const bool erf : {false, true}) {
+    const std::string name = erf ? "gelu_erf" : "gelu_tanh";
+    const Op op = erf ? Op::GELU_ERF : Op::GELU, back = erf ? Op::GELU_ERF_BACK : Op::GELU_BACK;
+    const GeluApprox approx = erf ? GeluApprox::none : GeluApprox::tanh;
+    const Input xb = as(in("x", {R, C}, gen::uniform(-4, 4)), DType::bf16);
+    auto f = [approx](Context&, X x) { return kiln::gelu(x[0], approx); };
+    cs.push_back(make_case(name + "_bf16_x", {op}, {xb}, f, false));
+    cs.push_back(make_case(name + "_bf16_x_strided", {op, Op::PERMUTE},
+                           {with(xb, Layout::transposed)}, f, false));
+    const std::string bname = erf ? "gelu_erf_back" : "gelu_back";
+    const Shape xs{R, C};
+    auto bk = [back, xs](Context&, X x) {
+      return detail::make_op(back, DType::f32, xs, {x[0], x[1]});
+    };
+    cs.push_back(make_case(bname + "_bf16_x", {back}, {in("dy", xs), xb}, bk, true));
+    cs.push_back(make_case(bname + "_bf16_x_strided", {back, Op::PERMUTE},
+                           {with(in("dy", xs), Layout::transposed), with(xb, Layout::transposed)},
+                           bk, true));
+    cs.push_back(no_fd(make_case(
+        name + "_of_bf16_cast", {op, back, Op::COPY}, {in("x", {R, C}, gen::uniform(-4, 4))},
+        [approx](Context&, X x) { return kiln::gelu(x[0].to(bf16), approx); }, true)));
   }
 
   // Extreme inputs: the stable formulations must not overflow or give NaN.

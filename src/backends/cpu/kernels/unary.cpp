@@ -22,24 +22,51 @@ namespace {
 using vm::SF;
 using vm::VF;
 
-// A run of len dst elements (byte step sd) stored as bf16: compute(buf, i0, m)
-// writes the f32 values of elements [i0, i0 + m) to buf, m <= kChunk.
+// Runs with a bf16 operand (a cast fused into the op or a bf16 source, both
+// made by the CPU graph rewrites: Graph::fuse_bf16_casts, bf16_gelu_inputs)
+// go through f32 buffers of kChunk elements: sources widened exactly, the
+// values computed as the f32 path computes them, then stored with the cast's
+// own rounding. So a bf16 dst holds exactly what a COPY to bf16 would, and a
+// bf16 source gives what the f32 op gives on its widened values.
 constexpr int64_t kChunk = 256;
-template <class Compute>
-void store_bf16_run(char* d, int64_t sd, int64_t len, Compute compute) {
-  float buf[kChunk];
-  for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, len - i0);
-    compute(buf, i0, m);
-    if (sd == 2) {
-      f32_to_bf16_n(buf, reinterpret_cast<uint16_t*>(d) + i0, m);
-      continue;
-    }
+
+// Elements [i0, i0 + m) of a run at byte step `step` as contiguous f32: the
+// run itself when it is dense f32, else widened or gathered into buf.
+const float* f32_chunk(const char* p, int64_t step, bool bf16, int64_t i0, int64_t m, float* buf) {
+  if (!bf16) {
+    if (step == 4) return reinterpret_cast<const float*>(p) + i0;
+    for (int64_t i = 0; i < m; ++i) std::memcpy(&buf[i], p + (i0 + i) * step, sizeof(float));
+    return buf;
+  }
+  if (step == 2) {
+    bf16_to_f32_n(reinterpret_cast<const uint16_t*>(p) + i0, buf, m);
+    return buf;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + (i0 + i) * step, sizeof h);
+    buf[i] = bf16_to_f32(h);
+  }
+  return buf;
+}
+
+// Stores the f32 values v[0, m) as dst elements [i0, i0 + m) at byte step sd.
+void store_chunk(char* d, int64_t sd, bool bf16, int64_t i0, int64_t m, const float* v) {
+  if (bf16) {
+    if (sd == 2) return f32_to_bf16_n(v, reinterpret_cast<uint16_t*>(d) + i0, m);
     for (int64_t i = 0; i < m; ++i) {
-      const uint16_t h = f32_to_bf16(buf[i]);
+      const uint16_t h = f32_to_bf16(v[i]);
       std::memcpy(d + (i0 + i) * sd, &h, sizeof h);
     }
+    return;
   }
+  if (sd == 4 && reinterpret_cast<const float*>(d) + i0 == v) return;  // computed in place
+  for (int64_t i = 0; i < m; ++i) std::memcpy(d + (i0 + i) * sd, &v[i], sizeof(float));
+}
+
+// The f32 buffer a chunk's results go to: dst itself when it is dense f32.
+float* out_chunk(char* d, int64_t sd, bool bf16, int64_t i0, float* buf) {
+  return !bf16 && sd == 4 ? reinterpret_cast<float*>(d) + i0 : buf;
 }
 
 template <class F>
@@ -51,20 +78,23 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const Shape& s = dst->shape;
   auto L = make_layout<2>(s, {dst->stride, bcast_strides(src, s)});
   const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
-  const bool to_bf16 = dst->dtype == DType::bf16;
+  const bool d16 = dst->dtype == DType::bf16, x16 = src->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
                [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
+                 if (d16 || x16) {
+                   float xb[kChunk], ob[kChunk];
+                   for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
+                     const int64_t m = std::min(kChunk, len - i0);
+                     const float* x = f32_chunk(p[1], st[1], x16, i0, m, xb);
+                     float* o = out_chunk(p[0], st[0], d16, i0, ob);
+                     map_dense(o, m, false,
+                               [&](int64_t i, int k) { return f(load_lanes(x, i, k)); });
+                     store_chunk(p[0], st[0], d16, i0, m, o);
+                   }
+                   return;
+                 }
                  float* d = (float*)p[0];
                  const float* x = (const float*)p[1];
-                 if (to_bf16)
-                   return store_bf16_run(p[0], st[0], len, [&](float* b, int64_t i0, int64_t m) {
-                     if (st[0] == 2 && st[1] == 4)
-                       return map_dense(b, m, false, [&](int64_t i, int k) {
-                         return f(load_lanes(x + i0, i, k));
-                       });
-                     const int64_t sx = st[1] / 4;
-                     for (int64_t i = 0; i < m; ++i) b[i] = f(SF{x[(i0 + i) * sx]}).v;
-                   });
                  if (st[0] == 4 && st[1] == 4)
                    return map_dense(d, len, stream,
                                     [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
@@ -87,22 +117,26 @@ void run_unary_back(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const Shape& s = dst->shape;
   auto L = make_layout<3>(s, {dst->stride, bcast_strides(dy, s), bcast_strides(x, s)});
   const bool stream = int64_t(dst->nbytes()) >= stream_threshold_bytes();
-  const bool to_bf16 = dst->dtype == DType::bf16;
+  const bool d16 = dst->dtype == DType::bf16, x16 = x->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)dy->data, (char*)x->data}, r.begin, r.end,
                [&](const Ptrs<3>& p, int64_t len, const Steps<3>& st) {
+                 if (d16 || x16) {
+                   float gb[kChunk], xb[kChunk], ob[kChunk];
+                   for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
+                     const int64_t m = std::min(kChunk, len - i0);
+                     const float* g = f32_chunk(p[1], st[1], false, i0, m, gb);
+                     const float* xs = f32_chunk(p[2], st[2], x16, i0, m, xb);
+                     float* o = out_chunk(p[0], st[0], d16, i0, ob);
+                     map_dense(o, m, false, [&](int64_t i, int k) {
+                       return load_lanes(g, i, k) * f(load_lanes(xs, i, k));
+                     });
+                     store_chunk(p[0], st[0], d16, i0, m, o);
+                   }
+                   return;
+                 }
                  float* d = (float*)p[0];
                  const float* g = (const float*)p[1];
                  const float* xs = (const float*)p[2];
-                 if (to_bf16)
-                   return store_bf16_run(p[0], st[0], len, [&](float* b, int64_t i0, int64_t m) {
-                     if (st[0] == 2 && st[1] == 4 && st[2] == 4)
-                       return map_dense(b, m, false, [&](int64_t i, int k) {
-                         return load_lanes(g + i0, i, k) * f(load_lanes(xs + i0, i, k));
-                       });
-                     const int64_t sg = st[1] / 4, sx = st[2] / 4;
-                     for (int64_t i = 0; i < m; ++i)
-                       b[i] = (SF{g[(i0 + i) * sg]} * f(SF{xs[(i0 + i) * sx]})).v;
-                   });
                  if (st[0] == 4 && st[1] == 4 && st[2] == 4)
                    return map_dense(d, len, stream, [&](int64_t i, int m) {
                      return load_lanes(g, i, m) * f(load_lanes(xs, i, m));

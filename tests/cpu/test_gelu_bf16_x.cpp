@@ -1,0 +1,80 @@
+// GELU and its fused gradients reading a bf16 x (Graph::bf16_gelu_inputs),
+// with an f32 or a bf16 result (a cast fused in): every layout path of the CPU
+// kernels gives bit for bit what the f32 op gives on the widened values (and
+// a bf16 result is that value rounded as a COPY rounds it), for 1 and 3
+// threads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/random_values.h"
+#include "kiln/ext/op_builder.h"
+#include "kiln/ext/tensor_node.h"
+#include "kiln/kiln.h"
+
+namespace kiln::test {
+namespace {
+
+struct Pair {
+  std::vector<uint16_t> got16, want16;  // bf16 results (when d16)
+  std::vector<float> got, want;         // f32 results
+};
+
+// op on x read as bf16 (got) and as the f32 widening of the same values
+// (want), x [shape] or its transpose; a backward op also reads dy (f32).
+Pair run(Op op, const Shape& shape, bool transposed, bool d16, int threads) {
+  Context ctx;
+  const bool back = op == Op::GELU_BACK || op == Op::GELU_ERF_BACK;
+  Tensor x16 = ctx.input(bf16, shape, "x16"), x32 = ctx.input(f32, shape, "x32");
+  Tensor dy = ctx.input(f32, transposed ? Shape{shape[1], shape[0]} : shape, "dy");
+  Tensor a16 = transposed ? x16.T() : x16, a32 = transposed ? x32.T() : x32;
+  auto node = [&](Tensor x, DType out) {
+    return Tensor(back ? detail::new_op(op, out, x.shape(), {dy.node(), x.node()})
+                       : detail::new_op(op, out, x.shape(), {x.node()}));
+  };
+  Tensor got = node(a16, d16 ? bf16 : f32);
+  Tensor want32 = node(a32, f32);
+  Tensor want = d16 ? want32.to(bf16) : want32;
+  Graph g = Graph::forward({want, got});
+  CpuBackend cpu(threads);
+  auto buf = allocate_tensors(ctx, cpu);
+  const std::vector<float> v = kiln_test::uniform_floats(size_t(shape.numel()), 3);
+  std::vector<uint16_t> h(v.size());
+  std::vector<float> w(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    h[i] = f32_to_bf16(v[i] * 4.0f);
+    w[i] = bf16_to_f32(h[i]);
+  }
+  x16.set(h);
+  x32.set(w);
+  dy.set(kiln_test::uniform_floats(size_t(shape.numel()), 4));
+  cpu.compute(g);
+  Pair p;
+  if (d16) p.got16 = got.get<uint16_t>(), p.want16 = want.get<uint16_t>();
+  else p.got = got.get<float>(), p.want = want.get<float>();
+  return p;
+}
+
+TEST(GeluBf16X, MatchesTheF32OpOnTheWidenedValues) {
+  const Shape shapes[] = {{300, 40}, {7, 5}, {3, 1000}};  // chunks, a short run, a long row
+  for (Op op : {Op::GELU, Op::GELU_ERF, Op::GELU_BACK, Op::GELU_ERF_BACK})
+    for (const Shape& s : shapes)
+      for (bool transposed : {false, true})
+        for (bool d16 : {false, true})
+          for (int threads : {1, 3}) {
+            const Pair p = run(op, s, transposed, d16, threads);
+            SCOPED_TRACE(std::string(op_name(op)) + " " + s.str() + (transposed ? " T" : "") +
+                         (d16 ? " bf16 out" : "") + " threads " + std::to_string(threads));
+            if (d16) {
+              ASSERT_EQ(p.got16.size(), size_t(s.numel()));
+              EXPECT_EQ(p.got16, p.want16);
+            } else {
+              ASSERT_EQ(p.got.size(), size_t(s.numel()));
+              EXPECT_EQ(std::memcmp(p.got.data(), p.want.data(), p.got.size() * sizeof(float)), 0);
+            }
+          }
+}
+
+}  // namespace
+}  // namespace kiln::test
