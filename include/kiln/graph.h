@@ -66,6 +66,16 @@ class Graph {
   // bias gradients change by the rounding of their terms. CPU kernels only;
   // call after the graph is complete. Returns the sums re-pointed.
   size_t sum_bf16_gradients();
+  // Mixed precision, as PyTorch's autocast: a GELU or GELU_ERF whose input is
+  // a MATMUL result of bf16 factors (a Linear under the bf16 policy; directly or
+  // through up to two contiguous reshapes) that nothing but GELU and its
+  // backward (GELU_BACK / GELU_ERF_BACK, as x) reads gets that input through a
+  // cast to bf16, which fuse_bf16_casts (call it next) folds into the product:
+  // the Linear stores bf16, GELU and its backward read it, and the f32 output
+  // is never written. GELU's values change by the input's rounding (2^-9
+  // relative). CPU kernels only; call after the graph is complete. Returns the
+  // inputs cast.
+  size_t bf16_gelu_inputs();
   // Drops the bf16 casts that only matmuls read (directly or through a
   // permuted view): the matmuls read the f32 source rounded to bf16 as they
   // pack it (bit-identical). Only where the source stays alive as long anyway

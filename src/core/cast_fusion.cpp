@@ -58,9 +58,10 @@ bool candidate_of(TensorNode* n, Candidate& c) {
       // The kernel writes 2-D factors' [M, N] product into any contiguous shape.
       if (nd != 2 || s->src[0]->shape.ndim() != 2 || s->src[1]->shape.ndim() != 2) return false;
     } else {
+      // (A GELU's input may be bf16: Graph::bf16_gelu_inputs.)
       for (int k = 0; k < s->n_src; ++k)
         if (!s->src[k] || s->src[k]->shape != s->shape || !s->src[k]->is_contiguous() ||
-            s->src[k]->dtype != DType::f32)
+            (s->src[k]->dtype != DType::f32 && s->src[k]->dtype != DType::bf16))
           return false;
     }
   }

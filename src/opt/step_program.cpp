@@ -20,14 +20,16 @@ bool enabled(const char* env) {
 }
 // The CPU-only rewrites of a complete graph: biases into their matmuls,
 // gradient sums into the norms' backward kernels, bias gradients summed from
-// the bf16 copy of their gradient, bf16 casts into their producers, and the
-// casts only matmuls read into those (each turned off by its variable set to
-// 0; KILN_FUSE_CASTS=0 turns off both cast rewrites).
+// the bf16 copy of their gradient, GELU's input stored bf16 by its Linear,
+// bf16 casts into their producers, and the casts only matmuls read into those
+// (each turned off by its variable set to 0; KILN_FUSE_CASTS=0 turns off the
+// three cast rewrites).
 void fuse_for_cpu(Graph& g) {
   if (enabled("KILN_FUSE_BIAS")) g.fuse_matmul_bias();
   if (enabled("KILN_FUSE_RESIDUAL")) g.fuse_norm_residual();
   if (enabled("KILN_BF16_GRAD_SUMS")) g.sum_bf16_gradients();
   if (enabled("KILN_FUSE_CASTS")) {
+    if (enabled("KILN_BF16_GELU_INPUTS")) g.bf16_gelu_inputs();
     g.fuse_bf16_casts();
     if (enabled("KILN_FOLD_CASTS")) g.fold_bf16_casts();
   }

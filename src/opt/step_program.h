@@ -46,8 +46,9 @@ struct StepProgram {
   // fold Linear biases into their matmuls (Graph::fuse_matmul_bias) unless
   // KILN_FUSE_BIAS=0, gradient sums into the norms' backward kernels
   // (Graph::fuse_norm_residual) unless KILN_FUSE_RESIDUAL=0 and bf16 casts into
-  // their producers (Graph::fuse_bf16_casts) unless KILN_FUSE_CASTS=0. Throws kiln::Error "[opt]
-  // ...".
+  // their producers (Graph::fuse_bf16_casts, after the bf16 rewrites that make
+  // more of them fusable) unless KILN_FUSE_CASTS=0 (step_program.cpp,
+  // fuse_for_cpu). Throws kiln::Error "[opt] ...".
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
              bool phase_graphs, bool cpu_only);
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }

@@ -12,6 +12,17 @@
 
 namespace kiln_test {
 
+// Sets a rewrite's switch (e.g. "KILN_BF16_GELU_INPUTS") to 0 for its
+// lifetime: for a test comparing two runs bit for bit whose other pass would
+// apply in one run only and change values.
+struct EnvOff {
+  const char* name;
+  explicit EnvOff(const char* n) : name(n) { setenv(name, "0", 1); }
+  ~EnvOff() { unsetenv(name); }
+  EnvOff(const EnvOff&) = delete;
+  EnvOff& operator=(const EnvOff&) = delete;
+};
+
 struct TwoBlockRun {
   std::vector<double> losses;              // of the three steps
   std::vector<std::vector<float>> params;  // after them
