@@ -13,9 +13,11 @@
 // BM_graph_overhead: 10k chained adds of [4]-element tensors in one graph;
 // counter ns_per_node = time per run / 10k.
 // BM_gpt_node/<op>: kiln-gpt's per-layer norm and activation (layer_norm with
-// weight and bias over [768, 128], gelu erf or tanh over [768, 512]) forward and
-// backward, 2 threads (KILN_BENCH_THREADS sets others), node by node: counter <op name> =
-// microseconds per run of that node (the minimum over the runs: the machine is shared).
+// weight and bias over [768, 128], gelu erf or tanh over [768, 512]; ops 3 and
+// 4: gelu reading a bf16 x, as under the bf16 policy, through a cast timed as
+// its own node) forward and backward, 2 threads (KILN_BENCH_THREADS sets others), node by node:
+// counter <op name> = microseconds per run of that node (the minimum over the runs: the machine is
+// shared).
 //
 //   bench_elementwise --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // (aggregates: mean, median, stddev, cv, and min / max of every value).
@@ -179,8 +181,9 @@ BENCHMARK(BM_graph_overhead)
     ->Unit(benchmark::kMicrosecond);
 
 // ---------------------------------------------------------------- gpt nodes
-enum class GptOp { layer_norm, gelu_erf, gelu_tanh };
-const char* const kGptNames[] = {"layer_norm", "gelu_erf", "gelu_tanh"};
+enum class GptOp { layer_norm, gelu_erf, gelu_tanh, gelu_erf_bf16_x, gelu_tanh_bf16_x };
+const char* const kGptNames[] = {"layer_norm", "gelu_erf", "gelu_tanh", "gelu_erf_bf16_x",
+                                 "gelu_tanh_bf16_x"};
 
 void BM_gpt_node(benchmark::State& state) {
   const GptOp w = GptOp(state.range(0));
@@ -197,7 +200,10 @@ void BM_gpt_node(benchmark::State& state) {
     bs = ctx.param(kiln::f32, {d}, "b");
     y = kiln::layer_norm(x, wt, bs);
   } else {
-    y = kiln::gelu(x, w == GptOp::gelu_erf ? kiln::GeluApprox::none : kiln::GeluApprox::tanh);
+    const bool erf = w == GptOp::gelu_erf || w == GptOp::gelu_erf_bf16_x;
+    const bool x16 = w == GptOp::gelu_erf_bf16_x || w == GptOp::gelu_tanh_bf16_x;
+    y = kiln::gelu(x16 ? x.to(kiln::bf16) : x,
+                   erf ? kiln::GeluApprox::none : kiln::GeluApprox::tanh);
   }
   const kiln::Tensor loss = kiln::sum(y * r);
   kiln::Graph g = kiln::Graph::forward(loss);
@@ -227,7 +233,7 @@ void BM_gpt_node(benchmark::State& state) {
   state.SetLabel(kGptNames[state.range(0)]);
   for (auto& [k, us] : best) state.counters[k] = us;
 }
-BENCHMARK(BM_gpt_node)->DenseRange(0, 2)->ArgName("op")->UseRealTime()->Iterations(200);
+BENCHMARK(BM_gpt_node)->DenseRange(0, 4)->ArgName("op")->UseRealTime()->Iterations(200);
 
 }  // namespace
 
