@@ -39,15 +39,9 @@ Pair run(Op op, const Shape& shape, bool transposed, bool d16, int threads) {
   Graph g = Graph::forward({want, got});
   CpuBackend cpu(threads);
   auto buf = allocate_tensors(ctx, cpu);
-  const std::vector<float> v = kiln_test::uniform_floats(size_t(shape.numel()), 3);
-  std::vector<uint16_t> h(v.size());
-  std::vector<float> w(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    h[i] = f32_to_bf16(v[i] * 4.0f);
-    w[i] = bf16_to_f32(h[i]);
-  }
-  x16.set(h);
-  x32.set(w);
+  const kiln_test::Bf16Values v = kiln_test::bf16_values(size_t(shape.numel()), 3, 4.0f);
+  x16.set(v.bits);
+  x32.set(v.widened);
   dy.set(kiln_test::uniform_floats(size_t(shape.numel()), 4));
   cpu.compute(g);
   Pair p;

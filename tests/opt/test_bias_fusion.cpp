@@ -65,16 +65,7 @@ struct Mlp {
     }
   }
   void run(int threads) {
-    CpuBackend cpu(threads);
-    buf = allocate_tensors(ctx, cpu);
-    x.set(uniform_floats(size_t(M * D), 1));
-    w1.set(uniform_floats(size_t(H * D), 2));
-    b1.set(uniform_floats(size_t(H), 3));
-    w2.set(uniform_floats(size_t(O * H), 4));
-    b2.set(uniform_floats(size_t(O), 5));
-    t.set(uniform_floats(size_t(M * O), 6));
-    graph.reset_grads();
-    cpu.compute(graph);
+    buf = kiln_test::run_filled(ctx, graph, {x, w1, b1, w2, b2, t}, threads);
   }
 };
 

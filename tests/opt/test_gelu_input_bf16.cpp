@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/gelu_mlp.h"
 #include "common/graph_checks.h"
-#include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/alloc.h"
 #include "kiln/ext/tensor_node.h"
@@ -20,46 +20,31 @@ namespace {
 
 using kiln_test::nodes_of;
 using kiln_test::same_bits;
-using kiln_test::uniform_floats;
 
-// x [B, T, D] -> Linear(w1, b1) -> GELU -> Linear(w2, b2), loss sum(y * t),
-// with the CPU rewrites an OptContext makes. GELU reads the Linear's output a
+using Mlp = kiln_test::GeluMlp;
+
+// With the CPU rewrites an OptContext makes, GELU reads the Linear's output a
 // as built (kOff), through a.to(bf16) written by hand (kHand), or as built
 // with this pass run (kPass).
 enum Build { kOff, kHand, kPass };
-struct Mlp {
-  static constexpr int64_t B = 3, T = 100, M = B * T, D = 24, H = 40, O = 7;  // M > 256 rows
-  Context ctx;
-  Tensor x, w1, b1, w2, b2, t, loss;
-  Graph graph;
-  std::unique_ptr<Buffer> buf;
+struct Built {
   size_t cast = 0;
-
-  Mlp(Build b, GeluApprox approx, DType precision = bf16) {
-    ctx.set_matmul_precision(precision);
-    x = ctx.param(f32, {B, T, D}, "x");
-    w1 = ctx.param(f32, {H, D}, "w1");
-    b1 = ctx.param(f32, {H}, "b1");
-    w2 = ctx.param(f32, {O, H}, "w2");
-    b2 = ctx.param(f32, {O}, "b2");
-    t = ctx.input(f32, {M, O}, "t");
-    Tensor a = (matmul(x.reshape({M, D}), w1.T()) + b1).reshape({B, T, H});
-    Tensor h = gelu(b == kHand ? a.to(bf16) : a, approx);
-    Tensor y = matmul(h.reshape({M, H}), w2.T()) + b2;
-    loss = sum(y * t);
-    graph = Graph::forward(loss);
-    graph.backward(loss);
-    graph.fuse_matmul_bias();
-    graph.sum_bf16_gradients();
-    if (b == kPass) cast = graph.bf16_gelu_inputs();
-    graph.fuse_bf16_casts();
-  }
+  Mlp m;
+  Built(Build b, GeluApprox approx, DType precision = bf16)
+      : m(
+            precision, approx, [b](Tensor a) { return b == kHand ? a.to(bf16) : a; },
+            [&](Graph& g) {
+              g.fuse_matmul_bias();
+              g.sum_bf16_gradients();
+              if (b == kPass) cast = g.bf16_gelu_inputs();
+              g.fuse_bf16_casts();
+            }) {}
   // GELU nodes (forward, backward) reading a bf16 input.
   std::pair<int, int> bf16_gelu_reads(GeluApprox approx) const {
     const Op fwd = approx == GeluApprox::none ? Op::GELU_ERF : Op::GELU;
     const Op back = approx == GeluApprox::none ? Op::GELU_ERF_BACK : Op::GELU_BACK;
     std::pair<int, int> r{0, 0};
-    for (const TensorNode* n : graph.nodes()) {
+    for (const TensorNode* n : m.graph.nodes()) {
       r.first += n->op == fwd && n->src[0]->dtype == bf16;
       r.second += n->op == back && n->src[1]->dtype == bf16;
     }
@@ -67,64 +52,48 @@ struct Mlp {
   }
   size_t planned_bytes() {
     CpuBackend cpu(1);
-    return GraphAllocator(cpu.buffer_type()).measure(graph).buffer_size;
-  }
-  void run() {
-    CpuBackend cpu(3);
-    buf = allocate_tensors(ctx, cpu);
-    x.set(uniform_floats(size_t(M * D), 1));
-    w1.set(uniform_floats(size_t(H * D), 2));
-    b1.set(uniform_floats(size_t(H), 3));
-    w2.set(uniform_floats(size_t(O * H), 4));
-    b2.set(uniform_floats(size_t(O), 5));
-    t.set(uniform_floats(size_t(M * O), 6));
-    graph.reset_grads();
-    cpu.compute(graph);
+    return GraphAllocator(cpu.buffer_type()).measure(m.graph).buffer_size;
   }
 };
 
-std::vector<float> grad_of(const Mlp& m, Tensor Mlp::*p) { return m.graph.grad(m.*p).get<float>(); }
-
 TEST(Bf16GeluInputs, TheLinearStoresBf16AsTheCastByHandWould) {
   for (const GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
-    Mlp off(kOff, approx), hand(kHand, approx), pass(kPass, approx);
+    Built off(kOff, approx), hand(kHand, approx), pass(kPass, approx);
     EXPECT_EQ(pass.cast, 1u);
     // c_fc's product stores bf16; GELU (its output's cast fused in) reads it,
     // and so does GELU's backward, as x.
-    EXPECT_EQ(nodes_of(off.graph, Op::MATMUL, bf16), 0);
-    EXPECT_EQ(nodes_of(pass.graph, Op::MATMUL, bf16), 1);
+    EXPECT_EQ(nodes_of(off.m.graph, Op::MATMUL, bf16), 0);
+    EXPECT_EQ(nodes_of(pass.m.graph, Op::MATMUL, bf16), 1);
     EXPECT_EQ(off.bf16_gelu_reads(approx), std::make_pair(0, 0));
     EXPECT_EQ(pass.bf16_gelu_reads(approx), std::make_pair(1, 1));
     EXPECT_EQ(hand.bf16_gelu_reads(approx), std::make_pair(1, 1));
     // The f32 output [M, H] is gone, a bf16 one (half the bytes) in its place.
     EXPECT_LT(pass.planned_bytes(), off.planned_bytes());
-    off.run();
-    hand.run();
-    pass.run();
-    EXPECT_TRUE(same_bits(hand.loss.get<float>(), pass.loss.get<float>()));
+    for (Built* b : {&off, &hand, &pass}) b->m.run();
+    EXPECT_TRUE(same_bits(hand.m.loss.get<float>(), pass.m.loss.get<float>()));
     for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::b1, &Mlp::w2, &Mlp::b2})
-      EXPECT_TRUE(same_bits(grad_of(hand, p), grad_of(pass, p))) << (hand.*p).label();
+      EXPECT_TRUE(same_bits(hand.m.grad(p), pass.m.grad(p))) << (hand.m.*p).label();
     // Against GELU on the f32 output: within the input's bf16 rounding.
-    const float l0 = off.loss.get<float>()[0], l1 = pass.loss.get<float>()[0];
+    const float l0 = off.m.loss.get<float>()[0], l1 = pass.m.loss.get<float>()[0];
     EXPECT_NEAR(l1, l0, 1e-2 * std::fabs(l0));
     EXPECT_NE(l1, l0);
     for (auto p : {&Mlp::w1, &Mlp::w2}) {
-      const std::vector<float> g0 = grad_of(off, p), g1 = grad_of(pass, p);
+      const std::vector<float> g0 = off.m.grad(p), g1 = pass.m.grad(p);
       double diff = 0, mag = 0;
       for (size_t i = 0; i < g0.size(); ++i) {
         diff += std::fabs(double(g1[i]) - g0[i]);
         mag += std::fabs(double(g0[i]));
       }
-      EXPECT_LT(diff, 1e-2 * mag) << (off.*p).label();
+      EXPECT_LT(diff, 1e-2 * mag) << (off.m.*p).label();
     }
   }
 }
 
 TEST(Bf16GeluInputs, F32ProductsAndSharedOutputsAreLeftAlone) {
   {
-    Mlp f32_policy(kPass, GeluApprox::none, f32);  // f32 factors: no cast to make
+    Built f32_policy(kPass, GeluApprox::none, f32);  // f32 factors: no cast to make
     EXPECT_EQ(f32_policy.cast, 0u);
-    EXPECT_EQ(nodes_of(f32_policy.graph, Op::MATMUL, bf16), 0);
+    EXPECT_EQ(nodes_of(f32_policy.m.graph, Op::MATMUL, bf16), 0);
   }
   // The Linear's output also feeds a residual add: it must stay f32.
   Context ctx;
@@ -132,16 +101,11 @@ TEST(Bf16GeluInputs, F32ProductsAndSharedOutputsAreLeftAlone) {
   Tensor x = ctx.param(f32, {8, 6}, "x"), w = ctx.param(f32, {6, 6}, "w");
   Tensor a = matmul(x, w.T());
   Tensor loss = sum(matmul(gelu(a), w) + a);
-  Graph g = Graph::forward(loss);
-  g.backward(loss);
-  const size_t n = g.size();
-  EXPECT_EQ(g.bf16_gelu_inputs(), 0u);
-  EXPECT_EQ(g.size(), n);
+  EXPECT_TRUE(kiln_test::pass_leaves_alone(loss, &Graph::bf16_gelu_inputs));
 }
 
 // In an OptContext: two transformer blocks train close to the pass off
-// (KILN_BF16_GELU_INPUTS=0), each block's c_fc product stores bf16, and the
-// planned buffer is smaller.
+// (KILN_BF16_GELU_INPUTS=0), and each block's c_fc product stores bf16.
 TEST(Bf16GeluInputs, OptContextTrainsTwoBlocks) {
   kiln_test::TwoBlockRun run[2];
   int bf16_products[2] = {0, 0}, gelu_bf16_x[2] = {0, 0};

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/gelu_mlp.h"
 #include "common/graph_checks.h"
-#include "common/random_values.h"
 #include "common/two_block_training.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
@@ -20,53 +20,28 @@ namespace {
 
 using kiln_test::nodes_of;
 using kiln_test::same_bits;
-using kiln_test::uniform_floats;
 
-// x [B, T, D] -> Linear(w1, b1) -> GELU -> Linear(w2, b2), loss sum(y * t), with
-// the CPU rewrites an OptContext makes (the bias fusion, then optionally this
-// pass, then the cast fusion).
-struct Mlp {
-  static constexpr int64_t B = 3, T = 100, M = B * T, D = 24, H = 40, O = 7;  // M > 256 rows
-  Context ctx;
-  Tensor x, w1, b1, w2, b2, t, a, loss;
-  Graph graph;
-  std::unique_ptr<Buffer> buf;
+using Mlp = kiln_test::GeluMlp;
+
+// The rewrites an OptContext makes: the bias fusion, then optionally this
+// pass, then the cast fusion.
+struct Built {
   size_t repointed = 0;
-
-  explicit Mlp(bool pass) {
-    ctx.set_matmul_precision(bf16);
-    x = ctx.param(f32, {B, T, D}, "x");
-    w1 = ctx.param(f32, {H, D}, "w1");
-    b1 = ctx.param(f32, {H}, "b1");
-    w2 = ctx.param(f32, {O, H}, "w2");
-    b2 = ctx.param(f32, {O}, "b2");
-    t = ctx.input(f32, {M, O}, "t");
-    a = (matmul(x.reshape({M, D}), w1.T()) + b1).reshape({B, T, H});
-    Tensor y = matmul(gelu(a).reshape({M, H}), w2.T()) + b2;
-    loss = sum(y * t);
-    graph = Graph::forward(loss);
-    graph.backward(loss);
-    graph.fuse_matmul_bias();
-    if (pass) repointed = graph.sum_bf16_gradients();
-    graph.fuse_bf16_casts();
-  }
-  void run() {
-    CpuBackend cpu(3);
-    buf = allocate_tensors(ctx, cpu);
-    x.set(uniform_floats(size_t(M * D), 1));
-    w1.set(uniform_floats(size_t(H * D), 2));
-    b1.set(uniform_floats(size_t(H), 3));
-    w2.set(uniform_floats(size_t(O * H), 4));
-    b2.set(uniform_floats(size_t(O), 5));
-    t.set(uniform_floats(size_t(M * O), 6));
-    graph.reset_grads();
-    cpu.compute(graph);
-  }
+  Mlp m;
+  explicit Built(bool pass)
+      : m(
+            bf16, GeluApprox::none, [](Tensor a) { return a; },
+            [&](Graph& g) {
+              g.fuse_matmul_bias();
+              if (pass) repointed = g.sum_bf16_gradients();
+              g.fuse_bf16_casts();
+            }) {}
 };
 
 TEST(Bf16GradSums, BiasSumsTheRoundedGradientAndGeluBackStoresBf16) {
-  Mlp off(false), on(true);
-  EXPECT_EQ(on.repointed, 1u);  // b1's sum (b2's gradient is the loss's, never cast)
+  Built off_build(false), on_build(true);
+  Mlp &off = off_build.m, &on = on_build.m;
+  EXPECT_EQ(on_build.repointed, 1u);  // b1's sum (b2's gradient is the loss's, never cast)
   // Without the pass the GELU gradient stays f32 (its sum reads it); with it,
   // GELU's backward stores bf16 and the sum reads that.
   EXPECT_EQ(nodes_of(off.graph, Op::GELU_ERF_BACK, f32), 1);
@@ -76,13 +51,12 @@ TEST(Bf16GradSums, BiasSumsTheRoundedGradientAndGeluBackStoresBf16) {
   on.run();
   EXPECT_TRUE(same_bits(off.loss.get<float>(), on.loss.get<float>()));
   for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::w2, &Mlp::b2})
-    EXPECT_TRUE(same_bits(off.graph.grad(off.*p).get<float>(), on.graph.grad(on.*p).get<float>()))
-        << (off.*p).label();
+    EXPECT_TRUE(same_bits(off.grad(p), on.grad(p))) << (off.*p).label();
   // b1's gradient: the column sums of the f32 gradient of `a` (off) rounded
   // to bf16 term by term, and within bf16 rounding of the f32 sums.
-  const std::vector<float> ga = off.graph.grad(off.a).get<float>();
-  const std::vector<float> want32 = off.graph.grad(off.b1).get<float>();
-  const std::vector<float> got = on.graph.grad(on.b1).get<float>();
+  const std::vector<float> ga = off.grad(&Mlp::a);
+  const std::vector<float> want32 = off.grad(&Mlp::b1);
+  const std::vector<float> got = on.grad(&Mlp::b1);
   ASSERT_EQ(ga.size(), size_t(Mlp::M * Mlp::H));
   for (int64_t j = 0; j < Mlp::H; ++j) {
     double rounded = 0, mag = 0;
@@ -102,11 +76,7 @@ TEST(Bf16GradSums, F32GraphsAndUncastGradientsAreLeftAlone) {
   Tensor x = ctx.param(f32, {8, 6}, "x"), w = ctx.param(f32, {5, 6}, "w"),
          b = ctx.param(f32, {5}, "b");
   Tensor loss = sum(matmul(gelu(matmul(x, w.T()) + b), w));
-  Graph g = Graph::forward(loss);
-  g.backward(loss);
-  const size_t n = g.size();
-  EXPECT_EQ(g.sum_bf16_gradients(), 0u);
-  EXPECT_EQ(g.size(), n);
+  EXPECT_TRUE(kiln_test::pass_leaves_alone(loss, &Graph::sum_bf16_gradients));
 }
 
 // In an OptContext: two transformer blocks train as they do with the pass off
