@@ -24,10 +24,13 @@ using vm::VF;
 
 // Runs with a bf16 operand (a cast fused into the op or a bf16 source, both
 // made by the CPU graph rewrites: Graph::fuse_bf16_casts, bf16_gelu_inputs)
-// go through f32 buffers of kChunk elements: sources widened exactly, the
-// values computed as the f32 path computes them, then stored with the cast's
-// own rounding. So a bf16 dst holds exactly what a COPY to bf16 would, and a
-// bf16 source gives what the f32 op gives on its widened values.
+// go through f32 buffers of kChunk elements: sources widened (or gathered)
+// exactly, the values computed in vectors, then stored with the cast's own
+// rounding. On dense runs that is the f32 path's own computation, so a bf16
+// dst holds exactly what a COPY to bf16 would, and a bf16 source gives what
+// the f32 op gives on its widened values. (The f32 path computes strided runs
+// element by element, where the compiler may contract a*b+c differently from
+// the vector code: there the two can differ in the last bit.)
 constexpr int64_t kChunk = 256;
 
 // Elements [i0, i0 + m) of a run at byte step `step` as contiguous f32: the
