@@ -24,9 +24,9 @@ bool gelu_op(Op op) { return op == Op::GELU || op == Op::GELU_ERF; }
 bool gelu_back_op(Op op) { return op == Op::GELU_BACK || op == Op::GELU_ERF_BACK; }
 
 // GELU's input x: a MATMUL result s of bf16 factors (a product under the bf16
-// policy), directly or through up to two contiguous reshapes of it (a Linear
-// flattens [B, T, C] and back), those reshapes in `views` (s's reader first).
-// Exactly the products whose cast fuse_bf16_casts can fold into them.
+// policy), directly or through the reshapes detail::reshape_owner follows,
+// those in `views` (x first). Exactly the products whose cast
+// fuse_bf16_casts can fold into them.
 struct Input {
   TensorNode* x = nullptr;
   TensorNode* s = nullptr;
@@ -38,17 +38,8 @@ bool input_of(TensorNode* gelu, Input& in) {
   if (!x || x->dtype != DType::f32 || !x->is_contiguous() || (x->flags & kRewritePinned))
     return false;
   std::vector<TensorNode*> views;
-  TensorNode* s = x;
-  while (s->is_view()) {
-    if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
-        !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
-      return false;
-    views.insert(views.begin(), s);
-    s = s->src[0];
-  }
-  for (const TensorNode* v : views)
-    if (v->view_src != s) return false;
-  if (s->op != Op::MATMUL || s->dtype != DType::f32 || !s->is_contiguous() ||
+  TensorNode* s = detail::reshape_owner(x, views);
+  if (!s || s->op != Op::MATMUL || s->dtype != DType::f32 || !s->is_contiguous() ||
       (s->flags & kRewritePinned) || s->ctx != gelu->ctx || s->n_src < 2 ||
       s->src[0]->dtype != DType::bf16 || s->src[1]->dtype != DType::bf16)
     return false;
@@ -89,15 +80,15 @@ size_t Graph::bf16_gelu_inputs() {
   std::unordered_set<const TensorNode*> done;  // inputs already given a cast
   for (auto& [gelu, in] : cands) {
     if (done.count(in.x)) continue;
-    // s is read by its first view (and, through view_src, by a view of that
-    // view) or by the GELU nodes; each view but x by the next one only.
+    // s is read by its reader view (and, through view_src, by a view of that
+    // view) or by the GELU nodes; each view but x by the view after it only.
     const int s_readers =
         in.views.empty() ? readers[in.s]
                          : 1 + int(std::count_if(in.views.begin(), in.views.end(),
                                                  [](auto* v) { return v->src[0] != v->view_src; }));
     if (readers[in.s] != s_readers) continue;
     bool ok = true;
-    for (size_t i = 0; i + 1 < in.views.size(); ++i) ok &= readers[in.views[i]] == 1;
+    for (size_t i = 1; i < in.views.size(); ++i) ok &= readers[in.views[i]] == 1;
     // x: only GELU (as its input) and GELU's backward (as x), all in this graph.
     const std::vector<TensorNode*>& xr = read_by[in.x];
     ok &= int(xr.size()) == readers[in.x];
@@ -111,15 +102,9 @@ size_t Graph::bf16_gelu_inputs() {
     if (!ok) continue;
     TensorNode* cast = Tensor(in.x).to(bf16).node();
     seen_.insert(cast);
-    // Placed before the first GELU that reads x (forward nodes come first).
-    TensorNode* first = gelu;
-    for (auto& [m, k] : edges) {
-      m->src[size_t(k)] = cast;
-      if (gelu_op(m->op) && std::find(nodes_.begin(), nodes_.end(), m) <
-                                std::find(nodes_.begin(), nodes_.end(), first))
-        first = m;
-    }
-    cast_before[first].push_back(cast);
+    for (auto& [m, k] : edges) m->src[size_t(k)] = cast;
+    // Candidates come in node order, so `gelu` is the first node reading x.
+    cast_before[gelu].push_back(cast);
     done.insert(in.x);
     ++rewritten;
   }

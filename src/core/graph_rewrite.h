@@ -27,17 +27,13 @@ std::unordered_set<const TensorNode*> grad_node_set(const GradMap& grads) {
   return s;
 }
 
-// The tensor a cast n = COPY to bf16 (contiguous, no view) converts: the
-// memory owner s it reads directly or through up to two contiguous reshapes of
-// s (a Linear flattens [B, T, C] to [B*T, C] and back; attention splits C into
-// heads), those reshapes in `views` (n's source first); null when n is no such
-// cast or a view on the way is not such a reshape (or is pinned).
-inline TensorNode* bf16_cast_source(TensorNode* n, std::vector<TensorNode*>& views) {
+// The memory owner s of x: x itself, or what x reads through up to two
+// contiguous reshapes of s (a Linear flattens [B, T, C] and back; attention
+// splits C into heads), those reshapes in `views` (x first); null when a view
+// on the way is not such a reshape (or is pinned).
+inline TensorNode* reshape_owner(TensorNode* x, std::vector<TensorNode*>& views) {
   views.clear();
-  if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
-      !n->is_contiguous() || !n->src[0])
-    return nullptr;
-  TensorNode* s = n->src[0];
+  TensorNode* s = x;
   while (s->is_view()) {  // (each view's view_src is the memory's owner: s at the end)
     if (s->op != Op::RESHAPE || s->view_offs != 0 || s->n_src != 1 || !s->src[0] ||
         !s->is_contiguous() || (s->flags & kRewritePinned) || views.size() == 2)
@@ -48,6 +44,17 @@ inline TensorNode* bf16_cast_source(TensorNode* n, std::vector<TensorNode*>& vie
   for (const TensorNode* v : views)
     if (v->view_src != s) return nullptr;
   return s;
+}
+
+// The tensor a cast n = COPY to bf16 (contiguous, no view) converts: the
+// memory owner s of its source (reshape_owner, the reshapes in `views`, n's
+// source first); null when n is no such cast or s is not found.
+inline TensorNode* bf16_cast_source(TensorNode* n, std::vector<TensorNode*>& views) {
+  views.clear();
+  if (n->op != Op::COPY || n->dtype != DType::bf16 || n->n_src != 1 || n->is_view() ||
+      !n->is_contiguous() || !n->src[0])
+    return nullptr;
+  return reshape_owner(n->src[0], views);
 }
 
 // readers[x] += the number of nodes anywhere in ctx that read x, for every x

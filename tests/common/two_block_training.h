@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/random_values.h"
@@ -33,7 +34,8 @@ struct TwoBlockRun {
 inline TwoBlockRun train_two_blocks(kiln::DType precision, int threads, const char* disable_env,
                                     const std::function<void(const kiln::Graph&)>& inspect) {
   using namespace kiln;
-  if (disable_env) setenv(disable_env, "0", 1);
+  std::optional<EnvOff> off;
+  if (disable_env) off.emplace(disable_env);
   Context ctx;
   ctx.set_matmul_precision(precision);
   nn::Sequential net(ctx);
@@ -47,7 +49,7 @@ inline TwoBlockRun train_two_blocks(kiln::DType precision, int threads, const ch
   cfg.model = &net;
   cfg.n_threads = threads;
   OptContext opt(cfg);
-  if (disable_env) unsetenv(disable_env);
+  off.reset();
   inspect(opt.graph());
   uint32_t seed = 10;
   for (Tensor p : net.parameters()) p.set(uniform_floats(size_t(p.numel()), seed++));
