@@ -2,14 +2,12 @@
 // CLAMP RELU LEAKY_RELU GELU GELU_ERF ERF SILU SIGMOID TANH SOFTPLUS, and the
 // fused gradients GELU_BACK GELU_ERF_BACK (dy * f'(x), two same-shape sources).
 //
-// Each op is one generic lambda over vm::VF / vm::SF (vec_math.h). Dense runs
-// use the vector form (masked tail, so every element of a dense tensor goes
-// through the same code for any thread split); strided runs (views) use the
-// scalar form. dst may be src0 itself (in place): element i is read before it
+// Each op is one generic lambda over vm::VF / vm::SF (vec_math.h), run in its
+// vector form on every layout (masked tail, so every element goes through the
+// same code for any thread split; strided and bf16 runs through small buffers,
+// see kChunk). dst may be src0 itself (in place): element i is read before it
 // is written. Transcendental ops count as `cost` cheap elements when deciding
-// how many threads a tensor is worth. A bf16 dst (a cast fused into its producer,
-// Graph::fuse_bf16_casts) takes the f32 values through a small buffer and the
-// cast's own rounding, so it holds exactly what a COPY to bf16 would.
+// how many threads a tensor is worth.
 #include <cmath>
 #include <cstring>
 
@@ -19,18 +17,20 @@
 namespace kiln::cpu {
 namespace {
 
-using vm::SF;
 using vm::VF;
 
-// Runs with a bf16 operand (a cast fused into the op or a bf16 source, both
-// made by the CPU graph rewrites: Graph::fuse_bf16_casts, bf16_gelu_inputs)
-// go through f32 buffers of kChunk elements: sources widened (or gathered)
-// exactly, the values computed in vectors, then stored with the cast's own
-// rounding. On dense runs that is the f32 path's own computation, so a bf16
-// dst holds exactly what a COPY to bf16 would, and a bf16 source gives what
-// the f32 op gives on its widened values. (The f32 path computes strided runs
-// element by element, where the compiler may contract a*b+c differently from
-// the vector code: there the two can differ in the last bit.)
+// Runs that are not dense f32 (strided views, a bf16 operand: a cast fused
+// into the op or a bf16 source, both made by the CPU graph rewrites
+// Graph::fuse_bf16_casts and bf16_gelu_inputs) go through f32 buffers of
+// kChunk elements: sources gathered or widened exactly, the values computed by
+// the same vector code as dense runs, then scattered or stored with the cast's
+// own rounding. So every element of every layout and dtype is computed by one
+// operation sequence: a bf16 dst holds exactly what a COPY to bf16 would, a
+// bf16 source gives what the f32 op gives on its widened values, and a view
+// gives what a contiguous copy gives, bit for bit on every ISA. (A scalar loop
+// for strided runs would not: the scalar and vector forms may differ in the
+// last bit where the compiler contracts a*b+c differently, and GELU's
+// derivative amplifies that ~100-fold near its zero at x = -0.75.)
 constexpr int64_t kChunk = 256;
 
 // Elements [i0, i0 + m) of a run at byte step `step` as contiguous f32: the
@@ -84,7 +84,7 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const bool d16 = dst->dtype == DType::bf16, x16 = src->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)src->data}, r.begin, r.end,
                [&](const Ptrs<2>& p, int64_t len, const Steps<2>& st) {
-                 if (d16 || x16) {
+                 if (d16 || x16 || st[0] != 4 || st[1] != 4) {
                    float xb[kChunk], ob[kChunk];
                    for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
                      const int64_t m = std::min(kChunk, len - i0);
@@ -96,13 +96,9 @@ void run_unary(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
                    }
                    return;
                  }
-                 float* d = (float*)p[0];
                  const float* x = (const float*)p[1];
-                 if (st[0] == 4 && st[1] == 4)
-                   return map_dense(d, len, stream,
-                                    [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
-                 const int64_t sd = st[0] / 4, sx = st[1] / 4;
-                 for (int64_t i = 0; i < len; ++i) d[i * sd] = f(SF{x[i * sx]}).v;
+                 map_dense((float*)p[0], len, stream,
+                           [&](int64_t i, int m) { return f(load_lanes(x, i, m)); });
                });
 }
 
@@ -123,7 +119,7 @@ void run_unary_back(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
   const bool d16 = dst->dtype == DType::bf16, x16 = x->dtype == DType::bf16;
   for_each_run(L, {(char*)dst->data, (char*)dy->data, (char*)x->data}, r.begin, r.end,
                [&](const Ptrs<3>& p, int64_t len, const Steps<3>& st) {
-                 if (d16 || x16) {
+                 if (d16 || x16 || st[0] != 4 || st[1] != 4 || st[2] != 4) {
                    float gb[kChunk], xb[kChunk], ob[kChunk];
                    for (int64_t i0 = 0; i0 < len; i0 += kChunk) {
                      const int64_t m = std::min(kChunk, len - i0);
@@ -137,16 +133,11 @@ void run_unary_back(TensorNode* dst, ThreadCtx& t, int64_t cost, F f) {
                    }
                    return;
                  }
-                 float* d = (float*)p[0];
                  const float* g = (const float*)p[1];
                  const float* xs = (const float*)p[2];
-                 if (st[0] == 4 && st[1] == 4 && st[2] == 4)
-                   return map_dense(d, len, stream, [&](int64_t i, int m) {
-                     return load_lanes(g, i, m) * f(load_lanes(xs, i, m));
-                   });
-                 const int64_t sd = st[0] / 4, sg = st[1] / 4, sx = st[2] / 4;
-                 for (int64_t i = 0; i < len; ++i)
-                   d[i * sd] = (SF{g[i * sg]} * f(SF{xs[i * sx]})).v;
+                 map_dense((float*)p[0], len, stream, [&](int64_t i, int m) {
+                   return load_lanes(g, i, m) * f(load_lanes(xs, i, m));
+                 });
                });
 }
 
