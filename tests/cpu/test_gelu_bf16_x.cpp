@@ -75,8 +75,7 @@ TEST(GeluBf16X, MatchesTheF32OpOnTheWidenedValues) {
                          (d16 ? " bf16 out" : "") + " threads " + std::to_string(threads));
             if (d16) {
               ASSERT_EQ(p.got16.size(), size_t(s.numel()));
-              for (size_t i = 0; i < p.got16.size(); ++i)
-                EXPECT_EQ(p.got16[i], p.want16[i]) << i;
+              for (size_t i = 0; i < p.got16.size(); ++i) EXPECT_EQ(p.got16[i], p.want16[i]) << i;
             } else {
               ASSERT_EQ(p.got.size(), size_t(s.numel()));
               for (size_t i = 0; i < p.got.size(); ++i)
