@@ -1,6 +1,6 @@
 // Text generation with a key/value cache (docs/models.md#generation): prefill a
-// prompt, then decode one token at a time, sampling with temperature, top-k and
-// top-p (temperature 0: greedy), stopping at the model's end-of-sequence ids.
+// prompt, then decode one token at a time, sampling as kiln/sampling.h says
+// (temperature 0: greedy), stopping at the model's end-of-sequence ids.
 //
 //   auto model = kiln::models::load_pretrained(ctx, cpu, "SmolLM2-135M");
 //   kiln::models::Generator gen(*model, cpu);
@@ -29,36 +29,15 @@
 
 #include "kiln/backend.h"
 #include "kiln/models.h"
+#include "kiln/sampling.h"
 
 namespace kiln::models {
 
-struct SamplingConfig {
-  float temperature = 1.0f;  // 0: greedy (the first of the largest logits)
-  int64_t top_k = 0;         // keep the k most likely tokens; 0: all
-  float top_p = 1.0f;        // then the smallest set whose probability reaches top_p; 1: all
-  uint64_t seed = 0;         // the same seed, logits and config give the same tokens
-};
-
-// Picks tokens from logits. Probabilities are computed in double; ties in top-k
-// and top-p keep the lower id first. Draws come from a 64-bit Mersenne Twister
-// seeded with `seed` (the same on every platform).
-class Sampler {
- public:
-  explicit Sampler(const SamplingConfig& cfg);
-  int32_t sample(std::span<const float> logits);
-  // The tokens sample() may return for these logits and their probabilities
-  // (after temperature, top-k and top-p), most likely first.
-  std::vector<std::pair<int32_t, double>> candidates(std::span<const float> logits);
-
- private:
-  // Fills order_ (the kept tokens) and weight_ (their unnormalised
-  // probabilities); returns the weights' sum.
-  double select(std::span<const float> logits);
-  SamplingConfig cfg_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> order_;
-  std::vector<double> weight_;
-};
+// `fallback` with the sampling settings that generation_config.json gives
+// (GenerationConfig): do_sample false makes it greedy (temperature 0), and
+// temperature, top_k, top_p, min_p and repetition_penalty replace the fallback's.
+// A command-line option the user gives should then replace what this returns.
+SamplingConfig default_sampling(const GenerationConfig& g, SamplingConfig fallback = {});
 
 struct GeneratorOptions {
   // Positions the cache holds (prompt + new tokens). 0: the model's max_seq_len().

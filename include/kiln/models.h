@@ -86,6 +86,12 @@ struct Gpt2Config {
 struct GenerationConfig {
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;  // -1: none
+  // The sampling settings generation_config.json gives, where it gives them
+  // (do_sample false: greedy): the programs' defaults (default_sampling in
+  // kiln/generate.h). Unset: the file does not say.
+  std::optional<bool> do_sample;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k;
 };
 
 // A parsed config.json: exactly one of llama / gpt2.

@@ -1,5 +1,6 @@
 // config.json -> LlamaConfig / Gpt2Config. Each field is used, listed here as
 // harmless, or an error naming it.
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -241,7 +242,20 @@ void parse_generation_config(std::string_view text, const std::string& file, Gen
   const Json j = detail::parse_json_object(text, file);
   Fields f(j, file, "generation config");
   read_token_ids(f, g);
-  // Sampling settings are the generator's business; nothing here changes logits.
+  // Sampling defaults (Hugging Face's GenerationConfig names); the rest of the
+  // file (max_length, pad_token_id, ...) changes nothing kiln computes.
+  auto number = [&](const char* key, std::optional<float>& out) {
+    if (!f.has(key)) return;
+    const double v = f.number(key, 0);
+    if (!std::isfinite(v)) f.fail_field(key, "must be a finite number");
+    out = float(v);
+  };
+  if (f.has("do_sample")) g.do_sample = f.boolean("do_sample", false);
+  number("temperature", g.temperature);
+  number("top_p", g.top_p);
+  number("min_p", g.min_p);
+  number("repetition_penalty", g.repetition_penalty);
+  if (f.has("top_k")) g.top_k = f.integer("top_k", 0);
 }
 
 ShardIndex parse_shard_index(std::string_view text, const std::string& file) {

@@ -188,6 +188,7 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
       opt.eos_token_ids.empty() ? model_.config().generation.eos_token_ids : opt.eos_token_ids;
   GenerationResult r;
   Sampler sampler(opt.sampling);
+  sampler.set_prompt(prompt);
   reset();
   auto t0 = Clock::now();
   std::span<const float> logits = prefill(prompt);
@@ -216,6 +217,17 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
   r.stats.decode_seconds = seconds_since(t0);
   r.stats.new_tokens = int64_t(r.ids.size());
   return r;
+}
+
+SamplingConfig default_sampling(const GenerationConfig& g, SamplingConfig fallback) {
+  SamplingConfig c = std::move(fallback);
+  if (g.temperature) c.temperature = *g.temperature;
+  if (g.top_k) c.top_k = *g.top_k;
+  if (g.top_p) c.top_p = *g.top_p;
+  if (g.min_p) c.min_p = *g.min_p;
+  if (g.repetition_penalty) c.repetition_penalty = *g.repetition_penalty;
+  if (g.do_sample && !*g.do_sample) c.temperature = 0;
+  return c;
 }
 
 }  // namespace kiln::models
