@@ -50,7 +50,8 @@ enum class StopReason { max_tokens, eos, context_full, callback };
 const char* stop_reason_name(StopReason r);
 
 struct GenerationStats {
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // prompt tokens run (those reused from the cache not counted)
+  int64_t reused_tokens = 0;  // prompt tokens already in the cache (GenerateOptions::reuse_cache)
   double prompt_seconds = 0;  // the prompt's forward passes
   int64_t new_tokens = 0;     // tokens generated (the eos token included)
   int64_t decode_steps = 0;   // single-token passes run (new_tokens - 1, or fewer)
@@ -70,6 +71,11 @@ struct GenerateOptions {
   // model's (config().generation.eos_token_ids).
   std::vector<int64_t> eos_token_ids;
   bool ignore_eos = false;
+  // Keep the longest prefix of the prompt that the cache already holds (a
+  // chat's earlier turns, a shared system prompt) and run only the rest. The
+  // logits then come from other passes than a fresh run's (same values up to
+  // float rounding, as any chunking of the prompt gives). false: start afresh.
+  bool reuse_cache = false;
 };
 
 struct GenerationResult {
@@ -96,13 +102,19 @@ class Generator {
   std::span<const float> prefill(std::span<const int32_t> ids);
   std::span<const float> step(int32_t id) { return prefill(std::span<const int32_t>(&id, 1)); }
   // Forgets the cached tokens (position 0).
-  void reset() { pos_ = 0; }
+  void reset() { truncate(0); }
+  // Forgets all but the first n cached tokens (n <= position()).
+  void truncate(int64_t n);
+  // The tokens the cache holds, positions 0 .. position() - 1.
+  std::span<const int32_t> cached_tokens() const { return cached_; }
   int64_t position() const { return pos_; }
   int64_t capacity() const { return capacity_; }
 
-  // reset(), prefill(prompt), then sample up to max_new_tokens tokens, calling
-  // on_token for each; stops early at an eos id, when the cache is full, or when
-  // on_token returns false.
+  // reset() (or, with opt.reuse_cache, truncate() to the prompt's prefix that
+  // is cached), prefill(prompt), then sample up to max_new_tokens tokens,
+  // calling on_token for each; stops early at an eos id, when the cache is
+  // full, or when on_token returns false. The cache then holds the prompt and
+  // the new tokens but the last (never run).
   GenerationResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
                             const TokenCallback& on_token = {});
 
@@ -119,6 +131,7 @@ class Generator {
   GeneratorOptions opt_;
   KvLayout kv_;
   int64_t capacity_ = 0, pos_ = 0;
+  std::vector<int32_t> cached_;  // the token at each cached position
   std::vector<Tensor> k_cache_, v_cache_;
   std::unique_ptr<Buffer> cache_buf_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepGraph>> graphs_;

@@ -161,6 +161,7 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
       copy_rows(g->step.k_new[l].node(), k_cache_[l].node(), pos_, real);
       copy_rows(g->step.v_new[l].node(), v_cache_[l].node(), pos_, real);
     }
+    cached_.insert(cached_.end(), ids.begin() + done, ids.begin() + done + real);
     pos_ += real;
     done += real;
   }
@@ -168,6 +169,12 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   logits_.resize(size_t(V));
   out->buffer->get(out, logits_.data(), 0, logits_.size() * sizeof(float));
   return logits_;
+}
+
+void Generator::truncate(int64_t n) {
+  if (n < 0 || n > pos_) fail("generate", "truncate to ", n, " tokens, but the cache holds ", pos_);
+  pos_ = n;
+  cached_.resize(size_t(n));
 }
 
 const char* stop_reason_name(StopReason r) {
@@ -189,10 +196,16 @@ GenerationResult Generator::generate(std::span<const int32_t> prompt, const Gene
   GenerationResult r;
   Sampler sampler(opt.sampling);
   sampler.set_prompt(prompt);
-  reset();
+  size_t reuse = 0;
+  if (opt.reuse_cache && !prompt.empty()) {  // the last prompt token always runs: its logits
+    const size_t most = std::min(cached_.size(), prompt.size() - 1);
+    while (reuse < most && cached_[reuse] == prompt[reuse]) ++reuse;
+  }
+  truncate(int64_t(reuse));
   auto t0 = Clock::now();
-  std::span<const float> logits = prefill(prompt);
-  r.stats.prompt_tokens = int64_t(prompt.size());
+  std::span<const float> logits = prefill(prompt.subspan(reuse));
+  r.stats.prompt_tokens = int64_t(prompt.size() - reuse);
+  r.stats.reused_tokens = int64_t(reuse);
   r.stats.prompt_seconds = seconds_since(t0);
   t0 = Clock::now();
   while (int64_t(r.ids.size()) < opt.max_new_tokens) {

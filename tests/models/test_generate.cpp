@@ -222,6 +222,39 @@ TEST(Generate, StepsReuseTheirGraph) {
   EXPECT_EQ(gen.graphs(), graphs + 1);
 }
 
+// reuse_cache: a second turn (the first turn's prompt and reply, then new
+// text) runs only the tokens the cache lacks and gives what a fresh run gives;
+// a prompt that leaves the cached tokens midway keeps their common prefix.
+TEST_P(GenerateFixture, ReusedCacheRunsOnlyNewTokens) {
+  Loaded m(GetParam());
+  models::Generator gen(*m.model, m.cpu), fresh(*m.model, m.cpu);
+  models::GenerateOptions o = greedy(6);
+  o.reuse_cache = true;
+  const std::vector<int32_t> turn1{3, 4, 5, 6, 7};
+  const models::GenerationResult r1 = gen.generate(turn1, o);
+  EXPECT_EQ(r1.stats.reused_tokens, 0);
+  ASSERT_EQ(r1.ids.size(), 6u);
+  // The cache holds the prompt and the reply but its last token (never run).
+  std::vector<int32_t> held = turn1;
+  held.insert(held.end(), r1.ids.begin(), r1.ids.end() - 1);
+  EXPECT_EQ(std::vector<int32_t>(gen.cached_tokens().begin(), gen.cached_tokens().end()), held);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), r1.ids.begin(), r1.ids.end());
+  for (int32_t id : {8, 9, 10}) turn2.push_back(id);
+  const models::GenerationResult r2 = gen.generate(turn2, o);
+  EXPECT_EQ(r2.stats.reused_tokens, int64_t(held.size()));
+  EXPECT_EQ(r2.stats.prompt_tokens, int64_t(turn2.size() - held.size()));
+  EXPECT_EQ(r2.ids, fresh.generate(turn2, greedy(6)).ids);
+  // Diverging at index 2: only {3, 4} is kept.
+  const std::vector<int32_t> other{3, 4, 11, 12};
+  const models::GenerationResult r3 = gen.generate(other, o);
+  EXPECT_EQ(r3.stats.reused_tokens, 2);
+  EXPECT_EQ(r3.ids, fresh.generate(other, greedy(6)).ids);
+  // The same prompt again: all but its last token reused.
+  EXPECT_EQ(gen.generate(other, o).stats.reused_tokens, int64_t(other.size() - 1));
+  EXPECT_KILN_ERROR(gen.truncate(gen.position() + 1), "generate", "truncate");
+}
+
 // Sampling: reproducible per seed, top-k and top-p keep what they say, and the
 // draws follow the softmax.
 TEST(Sampling, SeedsReproduce) {
