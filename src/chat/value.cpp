@@ -138,7 +138,9 @@ std::string float_repr(double d) {
   std::string out;
   if (exp >= -4 && exp < 16) {
     if (exp < 0) {
-      out = "0." + std::string(size_t(-exp - 1), '0') + digits;
+      out = "0.";
+      out.append(size_t(-exp - 1), '0');
+      out += digits;
     } else if (size_t(exp) + 1 >= digits.size()) {
       out = digits + std::string(size_t(exp) + 1 - digits.size(), '0') + ".0";
     } else {
@@ -146,12 +148,16 @@ std::string float_repr(double d) {
     }
   } else {
     out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     char e[16];
     std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     out += e;
   }
-  return negative ? "-" + out : out;
+  if (negative) out.insert(out.begin(), '-');
+  return out;
 }
 
 static std::string quote_python(const std::string& s) {
