@@ -24,8 +24,7 @@ bool contains(Evaluator& ev, const Value& container, const Value& item) {
         if (equal(v, item)) return true;
       return false;
     case Value::Kind::Object: return item.is_string() && container.object->find(item.s) != nullptr;
-    case Value::Kind::Undefined:
-    case Value::Kind::None: return false;
+    case Value::Kind::Undefined: return false;  // Jinja's Undefined iterates as empty
     default: ev.fail(detail::concat("argument of type ", type_name(container), " is not iterable"));
   }
 }

@@ -61,6 +61,7 @@ TEST(ChatErrors, RuntimeErrors) {
   EXPECT_ERROR("{% set x = {} %}{% set x.a = 1 %}", {"not a namespace"});
   EXPECT_ERROR("{% for a, b in [[1, 2, 3]] %}{% endfor %}", {"cannot unpack 3 values"});
   EXPECT_ERROR("{{ 5 | length }}", {"has no length"});
+  EXPECT_ERROR("{{ 'x' in none }}", {"argument of type NoneType is not iterable"});
 }
 
 TEST(ChatErrors, BadVariablesJson) {
