@@ -23,6 +23,10 @@
 #include <string>
 #include <string_view>
 
+namespace kiln {
+class GgufFile;
+}
+
 namespace kiln::chat {
 
 struct Program;  // a parsed template (src/chat)
@@ -73,6 +77,11 @@ class ChatTemplate {
                                   std::string_view template_jinja = {},
                                   const std::string& template_name = "",
                                   const std::string& what = "tokenizer_config.json");
+
+  // From a GGUF file's metadata as llama.cpp writes it: tokenizer.chat_template
+  // (or tokenizer.chat_template.<name>), special tokens from
+  // tokenizer.ggml.{bos,eos,unknown,padding}_token_id and tokenizer.ggml.tokens.
+  static ChatTemplate from_gguf(const GgufFile& file, const std::string& template_name = "");
 
   // `request_json` is {"messages": [...], "tools": [...], ...more variables such
   // as enable_thinking}; the special tokens (bos_token, eos_token, ...) and

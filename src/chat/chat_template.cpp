@@ -12,6 +12,7 @@
 #include "chat/parser.h"
 #include "kiln/chat.h"
 #include "kiln/error.h"
+#include "kiln/io.h"
 
 namespace kiln::chat {
 namespace {
@@ -162,6 +163,36 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& templ
   return from_config(has_config ? read_file(config) : std::string(),
                      has_jinja ? read_file(jinja) : std::string(), template_name,
                      has_config ? config.string() : jinja.string());
+}
+
+ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const std::string& template_name) {
+  const bool named = !template_name.empty() && template_name != "default";
+  const std::string key =
+      named ? "tokenizer.chat_template." + template_name : "tokenizer.chat_template";
+  const GgufValue* source = file.find(key);
+  if (!source) fail("chat template", file.path(), " has no ", key, " metadata");
+  std::map<std::string, std::string> special;
+  if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens")) {
+    const std::vector<std::string>& vocab = tokens->as_strings();
+    // llama.cpp's key names ("seperator" is its spelling) → transformers' variable names.
+    const std::pair<const char*, const char*> ids[] = {
+        {"tokenizer.ggml.bos_token_id", "bos_token"},
+        {"tokenizer.ggml.eos_token_id", "eos_token"},
+        {"tokenizer.ggml.unknown_token_id", "unk_token"},
+        {"tokenizer.ggml.padding_token_id", "pad_token"},
+        {"tokenizer.ggml.seperator_token_id", "sep_token"}};
+    for (const auto& [gguf_key, name] : ids)
+      if (const GgufValue* id = file.find(gguf_key)) {
+        const uint64_t k = id->as_uint();
+        if (k >= vocab.size())
+          fail("chat template", file.path(), ": ", gguf_key, " = ", k,
+               " is beyond the vocabulary (", vocab.size(), " tokens)");
+        special[name] = vocab[size_t(k)];
+      }
+  }
+  return ChatTemplate(Template(source->as_string(),
+                               named ? "chat template '" + template_name + "'" : "chat template"),
+                      std::move(special));
 }
 
 std::string ChatTemplate::apply(std::string_view request_json, bool add_generation_prompt,
