@@ -17,5 +17,6 @@ Command add_perplexity(CLI::App& app);  // perplexity.cpp
 Command add_pretrain(CLI::App& app);    // pretrain.cpp
 Command add_finetune(CLI::App& app);    // finetune.cpp
 Command add_quantize(CLI::App& app);    // quantize.cpp
+Command add_template(CLI::App& app);    // template.cpp
 
 }  // namespace lm

@@ -8,6 +8,7 @@
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
 //   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0
+//   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -19,9 +20,9 @@
 int main(int argc, char** argv) {
   CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md, docs/models.md)"};
   app.require_subcommand(1);
-  std::vector<lm::Command> commands = {lm::add_tokenize(app),   lm::add_generate(app),
-                                       lm::add_perplexity(app), lm::add_pretrain(app),
-                                       lm::add_finetune(app),   lm::add_quantize(app)};
+  std::vector<lm::Command> commands = {
+      lm::add_tokenize(app), lm::add_generate(app), lm::add_perplexity(app), lm::add_pretrain(app),
+      lm::add_finetune(app), lm::add_quantize(app), lm::add_template(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

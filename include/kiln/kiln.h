@@ -33,5 +33,6 @@
 #include "kiln/cuda.h"
 #endif
 #if defined(KILN_HAVE_TOKENIZER)
+#include "kiln/chat.h"
 #include "kiln/tokenizer.h"
 #endif

@@ -9,7 +9,7 @@
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
 #   4 scheduler     src/sched, kiln/ext/sched.h
 #   5 io            src/io, kiln/{io,safetensors,state_dict}.h
-#   6 tokenizer     src/tokenizer, kiln/tokenizer.h (optional: KILN_TOKENIZER)
+#   6 tokenizer     src/tokenizer, src/chat, kiln/{tokenizer,chat}.h (optional: KILN_TOKENIZER)
 #   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset,token_train}.h
 #   9 distributed   src/dist, kiln/dist.h
@@ -39,7 +39,7 @@ file_layer() {
     src/backends/*) echo 3 ;;
     src/sched/*) echo 4 ;;
     src/io/*) echo 5 ;;
-    src/tokenizer/*) echo 6 ;;
+    src/tokenizer/* | src/chat/*) echo 6 ;;
     src/nn/*) echo 7 ;;
     src/opt/*) echo 8 ;;
     src/dist/*) echo 9 ;;
@@ -60,7 +60,7 @@ public_layer() {
     cpu.h | blas.h | cuda.h) echo 3 ;;
     ext/sched.h) echo 4 ;;
     io.h | safetensors.h | state_dict.h) echo 5 ;;
-    tokenizer.h) echo 6 ;;
+    tokenizer.h | chat.h) echo 6 ;;
     nn.h | nn/*) echo 7 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h | token_train.h) echo 8 ;;
     dist.h) echo 9 ;;
@@ -79,7 +79,7 @@ private_layer() {
     backends/*) echo 3 ;;
     sched/*) echo 4 ;;
     io/*) echo 5 ;;
-    tokenizer/*) echo 6 ;;
+    tokenizer/* | chat/*) echo 6 ;;
     nn/*) echo 7 ;;
     opt/*) echo 8 ;;
     dist/*) echo 9 ;;
