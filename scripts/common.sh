@@ -57,6 +57,8 @@ missing_packages() {
   # kiln::Tokenizer (src/tokenizer): regexes (PCRE2 with JIT), Unicode normalization.
   have_header pcre2.h || pkgs+=(libpcre2-dev)
   have_header utf8proc.h || pkgs+=(libutf8proc-dev)
+  # kiln-lm chat's line editing at a terminal (optional: plain lines without it).
+  have_header editline/readline.h || pkgs+=(libedit-dev)
   # Open MPI: data-parallel training (src/dist) and its multi-process tests.
   have_header openmpi/mpi.h || pkgs+=(libopenmpi-dev)
   have mpirun || pkgs+=(openmpi-bin)

@@ -18,5 +18,6 @@ Command add_pretrain(CLI::App& app);    // pretrain.cpp
 Command add_finetune(CLI::App& app);    // finetune.cpp
 Command add_quantize(CLI::App& app);    // quantize.cpp
 Command add_template(CLI::App& app);    // template.cpp
+Command add_chat(CLI::App& app);        // chat.cpp
 
 }  // namespace lm

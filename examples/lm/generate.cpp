@@ -3,18 +3,15 @@
 // generation speeds go to stderr at the end. --adapter DIR adds a PEFT LoRA
 // adapter (kiln-lm finetune's output), merged into the weights.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
-#include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "commands.h"
 #include "kiln/error.h"
 #include "lm_model.h"
+#include "sampling_options.h"
 
 namespace lm {
 
@@ -23,53 +20,10 @@ namespace {
 struct GenerateOptions {
   std::string model, adapter, prompt, prompt_ids, precision = "f32";
   int64_t max_tokens = 128, ctx = 0;
-  // Sampling: kiln-lm's defaults, then generation_config.json's, then what the
-  // user gives (`given`: the options given on the command line).
-  kiln::models::SamplingConfig sampling{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f};
-  std::vector<std::string> logit_bias, stop;
-  // The options that replace generation_config.json's settings when given.
-  CLI::Option *temperature = nullptr, *top_k = nullptr, *top_p = nullptr, *min_p = nullptr,
-              *repeat_penalty = nullptr;
-  bool seed_given = false, print_ids = false, ignore_eos = false;
+  SamplingOptions sampling;
+  bool print_ids = false, ignore_eos = false;
   int threads = 0;
 };
-
-// ID=BIAS (BIAS a number, or -inf to ban the token).
-std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
-  const size_t eq = s.find('=');
-  try {
-    if (eq == std::string::npos) throw std::invalid_argument(s);
-    size_t used = 0;
-    const long id = std::stol(s.substr(0, eq), &used);
-    if (used != eq || id < 0 || id > INT32_MAX) throw std::invalid_argument(s);
-    const std::string b = s.substr(eq + 1);
-    const float bias = b == "-inf" ? -INFINITY : std::stof(b, &used);
-    if (b != "-inf" && used != b.size()) throw std::invalid_argument(s);
-    return {int32_t(id), bias};
-  } catch (const std::exception&) {
-    kiln::fail("kiln-lm generate", "--logit-bias takes ID=BIAS (e.g. 13=-inf or 42=2.5), got '", s,
-               "'");
-  }
-}
-
-// The sampling config: generation_config.json's settings over kiln-lm's
-// defaults, then every option given on the command line over those.
-kiln::models::SamplingConfig sampling_config(const GenerateOptions& o,
-                                             const kiln::models::GenerationConfig& g) {
-  kiln::models::SamplingConfig c = kiln::models::default_sampling(g, GenerateOptions{}.sampling);
-  const kiln::models::SamplingConfig& u = o.sampling;
-  if (o.temperature->count()) c.temperature = u.temperature;
-  if (o.top_k->count()) c.top_k = u.top_k;
-  if (o.top_p->count()) c.top_p = u.top_p;
-  if (o.min_p->count()) c.min_p = u.min_p;
-  if (o.repeat_penalty->count()) c.repetition_penalty = u.repetition_penalty;
-  c.presence_penalty = u.presence_penalty;
-  c.frequency_penalty = u.frequency_penalty;
-  c.penalty_last_n = u.penalty_last_n;
-  c.seed = u.seed;
-  for (const std::string& b : o.logit_bias) c.logit_bias.push_back(parse_logit_bias(b));
-  return c;
-}
 
 int run(GenerateOptions& o) {
   if (o.prompt.empty() == o.prompt_ids.empty())
@@ -87,9 +41,8 @@ int run(GenerateOptions& o) {
                  "prompt as --prompt-ids");
     prompt = m->tokenizer->encode(o.prompt);
   }
-  if (!o.stop.empty() && ids_out)
+  if (!o.sampling.stop.empty() && ids_out)
     kiln::fail("kiln-lm generate", "--stop needs text output (a tokenizer, no --print-ids)");
-  if (!o.seed_given) o.sampling.seed = std::random_device{}();
 
   kiln::models::GeneratorOptions go;
   // The cache holds what this run needs (prompt + new tokens) unless --ctx says more.
@@ -100,9 +53,9 @@ int run(GenerateOptions& o) {
   kiln::models::Generator gen(*m->model, *m->cpu, go);
   kiln::models::GenerateOptions opt;
   opt.max_new_tokens = o.max_tokens;
-  opt.sampling = sampling_config(o, m->model->config().generation);
+  opt.sampling = sampling_config(o.sampling, m->model->config().generation, "kiln-lm generate");
   opt.ignore_eos = o.ignore_eos;
-  kiln::models::StopStrings stops(o.stop);
+  kiln::models::StopStrings stops(o.sampling.stop);
   if (opt.eos_token_ids.empty() && m->model->config().generation.eos_token_ids.empty() &&
       m->tokenizer && m->tokenizer->eos_id())
     opt.eos_token_ids = {*m->tokenizer->eos_id()};
@@ -152,41 +105,7 @@ Command add_generate(CLI::App& app) {
   s->add_option("--prompt-ids", o->prompt_ids, "the prompt as token ids: 1,2,3");
   s->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  kiln::models::SamplingConfig& c = o->sampling;
-  o->temperature = s->add_option("--temperature", c.temperature,
-                                 "0: greedy (default 0.8, or generation_config.json's)")
-                       ->check(CLI::Range(0.0f, 1e6f));
-  o->top_k = s->add_option("--top-k", c.top_k, "keep the k most likely tokens; 0: all (default 40)")
-                 ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  o->top_p =
-      s->add_option("--top-p", c.top_p,
-                    "keep the most likely tokens up to this probability; 1: all (default 0.95)")
-          ->check(CLI::Range(1e-6f, 1.0f));
-  o->min_p =
-      s->add_option("--min-p", c.min_p,
-                    "keep tokens at least this fraction as likely as the most likely; 0: all")
-          ->check(CLI::Range(0.0f, 1.0f));
-  o->repeat_penalty =
-      s->add_option("--repeat-penalty", c.repetition_penalty,
-                    "divide the positive logits of tokens in the history by this (multiply "
-                    "the negative ones); 1: off")
-          ->check(CLI::Range(1e-6f, 1e6f));
-  s->add_option("--presence-penalty", c.presence_penalty,
-                "subtract this from the logits of tokens generated so far; 0: off");
-  s->add_option("--frequency-penalty", c.frequency_penalty,
-                "subtract this times the count of each token generated so far; 0: off");
-  s->add_option("--penalty-last-n", c.penalty_last_n,
-                "the penalties look at this many recent tokens; 0: all")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  s->add_option("--logit-bias", o->logit_bias, "ID=BIAS added to a token's logit (-inf bans it)");
-  s->add_option("--stop", o->stop, "stop before this text (not printed); may be repeated");
-  s->add_option_function<uint64_t>(
-      "--seed",
-      [o](uint64_t v) {
-        o->sampling.seed = v;
-        o->seed_given = true;
-      },
-      "sampling seed (default: random; the one used is printed)");
+  add_sampling_options(s, o->sampling);
   s->add_option("--ctx", o->ctx, "positions of the KV cache (default: the model's context)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   s->add_flag("--print-ids", o->print_ids, "print token ids instead of text");

@@ -9,6 +9,7 @@
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
 //   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0
 //   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
+//   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<lm::Command> commands = {
       lm::add_tokenize(app), lm::add_generate(app), lm::add_perplexity(app), lm::add_pretrain(app),
-      lm::add_finetune(app), lm::add_quantize(app), lm::add_template(app)};
+      lm::add_finetune(app), lm::add_quantize(app), lm::add_template(app),   lm::add_chat(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
