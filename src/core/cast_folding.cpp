@@ -20,10 +20,14 @@ namespace {
 
 using detail::kRewritePinned;
 
+// The source must be laid out as the cast is (contiguous): the matmuls then
+// read it with the cast's strides, and the CPU GEMM, which picks its path (and
+// so its order of sums) by the operands' layout, takes the same path. A cast
+// of a strided view is a dense copy whose fold could change the path.
 bool is_bf16_cast(const TensorNode* n) {
   return n->op == Op::COPY && n->dtype == DType::bf16 && n->n_src == 1 && n->src[0] &&
-         n->src[0]->dtype == DType::f32 && !n->is_view() && n->is_contiguous() &&
-         !(n->flags & kRewritePinned);
+         n->src[0]->dtype == DType::f32 && n->src[0]->is_contiguous() && !n->is_view() &&
+         n->is_contiguous() && !(n->flags & kRewritePinned);
 }
 
 // Which factor of matmul m (0 left, 1 right) src slot k is; -1 if not a factor.

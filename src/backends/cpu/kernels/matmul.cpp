@@ -149,26 +149,34 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
 
   // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
   // dot products of W's rows as stored with x (gemv.h), the rows split over the
-  // threads, instead of packing all of W for a single row.
-  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1 && !to_bf16) {
+  // threads, instead of packing all of W for a single row. A bf16 dst takes the
+  // same path (the f32 row in scratch, then rounded): gemm would sum in another
+  // order, and the result must be the f32 product's, rounded as the COPY it
+  // replaces rounds it.
+  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
     const GemmOperand w{nullptr, g.B.type, g.B.cs, 1, g.B.round_bf16};
     const Range rows = split_range(N, t.ith, t.nth, 8);
+    // Scratch: x as f32 (K floats) and, for a bf16 dst, the f32 row (N floats).
+    float* xs = static_cast<float*>(t.scratch(size_t(K + (to_bf16 ? N : 0)) * sizeof(float)));
+    float* y32 = xs + K;
     batches(0, nbatch, [&](const Ptrs<3>& p) {
       const float* x = reinterpret_cast<const float*>(p[1]);
       GemmOperand xa{p[1], g.A.type, K, 1, g.A.round_bf16};
       if (xa.round_bf16) xa = rounded_bf16_copy(xa, 1, K, 0);
       if (xa.type != GemmType::f32) {
-        float* xs = static_cast<float*>(t.scratch(size_t(K) * sizeof(float)));
         for (int64_t k = 0; k < K; ++k) xs[k] = gemm_detail::load_as_f32(xa.data, xa.type, k);
         x = xs;
       }
       GemmOperand wb = w;
       wb.data = p[2];
       if (wb.round_bf16) wb = rounded_bf16_copy(wb, N, K, 1);
-      float* y = reinterpret_cast<float*>(p[0]);
+      float* y = to_bf16 ? y32 : reinterpret_cast<float*>(p[0]);
       gemv_rows(wb, x, K, y, rows.begin, rows.end, accumulate);
       if (bias)
         for (int64_t j = rows.begin; j < rows.end; ++j) y[j] += bias[j];
+      if (to_bf16 && rows.end > rows.begin)
+        f32_to_bf16_n(y + rows.begin, reinterpret_cast<uint16_t*>(p[0]) + rows.begin,
+                      rows.end - rows.begin);
     });
     return;
   }
