@@ -19,6 +19,7 @@
 //   build/release/bench/bench_train [--benchmark_filter=fc] [--benchmark_repetitions=9]
 // Threads: KILN_BENCH_THREADS (default 2, the setting). KILN_BENCH_PRECISION=bf16:
 // the models under the bf16 precision policy (as kiln-mnist/kiln-gpt --precision bf16).
+// KILN_BENCH_NO_PASSES=fuse_residual,...: the default graph passes but these.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -52,6 +53,19 @@ DType bench_precision() {
   return p && std::string(p) == "bf16" ? bf16 : f32;
 }
 
+// KILN_BENCH_NO_PASSES=fuse_residual,...: the OptContexts run the default
+// graph passes but these (kiln/graph_passes.h names), to time a pass on and
+// off in one binary. Unset: the defaults.
+GraphPasses bench_passes() {
+  GraphPasses s = GraphPasses::defaults(GraphKind::training);
+  const char* e = std::getenv("KILN_BENCH_NO_PASSES");
+  if (!e || !*e) return s;
+  const GraphPasses off = GraphPasses::parse(e);
+  for (const GraphPassInfo& i : graph_pass_table())
+    if (off.has(i.pass)) s = s.without(i.pass);
+  return s;
+}
+
 int bench_threads() {
   const char* e = std::getenv("KILN_BENCH_THREADS");
   return e && *e ? std::atoi(e) : 2;
@@ -68,6 +82,7 @@ struct Mnist {
     cfg.model = model.net.get();
     cfg.logical_batch = logical;
     cfg.n_threads = bench_threads();
+    cfg.passes = bench_passes();
     opt = std::make_unique<OptContext>(cfg);
     model.net->init(1);  // the params have memory now (the context's)
     std::vector<float> xs(size_t(x.numel()));
@@ -142,6 +157,7 @@ struct Tiny {
     cfg.inputs = x;
     cfg.outputs = matmul(tanh(matmul(x, w1) + b1), w2) + b2;
     cfg.n_threads = bench_threads();
+    cfg.passes = bench_passes();
     opt = std::make_unique<OptContext>(cfg);
     xavier_uniform(w1, 2, 4, 1);
     xavier_uniform(w2, 4, 2, 2);
@@ -197,6 +213,7 @@ struct GptBench {
     oc.model = model.get();
     oc.clip_grad_norm = 1.0f;
     oc.backends = {&cpu};
+    oc.passes = bench_passes();
     opt = std::make_unique<OptContext>(oc);
     std::vector<int32_t> tok(size_t(B * T));
     for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7919 + 13) % 256);

@@ -49,7 +49,8 @@ struct Options {
   int threads = 2;
   std::string backend = "cpu";  // train: kiln::make_backends names ("cuda": the GPU, CPU fallback)
   bool resume = false;
-  std::string precision = "f32";  // train, eval: matmul precision (kiln/context.h)
+  std::string precision = "f32";     // train, eval: matmul precision (kiln/context.h)
+  std::vector<std::string> no_pass;  // train: graph passes left out (kiln/graph_passes.h)
   // sample
   std::string prompt = "\n";
   int64_t tokens = 300, top_k = 40;
@@ -59,6 +60,17 @@ struct Options {
 
 const char* kFetchHint = "bash scripts/get-sotu.sh";
 constexpr int64_t kEvalBatch = 8;  // validation windows per forward pass
+
+// The default graph passes of `kind` without those named by --no-pass.
+kiln::GraphPasses passes_without(const std::vector<std::string>& names, kiln::GraphKind kind) {
+  kiln::GraphPasses s = kiln::GraphPasses::defaults(kind);
+  for (const std::string& n : names) {
+    const kiln::GraphPasses off = kiln::GraphPasses::parse(n);
+    for (const kiln::GraphPassInfo& i : kiln::graph_pass_table())
+      if (off.has(i.pass)) s = s.without(i.pass);
+  }
+  return s;
+}
 
 double peak_rss_mb() {
   rusage ru{};
@@ -111,8 +123,10 @@ int train(const Options& o) {
   oc.clip_grad_norm = o.clip;
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.iters);
   oc.backends = backends;
+  oc.passes = passes_without(o.no_pass, kiln::GraphKind::training);
   kiln::OptContext opt(oc);
-  kiln::TokenLossEvaluator eval(model, kEvalBatch, T, backends);
+  kiln::TokenLossEvaluator eval(model, kEvalBatch, T, backends,
+                                passes_without(o.no_pass, kiln::GraphKind::inference));
 
   std::filesystem::create_directories(std::filesystem::path(o.out).parent_path().empty()
                                           ? std::filesystem::path(".")
@@ -318,6 +332,10 @@ int main(int argc, char** argv) {
                  "stop (with a checkpoint) after this many iterations; 0: run to --iters")
       ->capture_default_str();
   tr->add_flag("--resume", o.resume, "continue from --out (weights, optimizer state, step)");
+  tr->add_option("--no-pass", o.no_pass,
+                 "leave out this graph pass (repeatable; fuse_bias, fuse_residual, "
+                 "bf16_grad_sums, bf16_gelu_inputs, fuse_casts, fold_casts: "
+                 "include/kiln/graph_passes.h)");
   CLI::App* ev = app.add_subcommand("eval", "validation loss of a saved model");
   common(ev);
   CLI::App* sa = app.add_subcommand("sample", "generate text from a saved model");

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kiln/graph_passes.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -82,6 +83,12 @@ class Backend {
   virtual const char* name() const = 0;
   virtual BufferType& buffer_type() = 0;
   virtual bool supports_op(const TensorNode* node) const = 0;
+  // Whether this backend has kernels for the nodes graph pass `p` makes (a
+  // MATMUL with a bias source, a bf16 store, ...): OptContext and Generator run
+  // a pass only where the backend says yes. Default: no pass.
+  virtual bool supports_pass(GraphPass /*p*/) const { return false; }
+  // The passes of `wanted` this backend supports.
+  GraphPasses supported_passes(GraphPasses wanted) const;
   // Runs the given nodes in order (every tensor must have memory). Throws
   // kiln::Error for errors found in the data (e.g. an index out of range).
   virtual void compute(std::span<TensorNode* const> nodes) = 0;

@@ -14,6 +14,8 @@ class CpuBackend : public Backend {
   const char* name() const override { return "CPU"; }
   BufferType& buffer_type() override { return host_buffer_type(); }
   bool supports_op(const TensorNode* node) const override;
+  // Every graph pass: its kernels take every node they make.
+  bool supports_pass(GraphPass /*p*/) const override { return true; }
   using Backend::compute;
   void compute(std::span<TensorNode* const> nodes) override;
   int n_threads() const;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kiln/backend.h"
+#include "kiln/graph_passes.h"
 #include "kiln/models.h"
 #include "kiln/sampling.h"
 
@@ -44,6 +45,11 @@ struct GeneratorOptions {
   int64_t max_seq_len = 0;
   // The prompt is run in passes of at most this many tokens.
   int64_t prefill_chunk = 256;
+  // Graph passes run on each forward graph (kiln/graph_passes.h): those valid
+  // for inference graphs (fuse_bias, bf16_gelu_inputs, fuse_casts, fold_casts);
+  // a training-only one is a kiln::Error. Only those the backend supports run.
+  // Default none: the graphs as the model builds them.
+  GraphPasses passes;
 };
 
 enum class StopReason { max_tokens, eos, context_full, callback };
@@ -120,6 +126,8 @@ class Generator {
 
   // Graphs built so far (one per shape used: tokens per pass, cache rows read).
   size_t graphs() const { return graphs_.size(); }
+  // The passes each graph gets: GeneratorOptions::passes the backend supports.
+  GraphPasses graph_passes() const { return passes_; }
 
  private:
   struct StepGraph;
@@ -129,6 +137,7 @@ class Generator {
   CausalLM& model_;
   Backend& backend_;
   GeneratorOptions opt_;
+  GraphPasses passes_;
   KvLayout kv_;
   int64_t capacity_ = 0, pos_ = 0;
   std::vector<int32_t> cached_;  // the token at each cached position

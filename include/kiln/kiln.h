@@ -13,6 +13,7 @@
 #include "kiln/generate.h"
 #include "kiln/grad_store.h"
 #include "kiln/graph.h"
+#include "kiln/graph_passes.h"
 #include "kiln/io.h"
 #include "kiln/lora.h"
 #include "kiln/memory_plan.h"

@@ -34,6 +34,7 @@
 #include "kiln/backend.h"
 #include "kiln/dataset.h"
 #include "kiln/graph.h"
+#include "kiln/graph_passes.h"
 #include "kiln/io.h"
 #include "kiln/memory_plan.h"
 #include "kiln/nn.h"
@@ -229,6 +230,14 @@ struct OptConfig {
   // Evaluation only: no backward pass, no gradients or optimizer state (less
   // memory); train_batch() and optimizer_step() throw.
   bool forward_only = false;
+  // Graph passes run on the program once it is built (kiln/graph_passes.h has
+  // the table: what each one changes). Unset: GraphPasses::defaults() for the
+  // context's kind (training, or inference when forward_only): every pass valid
+  // for it. Set: exactly these; a pass not valid for the kind (e.g.
+  // bf16_grad_sums with forward_only) or missing one it needs is a kiln::Error.
+  // Either way only the passes the backend supports run (Backend::supports_pass),
+  // and none with several backends. OptContext::graph_passes() tells which ran.
+  std::optional<GraphPasses> passes;
   // Data-parallel training across processes (see ParallelHook; kiln/dist.h's
   // DataParallel). Null: this process alone. It must outlive the context.
   ParallelHook* parallel = nullptr;
@@ -308,6 +317,7 @@ class OptContext {
   const MemoryPlan& memory_plan() const;  // of the planned graph buffer
   size_t static_bytes() const;            // params, gradients, optimizer state, inputs
   const Graph& graph() const;             // forward + backward + optimizer nodes
+  GraphPasses graph_passes() const;       // the passes run on graph()
   size_t n_forward_nodes() const;
   size_t n_backward_nodes() const;  // forward + backward
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,9 +33,10 @@ class TokenLossEvaluator {
  public:
   TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block, Backend& backend);
   // Several backends, as OptConfig::backends (the first preferred; e.g. CUDA with
-  // the CPU for what it lacks).
+  // the CPU for what it lacks). `passes`: OptConfig::passes of its forward-only
+  // context (unset: the inference defaults).
   TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
-                     std::vector<Backend*> backends);
+                     std::vector<Backend*> backends, std::optional<GraphPasses> passes = {});
   ~TokenLossEvaluator();
   // Mean loss over the first `windows` windows of `data` (TokenDataset::get_batch
   // order). `windows` must be a positive multiple of batch() that `data` holds.

@@ -21,6 +21,13 @@ void Backend::compute(const Graph& g) {
   compute(std::span<TensorNode* const>(g.nodes()));
 }
 
+GraphPasses Backend::supported_passes(GraphPasses wanted) const {
+  GraphPasses s = wanted;
+  for (const GraphPassInfo& i : graph_pass_table())
+    if (wanted.has(i.pass) && !supports_pass(i.pass)) s = s.without(i.pass);
+  return s;
+}
+
 Buffer::~Buffer() {
   for (const User& u : users_) {
     if (u.life.expired()) continue;  // that context and its tensors are gone already

@@ -61,6 +61,8 @@ Generator::Generator(CausalLM& model, Backend& backend, const GeneratorOptions& 
     : model_(model), backend_(backend), opt_(opt), kv_(model.kv_layout()) {
   if (opt_.prefill_chunk < 1)
     fail("generate", "prefill_chunk must be at least 1, got ", opt_.prefill_chunk);
+  check_graph_passes("generate", opt_.passes, GraphKind::inference);
+  passes_ = backend_.supported_passes(opt_.passes);
   capacity_ = opt_.max_seq_len > 0 ? opt_.max_seq_len : model.max_seq_len();
   if (capacity_ > model.max_seq_len())
     fail("generate", "max_seq_len ", capacity_, " is more than the ", model.max_seq_len(),
@@ -115,6 +117,9 @@ Generator::StepGraph& Generator::graph_for(int64_t tokens, int64_t cached) {
   g->graph = Graph::forward(g->logits);
   for (Tensor t : s.k_new) g->graph.expand(t);
   for (Tensor t : s.v_new) g->graph.expand(t);
+  // The new keys and values are outputs (read back after the run): no pass
+  // folds them away.
+  run_graph_passes(g->graph, passes_);
   g->alloc = std::make_unique<GraphAllocator>(backend_.buffer_type());
   g->alloc->alloc(g->graph);
   g->mask.resize(size_t(tokens * (cached + tokens)));

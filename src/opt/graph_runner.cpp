@@ -19,8 +19,8 @@ GraphRunner::GraphRunner(const std::vector<Backend*>& backends, int n_threads) {
   backends_ = backends;
 }
 
-bool GraphRunner::cpu_only() const {
-  return backends_.size() == 1 && dynamic_cast<const CpuBackend*>(backends_[0]) != nullptr;
+GraphPasses GraphRunner::passes(GraphPasses wanted) const {
+  return several() ? GraphPasses() : backends_[0]->supported_passes(wanted);
 }
 
 void GraphRunner::allocate(const StepProgram& prog, bool forward_only) {

@@ -22,8 +22,9 @@ class GraphRunner {
   // `backends` empty: a CpuBackend of its own with n_threads.
   GraphRunner(const std::vector<Backend*>& backends, int n_threads);
   bool several() const { return backends_.size() > 1; }
-  // One backend, a CpuBackend: its kernels run ops with a fused bf16 cast.
-  bool cpu_only() const;
+  // The passes of `wanted` the program may get: those its one backend
+  // supports; none with several (the phase graphs are copies taken before).
+  GraphPasses passes(GraphPasses wanted) const;
   // Gives every leaf memory and plans the rest; the program must outlive this.
   void allocate(const StepProgram& prog, bool forward_only);
 

@@ -116,7 +116,10 @@ OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
   s.schedule = s.cfg.schedule ? s.cfg.schedule : schedule::constant();
   s.lm.build(s.cfg);
   s.B = s.lm.batch();
-  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several(), s.runner->cpu_only());
+  const GraphKind kind = s.cfg.forward_only ? GraphKind::inference : GraphKind::training;
+  const GraphPasses passes = s.cfg.passes.value_or(GraphPasses::defaults(kind));
+  check_graph_passes("opt", passes, kind);
+  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several(), s.runner->passes(passes));
   if (s.cfg.model && !s.cfg.forward_only) s.dropout_seeds = s.cfg.model->dropout_seeds();
   s.logical = s.cfg.logical_batch > 0 ? s.cfg.logical_batch : s.B;
   if (s.logical % s.B != 0)
@@ -136,6 +139,7 @@ Tensor OptContext::loss() const { return impl_->lm.loss; }
 Tensor OptContext::n_correct() const { return impl_->lm.correct; }
 const std::vector<Tensor>& OptContext::params() const { return impl_->prog.params; }
 Tensor OptContext::grad(Tensor param) const { return impl_->prog.graph.grad(param); }
+GraphPasses OptContext::graph_passes() const { return impl_->prog.passes_run; }
 double OptContext::grad_norm() const {
   const Impl& s = *impl_;
   if (!s.prog.grad_norm.defined() || s.step == 0) return std::nan("");

@@ -3,7 +3,6 @@
 #include "opt/step_program.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,31 +12,8 @@
 
 namespace kiln {
 
-namespace {
-bool enabled(const char* env) {
-  const char* e = std::getenv(env);
-  return !e || std::string(e) != "0";
-}
-// The CPU-only rewrites of a complete graph: biases into their matmuls,
-// gradient sums into the norms' backward kernels, bias gradients summed from
-// the bf16 copy of their gradient, GELU's input stored bf16 by its Linear,
-// bf16 casts into their producers, and the casts only matmuls read into those
-// (each turned off by its variable set to 0; KILN_FUSE_CASTS=0 turns off the
-// three cast rewrites).
-void fuse_for_cpu(Graph& g) {
-  if (enabled("KILN_FUSE_BIAS")) g.fuse_matmul_bias();
-  if (enabled("KILN_FUSE_RESIDUAL")) g.fuse_norm_residual();
-  if (enabled("KILN_BF16_GRAD_SUMS")) g.sum_bf16_gradients();
-  if (enabled("KILN_FUSE_CASTS")) {
-    if (enabled("KILN_BF16_GELU_INPUTS")) g.bf16_gelu_inputs();
-    g.fuse_bf16_casts();
-    if (enabled("KILN_FOLD_CASTS")) g.fold_bf16_casts();
-  }
-}
-}  // namespace
-
 void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-                        bool phase_graphs, bool cpu_only) {
+                        bool phase_graphs, GraphPasses passes) {
   const char* op = "opt";
   optimizer = cfg.optimizer;
   graph = Graph::forward(lm.loss);
@@ -64,10 +40,8 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
     if (!cfg.params.empty()) params = cfg.params;
     else if (cfg.model) params = cfg.model->parameters();
     state.resize(params.size());
-    if (cpu_only) {
-      fuse_for_cpu(graph);
-      n_fwd = n_bwd = graph.size();
-    }
+    passes_run = run_graph_passes(graph, passes);
+    n_fwd = n_bwd = graph.size();
     return;
   }
   if (cfg.checkpointing) auto_checkpoint(graph);
@@ -75,7 +49,7 @@ void StepProgram::build(const OptConfig& cfg, const LossMetrics& lm, const Sched
   // The optimizer nodes built below read gradient accumulators only, never a
   // cast's source or a product: the graph is complete as far as the fusions are
   // concerned.
-  if (cpu_only) fuse_for_cpu(graph);
+  passes_run = run_graph_passes(graph, passes);
   n_fwd = graph.n_forward();
   n_bwd = graph.size();
   collect_params(cfg);

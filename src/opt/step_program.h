@@ -40,17 +40,16 @@ struct StepProgram {
   // the graph position of each one's accumulation.
   std::vector<size_t> ready, ready_pos;
 
+  // The graph passes run on `graph` (kiln/graph_passes.h).
+  GraphPasses passes_run;
+
   // Builds the whole program from the loss (and the phase graphs when
   // `phase_graphs`); `schedule` tells whether SGD keeps a momentum buffer (its
-  // step-0 momentum). `cpu_only` (the CPU backend runs the program alone):
-  // fold Linear biases into their matmuls (Graph::fuse_matmul_bias) unless
-  // KILN_FUSE_BIAS=0, gradient sums into the norms' backward kernels
-  // (Graph::fuse_norm_residual) unless KILN_FUSE_RESIDUAL=0 and bf16 casts into
-  // their producers (Graph::fuse_bf16_casts, after the bf16 rewrites that make
-  // more of them fusable) unless KILN_FUSE_CASTS=0 (step_program.cpp,
-  // fuse_for_cpu). Throws kiln::Error "[opt] ...".
+  // step-0 momentum). `passes` (checked, and only those the backend supports;
+  // empty with several backends: the phase graphs are copies taken before
+  // them) run on the complete graph. Throws kiln::Error "[opt] ...".
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-             bool phase_graphs, bool cpu_only);
+             bool phase_graphs, GraphPasses passes);
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }
   // Writes every group's hp tensor for optimizer step `step` (0-based).
   void write_hyper(const OptimizerParams& p, int64_t step, float grad_scale);

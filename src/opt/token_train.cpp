@@ -37,7 +37,8 @@ TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t
     : TokenLossEvaluator(model, batch, block, std::vector<Backend*>{&backend}) {}
 
 TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
-                                       std::vector<Backend*> backends)
+                                       std::vector<Backend*> backends,
+                                       std::optional<GraphPasses> passes)
     : batch_(batch), block_(block) {
   if (batch < 1 || block < 1)
     fail("TokenLossEvaluator", "batch ", batch, " and block ", block, " must be >= 1");
@@ -61,6 +62,7 @@ TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t
   oc.model = &model;
   oc.forward_only = true;
   oc.backends = std::move(backends);
+  oc.passes = passes;
   opt_ = std::make_unique<OptContext>(oc);
   model.train(was_training);
 }

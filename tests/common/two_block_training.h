@@ -1,10 +1,10 @@
 // Two pre-LN transformer blocks (width 64, 4 heads, every Linear with a bias)
 // trained three steps by an OptContext on the CPU: the workload of the graph
-// rewrite passes' tests, each of which trains with its pass and with the
-// pass's switch off and compares the runs bit for bit.
+// rewrite passes' tests, each of which trains with its pass and without it
+// (OptConfig::passes) and compares the runs.
 #pragma once
-#include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -13,29 +13,24 @@
 
 namespace kiln_test {
 
-// Sets a rewrite's switch (e.g. "KILN_BF16_GELU_INPUTS") to 0 for its
-// lifetime: for a test comparing two runs bit for bit whose other pass would
-// apply in one run only and change values.
-struct EnvOff {
-  const char* name;
-  explicit EnvOff(const char* n) : name(n) { setenv(name, "0", 1); }
-  ~EnvOff() { unsetenv(name); }
-  EnvOff(const EnvOff&) = delete;
-  EnvOff& operator=(const EnvOff&) = delete;
-};
+// The passes an OptContext runs by default on a training graph, but `off`.
+inline kiln::GraphPasses training_passes_without(std::initializer_list<kiln::GraphPass> off) {
+  kiln::GraphPasses s = kiln::GraphPasses::defaults(kiln::GraphKind::training);
+  for (kiln::GraphPass p : off) s = s.without(p);
+  return s;
+}
 
 struct TwoBlockRun {
   std::vector<double> losses;              // of the three steps
   std::vector<std::vector<float>> params;  // after them
 };
 
-// `disable_env` (e.g. "KILN_FUSE_BIAS") is set to 0 while the OptContext is
-// built, or nothing when null; `inspect` sees its program once it is built.
-inline TwoBlockRun train_two_blocks(kiln::DType precision, int threads, const char* disable_env,
+// `passes` is OptConfig::passes (nullopt: the defaults); `inspect` sees the
+// program once it is built.
+inline TwoBlockRun train_two_blocks(kiln::DType precision, int threads,
+                                    std::optional<kiln::GraphPasses> passes,
                                     const std::function<void(const kiln::Graph&)>& inspect) {
   using namespace kiln;
-  std::optional<EnvOff> off;
-  if (disable_env) off.emplace(disable_env);
   Context ctx;
   ctx.set_matmul_precision(precision);
   nn::Sequential net(ctx);
@@ -48,8 +43,8 @@ inline TwoBlockRun train_two_blocks(kiln::DType precision, int threads, const ch
   cfg.loss = LossKind::mse;
   cfg.model = &net;
   cfg.n_threads = threads;
+  cfg.passes = passes;
   OptContext opt(cfg);
-  off.reset();
   inspect(opt.graph());
   uint32_t seed = 10;
   for (Tensor p : net.parameters()) p.set(uniform_floats(size_t(p.numel()), seed++));

@@ -2,7 +2,8 @@
 # trains N iterations in one run, and N/2 + a --resume run to N in another, and
 # requires the same final validation loss (checkpoints resume exactly: weights,
 # AdamW state, step, and batches that depend only on the seed and iteration).
-# Then eval of the saved model must print that loss, and sample must run.
+# Then eval of the saved model must print that loss, a run without the
+# bit-identical passes must end at it too, and sample must run.
 #   cmake -DGPT=kiln-gpt -DCORPUS=dir -DWORK=dir -P resume_check.cmake
 set(args --data ${CORPUS} --n-layer 1 --n-head 2 --n-embd 32 --block 16 --batch 4
          --warmup 5 --eval-windows 16 --threads 1)
@@ -38,6 +39,13 @@ run(e eval --data ${CORPUS} --eval-windows 16 --model ${WORK}/a.gguf)
 val_loss(le "${e}")
 if(NOT le STREQUAL la)
   message(FATAL_ERROR "eval of the saved model gives ${le}, training ended at ${la}")
+endif()
+# The bit-identical f32 passes left out (--no-pass): the same loss, bit for bit.
+run(c train ${args} --iters 30 --eval-interval 10 --out ${WORK}/c.gguf
+    --no-pass fuse_bias --no-pass fuse_residual)
+val_loss(lc "${c}")
+if(NOT lc STREQUAL la)
+  message(FATAL_ERROR "without fuse_bias and fuse_residual: val_loss ${lc}, with them ${la}")
 endif()
 run(s sample --model ${WORK}/a.gguf --prompt "The " --tokens 40 --check-cache)
 string(LENGTH "${s}" n)

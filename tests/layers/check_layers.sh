@@ -2,7 +2,7 @@
 # The layer check (a ctest test, see tests/CMakeLists.txt): every #include of
 # kiln's sources goes the right way. Layers, in order; each may use only the
 # layers before it (docs/design.md, "Layers"):
-#   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,ops,optim_hyper}.h,
+#   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,graph_passes,ops,optim_hyper}.h,
 #                   ops.def, kiln/ext/{tensor_node,op_params,op_builder,rng}.h
 #   1 backend API   src/backend, kiln/{backend,registry}.h, kiln/ext/registry.h
 #   2 allocators    src/alloc, kiln/memory_plan.h, kiln/ext/alloc.h
@@ -53,7 +53,7 @@ file_layer() {
 # Layer of a public header, by its path under include/kiln/ (-1: unknown).
 public_layer() {
   case "$1" in
-    dtype.h | error.h | tensor.h | context.h | graph.h | ops.h | ops.def | optim_hyper.h) echo 0 ;;
+    dtype.h | error.h | tensor.h | context.h | graph.h | graph_passes.h | ops.h | ops.def | optim_hyper.h) echo 0 ;;
     ext/tensor_node.h | ext/op_params.h | ext/op_builder.h | ext/rng.h) echo 0 ;;
     backend.h | registry.h | ext/registry.h) echo 1 ;;
     memory_plan.h | ext/alloc.h) echo 2 ;;

@@ -3,6 +3,7 @@
 // whole sequence per token, and a perplexity), and against kiln's own
 // full-sequence logits at every step.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -201,6 +202,53 @@ TEST(Generate, Errors) {
                     "perplexity", "window of 17");
   EXPECT_KILN_ERROR(models::perplexity(*m.model, m.cpu, std::vector<int32_t>{1}, 8), "perplexity",
                     "at least 2 tokens");
+}
+
+// GeneratorOptions::passes: the bias fusion on models with biases gives the
+// same logits bit for bit, and the fused products are in the context; the
+// default runs no pass; a training-only pass is an error naming it.
+TEST(Generate, GraphPasses) {
+  auto biased_products = [](Context& ctx) {
+    int n = 0;
+    for (size_t i = 0; i < ctx.size(); ++i)
+      n += ctx.node(i)->op == Op::MATMUL && ctx.node(i)->n_src == 3;
+    return n;
+  };
+  for (const char* name : {"gpt2", "qwen2_bias"}) {
+    SCOPED_TRACE(name);
+    Loaded plain(name), fused(name);
+    Expected e(name, "generation.safetensors");
+    models::GeneratorOptions go;
+    go.passes = {GraphPass::fuse_bias};
+    models::Generator g0(*plain.model, plain.cpu), g1(*fused.model, fused.cpu, go);
+    EXPECT_TRUE(g0.graph_passes().empty());
+    EXPECT_EQ(g1.graph_passes(), go.passes);
+    const std::vector<int32_t> prompt = e.ints("prompt_ids");
+    for (int32_t next : {-1, 3, 5}) {  // the prompt, then two steps
+      std::vector<float> l0, l1;
+      if (next < 0) {
+        const auto a = g0.prefill(prompt), b = g1.prefill(prompt);
+        l0.assign(a.begin(), a.end());
+        l1.assign(b.begin(), b.end());
+      } else {
+        const auto a = g0.step(next), b = g1.step(next);
+        l0.assign(a.begin(), a.end());
+        l1.assign(b.begin(), b.end());
+      }
+      ASSERT_EQ(l0.size(), l1.size());
+      EXPECT_EQ(std::memcmp(l0.data(), l1.data(), l0.size() * sizeof(float)), 0) << next;
+    }
+    EXPECT_EQ(biased_products(plain.ctx), 0);
+    EXPECT_GT(biased_products(fused.ctx), 0);
+  }
+  Loaded m("gpt2");
+  models::GeneratorOptions go;
+  go.passes = {GraphPass::fuse_bias, GraphPass::fuse_residual};
+  EXPECT_KILN_ERROR(models::Generator(*m.model, m.cpu, go), "generate", "graph pass fuse_residual",
+                    "not valid for inference graphs");
+  go.passes = {GraphPass::fold_casts};
+  EXPECT_KILN_ERROR(models::Generator(*m.model, m.cpu, go), "generate",
+                    "graph pass fold_casts needs fuse_casts");
 }
 
 // Decoding reuses one graph per (tokens, cache bucket): steps inside a bucket

@@ -154,19 +154,21 @@ TEST(BiasFusion, BackwardThroughAFusedProduct) {
 
 // Two pre-LN transformer blocks (every Linear with a bias) trained by an
 // OptContext on the CPU: the same losses and parameters, bit for bit, with the
-// fusion and with KILN_FUSE_BIAS=0. (GELU's bf16 input needs the fused bias,
-// and changes values: off in both runs.)
+// fusion and without (GraphPass::fuse_bias). (GELU's bf16 input needs the
+// fused bias, and changes values: off in both runs.)
 TEST(BiasFusion, OptContextTrainsTransformerBlocksIdentically) {
-  const kiln_test::EnvOff gelu_inputs("KILN_BF16_GELU_INPUTS");
+  using kiln_test::training_passes_without;
   for (DType precision : {f32, bf16})
     for (int threads : {1, 2}) {
       SCOPED_TRACE(std::string(dtype_name(precision)) + " threads=" + std::to_string(threads));
       kiln_test::TwoBlockRun run[2];
       int biased[2] = {0, 0};
       for (int fuse = 0; fuse < 2; ++fuse)
-        run[fuse] =
-            kiln_test::train_two_blocks(precision, threads, fuse ? nullptr : "KILN_FUSE_BIAS",
-                                        [&](const Graph& g) { biased[fuse] = biased_products(g); });
+        run[fuse] = kiln_test::train_two_blocks(
+            precision, threads,
+            fuse ? training_passes_without({GraphPass::bf16_gelu_inputs})
+                 : training_passes_without({GraphPass::bf16_gelu_inputs, GraphPass::fuse_bias}),
+            [&](const Graph& g) { biased[fuse] = biased_products(g); });
       EXPECT_EQ(biased[0], 0);
       EXPECT_EQ(biased[1], 8);  // c_attn, c_proj, c_fc and the MLP's c_proj, per block
       EXPECT_EQ(run[0].losses, run[1].losses);        // exact

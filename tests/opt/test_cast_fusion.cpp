@@ -277,15 +277,20 @@ TEST(CastFusion, OutputsAndF32GraphsAreLeftAlone) {
 }
 
 // An OptContext on the CPU backend runs the pass: two pre-LN transformer blocks
-// train to bit-identical losses with it and with KILN_FUSE_CASTS=0 (which also
-// turns off GELU's bf16 input, a value change: off in both runs).
+// train to bit-identical losses with it and without (GraphPass::fuse_casts
+// and fold_casts, which needs it; GELU's bf16 input, which needs it too and
+// changes values, is off in both runs).
 TEST(CastFusion, OptContextTrainsIdenticallyWithTheCastsFused) {
-  const kiln_test::EnvOff gelu_inputs("KILN_BF16_GELU_INPUTS");
+  using kiln_test::training_passes_without;
   kiln_test::TwoBlockRun run[2];
   int casts[2] = {0, 0}, bf16_norms[2] = {0, 0};
   for (int fuse = 0; fuse < 2; ++fuse)
     run[fuse] = kiln_test::train_two_blocks(
-        bf16, 2, fuse ? nullptr : "KILN_FUSE_CASTS", [&](const Graph& g) {
+        bf16, 2,
+        fuse ? training_passes_without({GraphPass::bf16_gelu_inputs})
+             : training_passes_without(
+                   {GraphPass::bf16_gelu_inputs, GraphPass::fuse_casts, GraphPass::fold_casts}),
+        [&](const Graph& g) {
           for (const TensorNode* n : g.nodes()) {
             casts[fuse] += n->op == Op::COPY && n->dtype == bf16;
             bf16_norms[fuse] += n->op == Op::LAYER_NORM && n->dtype == bf16;

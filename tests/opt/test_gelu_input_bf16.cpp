@@ -105,13 +105,16 @@ TEST(Bf16GeluInputs, F32ProductsAndSharedOutputsAreLeftAlone) {
 }
 
 // In an OptContext: two transformer blocks train close to the pass off
-// (KILN_BF16_GELU_INPUTS=0), and each block's c_fc product stores bf16.
+// (without GraphPass::bf16_gelu_inputs), and each block's c_fc product stores bf16.
 TEST(Bf16GeluInputs, OptContextTrainsTwoBlocks) {
   kiln_test::TwoBlockRun run[2];
   int bf16_products[2] = {0, 0}, gelu_bf16_x[2] = {0, 0};
   for (int pass = 0; pass < 2; ++pass)
     run[pass] = kiln_test::train_two_blocks(
-        bf16, 2, pass ? nullptr : "KILN_BF16_GELU_INPUTS", [&](const Graph& g) {
+        bf16, 2,
+        pass ? std::nullopt
+             : std::optional(kiln_test::training_passes_without({GraphPass::bf16_gelu_inputs})),
+        [&](const Graph& g) {
           for (const TensorNode* n : g.nodes()) {
             bf16_products[pass] += n->op == Op::MATMUL && n->dtype == bf16;
             gelu_bf16_x[pass] +=

@@ -80,14 +80,17 @@ TEST(Bf16GradSums, F32GraphsAndUncastGradientsAreLeftAlone) {
 }
 
 // In an OptContext: two transformer blocks train as they do with the pass off
-// (KILN_BF16_GRAD_SUMS=0) but for the MLP biases' rounding, and GELU's
+// (without GraphPass::bf16_grad_sums) but for the MLP biases' rounding, and GELU's
 // backward stores bf16 in each block.
 TEST(Bf16GradSums, OptContextTrainsTwoBlocks) {
   kiln_test::TwoBlockRun run[2];
   int bf16_gelu_back[2] = {0, 0};
   for (int pass = 0; pass < 2; ++pass)
     run[pass] = kiln_test::train_two_blocks(
-        bf16, 2, pass ? nullptr : "KILN_BF16_GRAD_SUMS", [&](const Graph& g) {
+        bf16, 2,
+        pass ? std::nullopt
+             : std::optional(kiln_test::training_passes_without({GraphPass::bf16_grad_sums})),
+        [&](const Graph& g) {
           for (const TensorNode* n : g.nodes())
             bf16_gelu_back[pass] +=
                 (n->op == Op::GELU_BACK || n->op == Op::GELU_ERF_BACK) && n->dtype == bf16;

@@ -127,8 +127,8 @@ TEST(NormResidualFusion, LeavesOtherAddsAlone) {
 }
 
 // Two pre-LN transformer blocks trained by an OptContext on the CPU: the same
-// losses and parameters, bit for bit, with the fusion and with
-// KILN_FUSE_RESIDUAL=0.
+// losses and parameters, bit for bit, with the fusion and without
+// (GraphPass::fuse_residual).
 TEST(NormResidualFusion, OptContextTrainsTransformerBlocksIdentically) {
   for (DType precision : {f32, bf16})
     for (int threads : {1, 2}) {
@@ -136,9 +136,11 @@ TEST(NormResidualFusion, OptContextTrainsTransformerBlocksIdentically) {
       kiln_test::TwoBlockRun run[2];
       int fused[2] = {0, 0};
       for (int fuse = 0; fuse < 2; ++fuse)
-        run[fuse] =
-            kiln_test::train_two_blocks(precision, threads, fuse ? nullptr : "KILN_FUSE_RESIDUAL",
-                                        [&](const Graph& g) { fused[fuse] = fused_norms(g); });
+        run[fuse] = kiln_test::train_two_blocks(
+            precision, threads,
+            fuse ? std::nullopt
+                 : std::optional(kiln_test::training_passes_without({GraphPass::fuse_residual})),
+            [&](const Graph& g) { fused[fuse] = fused_norms(g); });
       EXPECT_EQ(fused[0], 0);
       // ln_2 of both blocks and ln_1 of the second (the first block's input
       // is the graph's input, which has no gradient).
