@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
   // --weights q8_0|q4_0: the Linear weights and the tied embedding / head
   // quantized by make_model (init() then writes quantized values).
   const std::string wt = sarg(argc, argv, "--weights", "f32");
-  if (wt == "q8_0") mo.weight_dtype = kiln::models::ModelOptions::WeightDType::q8_0;
-  else if (wt == "q4_0") mo.weight_dtype = kiln::models::ModelOptions::WeightDType::q4_0;
+  if (const auto wd = kiln::models::quantized_weight_dtype_named(wt)) mo.weight_dtype = *wd;
   else if (wt != "f32") {
     std::fprintf(stderr, "bench_generate: --weights must be f32, q8_0 or q4_0\n");
     return 2;

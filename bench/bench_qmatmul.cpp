@@ -23,8 +23,8 @@
 #include "backends/cpu/thread_pool.h"
 #include "llama_shape.h"
 
+using kiln::DType;
 using kiln::cpu::GemmType;
-using kiln::cpu::QuantFormat;
 using kiln::cpu::QuantMatrix;
 using kiln::cpu::ThreadCtx;
 using kiln::cpu::ThreadPool;
@@ -67,8 +67,8 @@ std::vector<float> random_f32(size_t n, uint64_t seed) {
 }
 
 // A quantized [n, k] matrix of random quants with in-range f16 scales (timing only).
-std::vector<uint8_t> random_quant(QuantFormat f, Shape s, uint64_t seed) {
-  const size_t rb = kiln::cpu::quant_row_bytes(f, s.k), bs = f == QuantFormat::q8_0 ? 34 : 18;
+std::vector<uint8_t> random_quant(DType f, Shape s, uint64_t seed) {
+  const size_t rb = kiln::cpu::quant_row_bytes(f, s.k), bs = f == DType::q8_0 ? 34 : 18;
   std::vector<uint8_t> v(rb * size_t(s.n));
   for (auto& b : v) b = uint8_t(next(seed));
   for (size_t o = 0; o < v.size(); o += bs) {
@@ -82,7 +82,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void BM_decode(benchmark::State& st, QuantFormat f) {
+void BM_decode(benchmark::State& st, DType f) {
   const int threads = int(st.range(0));
   const std::vector<Shape> shapes = model_shapes();
   std::vector<std::vector<float>> w32;
@@ -135,7 +135,7 @@ void BM_decode(benchmark::State& st, QuantFormat f) {
 }
 
 // m = 512 rows through one [n, k] matrix: x @ W^T (backward = false) or dy @ W.
-void BM_batch(benchmark::State& st, QuantFormat f, Shape s, bool backward) {
+void BM_batch(benchmark::State& st, DType f, Shape s, bool backward) {
   const int threads = int(st.range(0));
   constexpr int64_t m = 512;
   const std::vector<float> w32 = random_f32(size_t(s.n * s.k), 1);
@@ -178,15 +178,11 @@ constexpr Shape kGate{1536, 576}, kDown{576, 1536};
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_decode, q8_0, QuantFormat::q8_0)->Arg(1)->Arg(2)->UseManualTime();
-BENCHMARK_CAPTURE(BM_decode, q4_0, QuantFormat::q4_0)->Arg(1)->Arg(2)->UseManualTime();
-#define KILN_QBATCH(name, shape, backward)                                     \
-  BENCHMARK_CAPTURE(BM_batch, name##_q8_0, QuantFormat::q8_0, shape, backward) \
-      ->Arg(2)                                                                 \
-      ->UseManualTime();                                                       \
-  BENCHMARK_CAPTURE(BM_batch, name##_q4_0, QuantFormat::q4_0, shape, backward) \
-      ->Arg(2)                                                                 \
-      ->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q8_0, DType::q8_0)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q4_0, DType::q4_0)->Arg(1)->Arg(2)->UseManualTime();
+#define KILN_QBATCH(name, shape, backward)                                                         \
+  BENCHMARK_CAPTURE(BM_batch, name##_q8_0, DType::q8_0, shape, backward)->Arg(2)->UseManualTime(); \
+  BENCHMARK_CAPTURE(BM_batch, name##_q4_0, DType::q4_0, shape, backward)->Arg(2)->UseManualTime();
 KILN_QBATCH(prefill_gate_512x1536x576, kGate, false)
 KILN_QBATCH(prefill_down_512x576x1536, kDown, false)
 KILN_QBATCH(backward_gate_512x576x1536, kGate, true)

@@ -138,8 +138,8 @@ int run(const FinetuneOptions& o) {
     kiln::fail(kCmd, "--quantize trains LoRA adapters on a frozen quantized base, not --full");
   kiln::models::ModelOptions mo;
   if (!o.quantize.empty())
-    mo.weight_dtype = o.quantize == "q8_0" ? kiln::models::ModelOptions::WeightDType::q8_0
-                                           : kiln::models::ModelOptions::WeightDType::q4_0;
+    // The parser checked the name (quantized_weight_dtype_names()).
+    mo.weight_dtype = *kiln::models::quantized_weight_dtype_named(o.quantize);
   auto model = kiln::models::load_pretrained(ctx, cpu, o.model, mo);
   const int64_t V = model->vocab_size();
   if (data.vocab_size() > V)
@@ -273,7 +273,7 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
   c->add_option("--quantize", o->quantize,
                 "QLoRA: quantize the base's Linear weights and embedding")
-      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+      ->check(CLI::IsMember(kiln::models::quantized_weight_dtype_names()));
   c->add_option("--precision", o->precision,
                 "matmul precision: f32 or bf16 (bf16 operands, f32 accumulation; trained "
                 "weights, gradients and AdamW state stay f32; the saved files are f32)")

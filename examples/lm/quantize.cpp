@@ -28,9 +28,9 @@ struct QuantizeOptions {
 
 int run(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
+  // --type is one of quantized_weight_dtype_names() (checked by the parser).
   const kiln::models::ModelOptions::WeightDType wd =
-      o.type == "q8_0" ? kiln::models::ModelOptions::WeightDType::q8_0
-                       : kiln::models::ModelOptions::WeightDType::q4_0;
+      *kiln::models::quantized_weight_dtype_named(o.type);
   std::unique_ptr<LoadedModel> m = load_model(o.in, o.threads, 0, "", wd);
   int64_t quantized = 0, kept = 0;
   for (const auto& [name, t] : m->model->named_base_parameters())
@@ -59,7 +59,7 @@ Command add_quantize(CLI::App& app) {
   s->add_option("out", o->out, "the .gguf file to write")->required();
   s->add_option("--type", o->type, "q8_0 or q4_0")
       ->required()
-      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+      ->check(CLI::IsMember(kiln::models::quantized_weight_dtype_names()));
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   return {s, [o] { return run(*o); }};

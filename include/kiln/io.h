@@ -12,9 +12,10 @@
 //   f.load(fc1_weight);                 // by name; dtype and shape are checked
 //
 // Shapes are kiln's (outermost first); GGUF stores dims innermost first and the
-// conversion happens here. Tensor types: f32, f16, bf16, i32, and the
-// block-quantized Q8_0 and Q4_0 (kiln's q8_0 / q4_0: loaded and saved as they
-// are; gguf_dequantize gives their f32 values).
+// conversion happens here. Tensor types: f32, f16, bf16, i32, and ggml's
+// block-quantized types of kiln/quant_types.def (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q2_K .. Q6_K as kiln's q8_0, q4_0, ...: loaded and saved as they are;
+// gguf_dequantize gives their f32 values).
 // Every count, length and offset of a file is checked against its size before
 // anything is allocated: a corrupt or truncated file throws
 // kiln::Error("[gguf] <file>: ...").
@@ -136,9 +137,9 @@ class GgufWriter {
   // Raw data (contiguous, kiln shape order); copied.
   void add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
                        std::span<const uint8_t> bytes);
-  // Block-quantized data of ggml type `ggml_type` (Q8_0 = 8, Q4_0 = 2): blocks of
-  // 32 values along the innermost dim of `shape` (a multiple of 32), as ggml
-  // lays them out; copied.
+  // Block-quantized data of ggml type `ggml_type` (a row of kiln/quant_types.def,
+  // e.g. Q8_0 = 8, Q4_K = 12): whole blocks along the innermost dim of `shape`,
+  // as ggml lays them out; copied. Same as add_tensor_data with that dtype.
   void add_tensor_quantized(const std::string& name, uint32_t ggml_type, const Shape& shape,
                             std::span<const uint8_t> blocks);
   size_t n_tensors() const { return tensors_.size(); }
@@ -159,7 +160,6 @@ class GgufWriter {
     Shape shape;
     Tensor tensor;               // when set, data comes from here at save()
     std::vector<uint8_t> bytes;  // otherwise from here
-    uint32_t quant_type = 0;     // a block-quantized ggml type, or 0 (then dtype's)
   };
   uint32_t alignment() const;
   std::vector<std::pair<std::string, GgufValue>> kv_;
@@ -170,10 +170,10 @@ class GgufWriter {
 // A tensor described in a GGUF file.
 struct GgufTensorInfo {
   std::string name;
-  DType dtype = DType::f32;  // q8_0 / q4_0 for Q8_0 / Q4_0 data (loads into such tensors)
+  DType dtype = DType::f32;  // q8_0, q4_k, ... for block-quantized data (loads into such tensors)
   uint32_t ggml_type = 0;    // the file's type number
-  // "Q8_0" or "Q4_0" for block-quantized data (blocks of 32 values along the
-  // innermost dim; see gguf_dequantize); empty for f32, f16, bf16 and i32.
+  // ggml's name ("Q8_0", "Q4_K", ...) for block-quantized data (whole blocks
+  // along the innermost dim; see gguf_dequantize); empty for f32, f16, bf16, i32.
   std::string quant;
   bool quantized() const { return !quant.empty(); }
   Shape shape;          // kiln order (outermost first)
@@ -182,7 +182,7 @@ struct GgufTensorInfo {
 };
 
 // The values of a tensor's data as stored (GgufFile::read_bytes) as f32: f32,
-// f16, bf16, and the block-quantized Q8_0 and Q4_0 (dequantized as ggml does).
+// f16, bf16, and the block-quantized types (dequantized as ggml does).
 // kiln::Error when the byte count does not fit the tensor or the type is i32.
 std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint8_t> bytes);
 

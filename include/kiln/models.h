@@ -206,11 +206,15 @@ struct ModelOptions {
   // stored: matrices (params of 2+ dims: embeddings, projections, the head)
   // keep the file's f16/bf16 (matmul and embedding read them as they are);
   // 1-D params (norm weights, biases) are f32 either way. Loading only.
-  // q8_0 / q4_0: the weights of Linear layers (projections, MLPs, an untied
+  // q8_0 / q4_0 (the rows of kiln/quant_types.def that matmul reads as
+  // stored): the weights of Linear layers (projections, MLPs, an untied
   // head) and the token embedding (a tied head reads it) whose rows are whole
-  // 32-value blocks are quantized as they load (ggml's reference formulas) and
+  // blocks are quantized as they load (ggml's reference formulas) and
   // frozen; make_model applies it too (init() writes quantized values). GGUF
-  // tensors stored Q8_0 / Q4_0 are kept as stored (also with `stored`). Norms,
+  // tensors stored Q8_0 / Q4_0 are kept as stored (also with `stored`); GGUF
+  // tensors of the other quantized types (Q4_K, Q6_K, ...: matmul does not
+  // read them yet) are dequantized to f32 as they load, or quantized again to
+  // the type asked for here (ggml's formulas, from the dequantized values). Norms,
   // biases and GPT-2's position embedding stay f32. matmul reads the blocks as
   // they are (x @ W^T and, for LoRA, dy @ W), embedding dequantizes the rows
   // it gathers.
@@ -219,9 +223,27 @@ struct ModelOptions {
   // and bytes per decoded token; 1-D params f32. For inference (kiln-lm
   // generate --precision bf16): kiln's optimizers update f32 params only.
   // Loading only.
-  enum class WeightDType { f32, stored, q8_0, q4_0, bf16 };
+  enum class WeightDType {
+    f32,
+    stored,
+    bf16,
+#define KILN_QUANT_TYPE(name, GGUF_NAME, gguf_id, block_elems, block_bytes, family, matmul) \
+  KILN_QUANT_WEIGHT_DTYPE_##matmul(name)
+#define KILN_QUANT_WEIGHT_DTYPE_qmatmul(name) name,
+#define KILN_QUANT_WEIGHT_DTYPE_dequant(name)
+#include "kiln/quant_types.def"
+#undef KILN_QUANT_TYPE
+#undef KILN_QUANT_WEIGHT_DTYPE_qmatmul
+#undef KILN_QUANT_WEIGHT_DTYPE_dequant
+  };
   WeightDType weight_dtype = WeightDType::f32;
 };
+
+// The WeightDType that quantizes to the type named `name` ("q8_0", "q4_0": the
+// rows of kiln/quant_types.def that matmul reads as stored), or nullopt; and
+// their names (command-line choices).
+std::optional<ModelOptions::WeightDType> quantized_weight_dtype_named(std::string_view name);
+std::vector<std::string> quantized_weight_dtype_names();
 
 // The Llama-family model (LlamaForCausalLM's layout and names).
 std::unique_ptr<CausalLM> make_llama(Context& ctx, const ModelConfig& cfg,

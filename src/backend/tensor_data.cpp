@@ -159,8 +159,7 @@ float Tensor::item() const {
     case DType::i32: return float(get<int32_t>()[0]);
     case DType::f16: return f16_to_f32(get<uint16_t>()[0]);
     case DType::bf16: return bf16_to_f32(get<uint16_t>()[0]);
-    case DType::q8_0:
-    case DType::q4_0: break;  // never one element: rows are whole blocks
+    default: break;  // quantized: never one element, rows are whole blocks
   }
   return 0;
 }

@@ -9,27 +9,25 @@
 namespace kiln {
 
 size_t dtype_size(DType t) {
+  if (is_quantized(t)) return quant_type(t).block_bytes;
   switch (t) {
     case DType::f32: return 4;
     case DType::f16: return 2;
     case DType::bf16: return 2;
     case DType::i32: return 4;
-    case DType::q8_0: return 34;
-    case DType::q4_0: return 18;
+    default: return 0;
   }
-  return 0;
 }
 
 const char* dtype_name(DType t) {
+  if (is_quantized(t)) return quant_type(t).name;
   switch (t) {
     case DType::f32: return "f32";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
-    case DType::q8_0: return "q8_0";
-    case DType::q4_0: return "q4_0";
+    default: return "?";
   }
-  return "?";
 }
 
 uint16_t f32_to_f16(float x) {

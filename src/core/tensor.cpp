@@ -30,7 +30,7 @@ bool TensorNode::is_contiguous() const {
   int64_t expect = int64_t(elem_size());
   for (int d = shape.ndim() - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expect) return false;
-    // A quantized last dim steps by blocks: its row is shape / 32 blocks.
+    // A quantized last dim steps by blocks: its row is shape / block_elems blocks.
     expect *= d == shape.ndim() - 1 ? shape[d] / dtype_block_elems(dtype) : shape[d];
   }
   return true;

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kiln/io.h"
 
@@ -36,44 +37,35 @@ inline constexpr uint32_t kGgmlF16 = 1;
 inline constexpr uint32_t kGgmlI32 = 26;
 inline constexpr uint32_t kGgmlBF16 = 30;
 
-// Block-quantized ggml types kiln reads as they are (kiln's q8_0 / q4_0) or
-// dequantizes to f32: `elems` values per block of `bytes` bytes, blocks along
-// the innermost dim.
-inline constexpr uint32_t kGgmlQ4_0 = 2;  // f16 scale d, 16 bytes of 4-bit q: x = (q - 8) d
-inline constexpr uint32_t kGgmlQ8_0 = 8;  // f16 scale d, 32 int8 q: x = q d
+// The block-quantized types (their ggml numbers among them) are the rows of
+// kiln/quant_types.def.
 
 inline uint32_t ggml_type_of(DType t) {
+  if (is_quantized(t)) return quant_type(t).gguf_id;
   switch (t) {
     case DType::f32: return kGgmlF32;
     case DType::f16: return kGgmlF16;
     case DType::bf16: return kGgmlBF16;
     case DType::i32: return kGgmlI32;
-    case DType::q8_0: return kGgmlQ8_0;
-    case DType::q4_0: return kGgmlQ4_0;
-  }
-  return kGgmlF32;
-}
-struct BlockType {
-  const char* name;
-  uint64_t elems, bytes;
-};
-inline std::optional<BlockType> block_type(uint32_t t) {
-  switch (t) {
-    case kGgmlQ4_0: return BlockType{"Q4_0", 32, 18};
-    case kGgmlQ8_0: return BlockType{"Q8_0", 32, 34};
-    default: return std::nullopt;
+    default: return kGgmlF32;
   }
 }
 
+// The dtype of ggml type number t (plain or block-quantized), or nullopt.
 inline std::optional<DType> dtype_of_ggml(uint32_t t) {
   switch (t) {
     case kGgmlF32: return DType::f32;
     case kGgmlF16: return DType::f16;
     case kGgmlBF16: return DType::bf16;
     case kGgmlI32: return DType::i32;
-    default: return std::nullopt;
+    default: break;
   }
+  if (const QuantType* q = quant_type_of_gguf(t)) return q->dtype;
+  return std::nullopt;
 }
+
+// "f32=0, f16=1, Q4_0=2, ..." for errors about type numbers kiln does not read.
+std::string known_ggml_types();
 
 inline bool valid_type(uint32_t t) { return t <= uint32_t(GgufType::f64); }
 

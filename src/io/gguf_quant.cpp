@@ -1,6 +1,8 @@
 // Dequantization of GGUF tensor data to f32: the plain dtypes, and ggml's
-// Q8_0 and Q4_0 blocks (kiln's dequantize_row, src/core/quant.cpp).
+// block-quantized types (kiln/quant_types.def; kiln's dequantize_row), and the
+// list of type numbers kiln reads, for errors.
 #include <cstring>
+#include <string>
 
 #include "io/gguf_format.h"
 #include "kiln/io.h"
@@ -10,13 +12,13 @@ namespace kiln {
 std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint8_t> bytes) {
   const uint64_t n = uint64_t(t.shape.numel());
   std::vector<float> out;
-  if (const std::optional<gguf::BlockType> bt = gguf::block_type(t.ggml_type)) {
-    if (n % bt->elems != 0 || bytes.size() != n / bt->elems * bt->bytes)
-      fail("gguf", "tensor '", t.name, "' is ", bt->name, " ", t.shape.str(), " but ", bytes.size(),
-           " bytes were given");
+  if (is_quantized(t.dtype)) {
+    const uint64_t block = uint64_t(dtype_block_elems(t.dtype));
+    if (n % block != 0 || bytes.size() != n / block * dtype_size(t.dtype))
+      fail("gguf", "tensor '", t.name, "' is ", quant_type(t.dtype).gguf_name, " ", t.shape.str(),
+           " but ", bytes.size(), " bytes were given");
     out.resize(n);
-    const DType q = t.ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
-    dequantize_row(q, bytes.data(), out.data(), int64_t(n));  // blocks run on across rows
+    dequantize_row(t.dtype, bytes.data(), out.data(), int64_t(n));  // blocks run on across rows
     return out;
   }
   if (t.dtype == i32) fail("gguf", "tensor '", t.name, "' is i32, not a float tensor");
@@ -36,5 +38,14 @@ std::vector<float> gguf_dequantize(const GgufTensorInfo& t, std::span<const uint
   }
   return out;
 }
+
+namespace gguf {
+std::string known_ggml_types() {
+  std::string s = "f32=0, f16=1, bf16=30, i32=26";
+  for (const QuantType& q : kQuantTypes)
+    s += std::string(", ") + q.gguf_name + "=" + std::to_string(q.gguf_id);
+  return s;
+}
+}  // namespace gguf
 
 }  // namespace kiln

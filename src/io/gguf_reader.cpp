@@ -227,20 +227,21 @@ void GgufFile::parse() {
     uint64_t dims[kMaxDims] = {};
     for (uint32_t d = 0; d < nd; ++d) dims[d] = c.u64(what + " dims");
     t.ggml_type = c.u32(what + " type");
-    std::optional<DType> dt = gguf::dtype_of_ggml(t.ggml_type);
-    const std::optional<gguf::BlockType> block = gguf::block_type(t.ggml_type);
-    if (!dt && !block)
-      c.corrupt(what, " has ggml type ", t.ggml_type,
-                ", which kiln does not read (f32=0, f16=1, Q4_0=2, Q8_0=8, i32=26, bf16=30)");
-    t.dtype = dt ? *dt : t.ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
-    if (block) {
-      t.quant = block->name;
-      if (nd == 0 || dims[0] % block->elems != 0)
-        c.corrupt(what, " is ", block->name, " but its innermost dim (", nd ? dims[0] : uint64_t(0),
-                  ") is not a multiple of the block size ", block->elems);
+    const std::optional<DType> dt = gguf::dtype_of_ggml(t.ggml_type);
+    if (!dt)
+      c.corrupt(what, " has ggml type ", t.ggml_type, ", which kiln does not read (",
+                gguf::known_ggml_types(), ")");
+    t.dtype = *dt;
+    const bool blocks = is_quantized(t.dtype);
+    const uint64_t block_elems = uint64_t(dtype_block_elems(t.dtype));
+    if (blocks) {
+      t.quant = quant_type(t.dtype).gguf_name;
+      if (nd == 0 || dims[0] % block_elems != 0)
+        c.corrupt(what, " is ", t.quant, " but its innermost dim (", nd ? dims[0] : uint64_t(0),
+                  ") is not a multiple of the block size ", block_elems);
     }
     // Bytes per element for the overflow checks; quantized data takes fewer.
-    const uint64_t esize = block ? 2 : uint64_t(dtype_size(t.dtype));
+    const uint64_t esize = blocks ? 2 : uint64_t(dtype_size(t.dtype));
     t.offset = c.u64(what + " offset");
     // Sizes: every partial product of the dims, in any order, and its size in
     // bytes must fit in int64 (Shape::numel and byte strides multiply them). A
@@ -256,7 +257,7 @@ void GgufFile::parse() {
         c.corrupt(what, " has dims too large: their product overflows 64 bits (dim ", d, " is ",
                   dims[d], ")");
     }
-    t.nbytes = block ? numel / block->elems * block->bytes : numel * esize;
+    t.nbytes = blocks ? numel / block_elems * dtype_size(t.dtype) : numel * esize;
     if (t.nbytes > file_size_)
       c.corrupt(what, " has ", numel, " elements, more than the file (", file_size_,
                 " bytes) can hold");

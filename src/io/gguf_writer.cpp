@@ -105,41 +105,31 @@ void GgufWriter::add_tensor(Tensor t, const std::string& name) {
   std::string n = name.empty() ? t.name() : name;
   check_tensor_name(n, names_);
   names_.insert(n);
-  tensors_.push_back(Entry{std::move(n), t.dtype(), t.shape(), t, {}, 0});
+  tensors_.push_back(Entry{std::move(n), t.dtype(), t.shape(), t, {}});
 }
 
 void GgufWriter::add_tensor_data(const std::string& name, DType dtype, const Shape& shape,
                                  std::span<const uint8_t> bytes) {
   check_tensor_name(name, names_);
-  if (is_quantized(dtype) && (shape.ndim() == 0 || shape[shape.ndim() - 1] % 32 != 0))
+  const int64_t block = dtype_block_elems(dtype);
+  if (is_quantized(dtype) && (shape.ndim() == 0 || shape[shape.ndim() - 1] % block != 0))
     fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(),
-         ": its innermost dim must be a multiple of the block size 32");
-  const uint64_t want =
-      uint64_t(shape.numel()) / uint64_t(dtype_block_elems(dtype)) * dtype_size(dtype);
+         ": its innermost dim must be a multiple of the block size ", block);
+  const uint64_t want = uint64_t(shape.numel()) / uint64_t(block) * dtype_size(dtype);
   if (bytes.size() != want)
     fail("gguf", "tensor '", name, "' is ", dtype_name(dtype), " ", shape.str(), " (", want,
          " bytes) but ", bytes.size(), " bytes were given");
   names_.insert(name);
-  tensors_.push_back(Entry{name, dtype, shape, Tensor(), {bytes.begin(), bytes.end()}, 0});
+  tensors_.push_back(Entry{name, dtype, shape, Tensor(), {bytes.begin(), bytes.end()}});
 }
 
 void GgufWriter::add_tensor_quantized(const std::string& name, uint32_t ggml_type,
                                       const Shape& shape, std::span<const uint8_t> blocks) {
-  check_tensor_name(name, names_);
-  const std::optional<gguf::BlockType> bt = gguf::block_type(ggml_type);
-  if (!bt)
+  const QuantType* q = quant_type_of_gguf(ggml_type);
+  if (!q)
     fail("gguf", "tensor '", name, "': ggml type ", ggml_type,
-         " is not a block-quantized type kiln writes (Q4_0 = 2, Q8_0 = 8)");
-  if (shape.ndim() == 0 || shape[shape.ndim() - 1] % int64_t(bt->elems) != 0)
-    fail("gguf", "tensor '", name, "' is ", bt->name, " ", shape.str(),
-         ": its innermost dim must be a multiple of the block size ", bt->elems);
-  const uint64_t want = uint64_t(shape.numel()) / bt->elems * bt->bytes;
-  if (blocks.size() != want)
-    fail("gguf", "tensor '", name, "' is ", bt->name, " ", shape.str(), " (", want, " bytes) but ",
-         blocks.size(), " bytes were given");
-  names_.insert(name);
-  const DType dt = ggml_type == gguf::kGgmlQ8_0 ? DType::q8_0 : DType::q4_0;
-  tensors_.push_back(Entry{name, dt, shape, Tensor(), {blocks.begin(), blocks.end()}, ggml_type});
+         " is not a block-quantized type kiln writes (", gguf::known_ggml_types(), ")");
+  add_tensor_data(name, q->dtype, shape, blocks);
 }
 
 void GgufWriter::save(const std::string& path) const {
@@ -168,12 +158,10 @@ void GgufWriter::save(const std::string& path) const {
     head.u32(uint32_t(nd == 0 ? 1 : nd));
     if (nd == 0) head.u64(1);  // a scalar is stored as [1]: ggml has no 0-dim tensors
     for (int d = nd - 1; d >= 0; --d) head.u64(uint64_t(e.shape[d]));  // innermost first
-    head.u32(e.quant_type ? e.quant_type : gguf::ggml_type_of(e.dtype));
+    head.u32(gguf::ggml_type_of(e.dtype));
     head.u64(offset);
-    const uint64_t size = e.quant_type
-                              ? e.bytes.size()
-                              : uint64_t(e.shape.numel()) / uint64_t(dtype_block_elems(e.dtype)) *
-                                    dtype_size(e.dtype);
+    const uint64_t size =
+        uint64_t(e.shape.numel()) / uint64_t(dtype_block_elems(e.dtype)) * dtype_size(e.dtype);
     offset = gguf::align_up(offset + size, align);
   }
   head.b.resize(gguf::align_up(head.b.size(), align), 0);

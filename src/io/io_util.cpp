@@ -66,9 +66,9 @@ std::vector<uint8_t> tensor_bytes(const Tensor& t) {
     case DType::i32: return as_bytes(t.get<int32_t>());
     case DType::f16:
     case DType::bf16: return as_bytes(t.get<uint16_t>());
-    case DType::q8_0:
-    case DType::q4_0: return t.get<uint8_t>();
+    default: break;
   }
+  if (is_quantized(t.dtype())) return t.get<uint8_t>();
   return {};
 }
 
@@ -78,8 +78,9 @@ void set_tensor_bytes(Tensor t, const std::vector<uint8_t>& bytes) {
     case DType::i32: set_from<int32_t>(t, bytes); break;
     case DType::f16:
     case DType::bf16: set_from<uint16_t>(t, bytes); break;
-    case DType::q8_0:
-    case DType::q4_0: t.set<uint8_t>(bytes); break;
+    default:
+      if (is_quantized(t.dtype())) t.set<uint8_t>(bytes);
+      break;
   }
 }
 

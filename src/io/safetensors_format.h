@@ -44,8 +44,7 @@ inline std::string_view name_of(DType t) {
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
-    case DType::q8_0:
-    case DType::q4_0: break;  // the writer refuses them: safetensors has no block formats
+    default: break;  // quantized: the writer refuses them, safetensors has no block formats
   }
   return "F32";
 }

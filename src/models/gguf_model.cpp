@@ -284,8 +284,10 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
     for (Item& it : plan)
       if (it.param.ndim() >= 2) it.param = model->set_parameter_dtype(it.name, bf16);
-  // Quantized Linear weights: Q8_0 / Q4_0 tensors kept as stored (rows moved as
-  // bytes), other dtypes quantized as they load (ModelOptions::WeightDType).
+  // Quantized Linear weights: tensors of a type matmul reads (Q8_0, Q4_0) kept
+  // as stored (rows moved as bytes); other quantized types (Q4_K, Q6_K, ...)
+  // dequantized to f32 as they load, or quantized again to weight_dtype's type;
+  // other dtypes quantized as they load (ModelOptions::WeightDType).
   const std::optional<DType> q = detail::quantized_weight_dtype(opt);
   // Only the CPU reads quantized blocks: other backends get f32 (stored) or an error.
   if (q && !detail::can_map(backend))
@@ -294,10 +296,12 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
     const std::set<std::string> names = detail::quantizable_weight_names(*model);
     for (Item& it : plan) {
-      if (!detail::quantizes(names, it.name, it.param)) continue;
-      if (it.info->quantized() && it.layout != Layout::transposed)
+      const bool keep = it.info->quantized() && quant_type(it.info->dtype).matmul_reads &&
+                        it.layout != Layout::transposed;
+      if (keep && detail::quantizes(names, it.name, it.param, it.info->dtype))
         it.param = model->set_parameter_dtype(it.name, it.info->dtype);
-      else if (q) it.param = model->set_parameter_dtype(it.name, *q);
+      else if (q && detail::quantizes(names, it.name, it.param, *q))
+        it.param = model->set_parameter_dtype(it.name, *q);
     }
   }
   int64_t mapped = 0;
@@ -324,7 +328,7 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     if (it.param.dtype() == it.info->dtype && it.info->quantized()) {
       set_param(it.param, raw, it.layout, it.heads, it.info->shape);  // whole rows of blocks
     } else if (it.param.dtype() == f32 || is_quantized(it.param.dtype())) {
-      // f32, f16, bf16, Q8_0, Q4_0 -> f32 (quantized again by set<float> for a q param)
+      // f32, f16, bf16, any quantized type -> f32 (quantized again by set<float> for a q param)
       set_param(it.param, gguf_dequantize(*it.info, raw), it.layout, it.heads, it.info->shape);
     } else if (it.param.dtype() != it.info->dtype) {  // weight_dtype bf16: rounded
       set_param(it.param, detail::to_half(gguf_dequantize(*it.info, raw), it.param.dtype()),

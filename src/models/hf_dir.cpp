@@ -151,7 +151,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
              "only the CPU has quantized matmul and embedding kernels");
       const std::set<std::string> names = detail::quantizable_weight_names(model);
       for (Item& it : plan)
-        if (detail::quantizes(names, it.name, it.param))
+        if (detail::quantizes(names, it.name, it.param, *q))
           it.param = model.set_parameter_dtype(it.name, *q);  // quantized by set<float> below
     }
     if (opt.mmap && detail::can_map(*backend)) {

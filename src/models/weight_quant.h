@@ -23,9 +23,10 @@ std::set<std::string> quantizable_weight_names(const CausalLM& model);
 // q8_0 / q4_0 when opt asks to quantize weights, nullopt otherwise.
 std::optional<DType> quantized_weight_dtype(const ModelOptions& opt);
 
-// True when `param` named `name` becomes `q` on load: one of `names` whose rows
-// are whole blocks (last dim % 32 == 0; others stay f32).
-bool quantizes(const std::set<std::string>& names, const std::string& name, const Tensor& param);
+// True when `param` named `name` can become `q` on load: one of `names` whose
+// rows are whole blocks of q (others stay f32).
+bool quantizes(const std::set<std::string>& names, const std::string& name, const Tensor& param,
+               DType q);
 
 // Quantized params get no gradient (matmul and embedding read them, the
 // autodiff refuses them): they are frozen as they are loaded.

@@ -240,8 +240,7 @@ struct Gather {
         t.set<int32_t>(out);
         break;
       }
-      case DType::q8_0:
-      case DType::q4_0:
+      default:  // quantized
         fail("dataset", what, " cannot fill the quantized tensor ", t.label(), " ",
              t.shape().str());
     }

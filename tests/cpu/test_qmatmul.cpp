@@ -19,9 +19,9 @@
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 
+using kiln::DType;
 using kiln::cpu::BlockQ4_0;
 using kiln::cpu::BlockQ8_0;
-using kiln::cpu::QuantFormat;
 using kiln::cpu::QuantMatrix;
 using kiln::cpu::ThreadCtx;
 using kiln::cpu::ThreadPool;
@@ -33,7 +33,7 @@ constexpr double kUnit = 1.0 / (1 << 24);  // f32 unit roundoff
 // A random quantized W [n, k] with `pad` spare bytes after each row, and its
 // dequantized values in double.
 struct QuantW {
-  QuantFormat format;
+  DType format;
   int64_t n, k;
   std::vector<uint8_t> bytes;
   std::vector<double> deq;  // [n, k]
@@ -53,7 +53,7 @@ uint16_t random_scale(std::mt19937& rng) {
   return uint16_t(sign | exp << 10 | mant);
 }
 
-QuantW random_w(QuantFormat f, int64_t n, int64_t k, size_t pad, std::mt19937& rng) {
+QuantW random_w(DType f, int64_t n, int64_t k, size_t pad, std::mt19937& rng) {
   QuantW w{f, n, k, {}, std::vector<double>(size_t(n * k)), kiln::cpu::quant_row_bytes(f, k) + pad};
   w.bytes.resize(w.stride * size_t(n) + 1);
   for (auto& b : w.bytes) b = uint8_t(rng());  // padding is garbage, never read as values
@@ -63,7 +63,7 @@ QuantW random_w(QuantFormat f, int64_t n, int64_t k, size_t pad, std::mt19937& r
       const uint16_t dh = random_scale(rng);
       const double d = kiln::f16_to_f32(dh);
       double* out = w.deq.data() + j * k + b * 32;
-      if (f == QuantFormat::q8_0) {
+      if (f == DType::q8_0) {
         BlockQ8_0 blk;
         blk.d = dh;
         for (int l = 0; l < 32; ++l) blk.qs[l] = int8_t(rng());
@@ -132,13 +132,13 @@ void expect_close(const std::vector<float>& out, int64_t ld_out, int64_t rows, i
 }
 
 struct Case {
-  QuantFormat f;
+  DType f;
   int64_t m, n, k;
 };
 
 std::string name(const char* fn, const Case& c) {
   std::ostringstream os;
-  os << fn << (c.f == QuantFormat::q8_0 ? " q8_0" : " q4_0") << " m=" << c.m << " n=" << c.n
+  os << fn << (c.f == DType::q8_0 ? " q8_0" : " q4_0") << " m=" << c.m << " n=" << c.n
      << " k=" << c.k;
   return os.str();
 }
@@ -222,7 +222,7 @@ void check_xw(const Case& c, uint32_t seed) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0})
+  for (DType f : {DType::q8_0, DType::q4_0})
     for (int64_t k : {32, 64, 576, 1536})
       for (int64_t m : {1, 3, 17, 512}) out.push_back({f, m, m == 512 ? 67 : 101, k});
   return out;
@@ -243,7 +243,7 @@ TEST(QMatmul, XwMatchesDequantizedProduct) {
 // dy @ W with more rows of W than one dequantized tile holds (the tiles' partial
 // products are accumulated), and x @ W^T over several row tiles.
 TEST(QMatmul, ManyRowsOfW) {
-  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0}) {
+  for (DType f : {DType::q8_0, DType::q4_0}) {
     check_xw({f, 5, 2051, 96}, 7);
     check_xw({f, 1, 1031, 64}, 8);
     check_xwt({f, 33, 1031, 64}, 9);
@@ -255,7 +255,7 @@ TEST(QMatmul, ManyRowsOfW) {
 // itself) inside and after a chunk of 16 blocks, for 1 to 4 rows of x.
 TEST(QMatmul, OddBlockCounts) {
   uint32_t seed = 300;
-  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0})
+  for (DType f : {DType::q8_0, DType::q4_0})
     for (int64_t k : {96, 544, 1120})
       for (int64_t m : {1, 2, 3, 4}) check_xwt({f, m, 13, k}, seed++);
 }
@@ -263,7 +263,7 @@ TEST(QMatmul, OddBlockCounts) {
 // A non-finite x value makes the outputs that read it non-finite, on every path
 // (the int8 path cannot round it: its block's outputs become NaN).
 TEST(QMatmul, NonFiniteXPropagates) {
-  for (QuantFormat f : {QuantFormat::q8_0, QuantFormat::q4_0})
+  for (DType f : {DType::q8_0, DType::q4_0})
     for (int64_t m : {1, 6}) {
       std::mt19937 rng(5);
       const QuantW w = random_w(f, 9, 64, 0, rng);
@@ -285,7 +285,7 @@ TEST(QMatmul, NonFiniteXPropagates) {
 
 TEST(QMatmul, EmptyShapes) {
   std::mt19937 rng(3);
-  const QuantW w = random_w(QuantFormat::q4_0, 0, 64, 0, rng);
+  const QuantW w = random_w(DType::q4_0, 0, 64, 0, rng);
   std::vector<float> dy(4 * 1, 0.f), dx(4 * 64, kSentinel);
   ThreadCtx t;
   // n = 0: dx = dy @ W is all zeros.
@@ -299,10 +299,10 @@ TEST(QMatmul, BadShapesThrow) {
   std::vector<uint8_t> bytes(34 * 4);
   std::vector<float> x(64), y(64);
   ThreadCtx t;
-  const QuantMatrix odd{bytes.data(), QuantFormat::q8_0, 2, 48, 68};
+  const QuantMatrix odd{bytes.data(), DType::q8_0, 2, 48, 68};
   EXPECT_THROW(kiln::cpu::qmatmul_xwt(odd, x.data(), 48, y.data(), 2, 1, t), kiln::Error);
-  const QuantMatrix short_stride{bytes.data(), QuantFormat::q8_0, 2, 64, 40};
+  const QuantMatrix short_stride{bytes.data(), DType::q8_0, 2, 64, 40};
   EXPECT_THROW(kiln::cpu::qmatmul_xw(short_stride, x.data(), 2, y.data(), 64, 1, t), kiln::Error);
-  const QuantMatrix ok{bytes.data(), QuantFormat::q8_0, 2, 64, 68};
+  const QuantMatrix ok{bytes.data(), DType::q8_0, 2, 64, 68};
   EXPECT_THROW(kiln::cpu::qmatmul_xwt(ok, x.data(), 32, y.data(), 2, 2, t), kiln::Error);
 }

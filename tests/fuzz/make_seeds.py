@@ -83,3 +83,11 @@ write("gguf", "quantized.gguf", gguf(
     [("general.architecture", 8, gstr("llama"))],
     [("q8", 8, [32, 2], (struct.pack("<H", 0x3C00) + bytes(range(32))) * 2),
      ("q4", 2, [64], (struct.pack("<H", 0x3800) + bytes(range(0, 256, 16))) * 2)]))
+# The other block types of kiln/quant_types.def, one tensor each of two blocks
+# (type id, values per block, bytes per block); the bytes are a fixed pattern.
+BLOCK_TYPES = {"q4_1": (3, 32, 20), "q5_0": (6, 32, 22), "q5_1": (7, 32, 24), "q2_k": (10, 256, 84),
+               "q3_k": (11, 256, 110), "q4_k": (12, 256, 144), "q5_k": (13, 256, 176), "q6_k": (14, 256, 210)}
+write("gguf", "block_types.gguf", gguf(
+    [("general.architecture", 8, gstr("llama"))],
+    [(name, tid, [qk, 2], bytes((i * 37 + 11) % 256 for i in range(2 * size)))
+     for name, (tid, qk, size) in BLOCK_TYPES.items()]))

@@ -236,7 +236,8 @@ TEST(GgufCorrupt, SpecificDefectsHaveClearMessages) {
     return b;
   };
   EXPECT_ERROR_HAS(error_for(dir, one_tensor({1, 1, 1, 1, 1}, 0, 0, 4)), "has 5 dims (at most 4)");
-  EXPECT_ERROR_HAS(error_for(dir, one_tensor({4}, 3, 0, 64)), "ggml type 3");  // Q4_1
+  EXPECT_ERROR_HAS(error_for(dir, one_tensor({4}, 15, 0, 64)), "ggml type 15");  // Q8_K
+  EXPECT_ERROR_HAS(error_for(dir, one_tensor({4}, 99, 0, 64)), "'t' has ggml type 99");
   EXPECT_ERROR_HAS(error_for(dir, one_tensor({4}, 2, 0, 64)), "not a multiple of the block size");
   EXPECT_ERROR_HAS(error_for(dir, one_tensor({1ull << 32, 1ull << 32}, 0, 0, 4)), "dims too large");
   EXPECT_ERROR_HAS(error_for(dir, one_tensor({1ull << 40}, 0, 0, 4)), "more than the file");

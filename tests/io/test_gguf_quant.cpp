@@ -125,8 +125,9 @@ TEST(GgufQuant, LoadsIntoQuantizedTensorsOnly) {
                     "multiple of the block size 32");
   EXPECT_KILN_ERROR(bad.add_tensor_quantized("x", 8, {32}, std::vector<uint8_t>(33)), "gguf",
                     "34 bytes");
-  EXPECT_KILN_ERROR(bad.add_tensor_quantized("x", 3, {32}, std::vector<uint8_t>(34)), "gguf",
-                    "ggml type 3");
+  // 15 is ggml's Q8_K (dot-product scratch, not a storage type): not in kiln's table.
+  EXPECT_KILN_ERROR(bad.add_tensor_quantized("x", 15, {256}, std::vector<uint8_t>(292)), "gguf",
+                    "ggml type 15");
 }
 
 // A file whose Q8_0 tensor has an innermost dim of 48 (a block and a half).

@@ -37,8 +37,8 @@ void check(const char* op, const QuantMatrix& W, int64_t m, int64_t ld_in, int64
     fail(op, "negative size: W is [", W.rows, ", ", W.cols, "], m = ", m);
   if (W.cols % kQuantBlock != 0)
     fail(op, "W has ", W.cols, " columns, not a multiple of the block size ", kQuantBlock);
-  if (W.format != QuantFormat::q8_0 && W.format != QuantFormat::q4_0)
-    fail(op, "unknown quantization format ", int(W.format));
+  if (!is_quantized(W.format) || !quant_type(W.format).matmul_reads)
+    fail(op, "W is ", dtype_name(W.format), ", which the CPU matmul does not read as stored");
   if (W.rows > 0 && W.row_stride < quant_row_bytes(W.format, W.cols))
     fail(op, "W's row stride ", W.row_stride, " bytes is below its row size ",
          quant_row_bytes(W.format, W.cols));

@@ -19,32 +19,43 @@
 #include <cstdint>
 
 #include "backends/cpu/thread_pool.h"
+#include "kiln/dtype.h"
 
 namespace kiln::cpu {
 
-enum class QuantFormat : uint8_t { q8_0, q4_0 };
-
-inline constexpr int64_t kQuantBlock = 32;
+// The types these kernels read as stored: the rows of kiln/quant_types.def
+// whose matmul column is qmatmul (q8_0, q4_0). Both have 32-value blocks.
+inline constexpr int64_t kQuantBlock = dtype_block_elems(DType::q8_0);
+static_assert(dtype_block_elems(DType::q4_0) == kQuantBlock, "q8_0 and q4_0 share a block size");
 
 struct BlockQ8_0 {
   uint16_t d;  // f16 scale
-  int8_t qs[32];
+  int8_t qs[kQuantBlock];
 };
 struct BlockQ4_0 {
   uint16_t d;  // f16 scale
-  uint8_t qs[16];
+  uint8_t qs[kQuantBlock / 2];
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block sizes");
+static_assert(sizeof(BlockQ8_0) == quant_type(DType::q8_0).block_bytes &&
+                  sizeof(BlockQ4_0) == quant_type(DType::q4_0).block_bytes,
+              "ggml block sizes");
+
+// The kernels dispatch on q8_0, and take any other format for q4_0: a new
+// qmatmul row in the table needs its own kernels (and dispatch) first.
+constexpr bool reads_only_q8_0_and_q4_0() {
+  for (const QuantType& q : kQuantTypes)
+    if (q.matmul_reads && q.dtype != DType::q8_0 && q.dtype != DType::q4_0) return false;
+  return true;
+}
+static_assert(reads_only_q8_0_and_q4_0(), "quant_types.def: a qmatmul row without kernels here");
 
 // Bytes of one quantized row of k values (k % 32 == 0).
-inline size_t quant_row_bytes(QuantFormat f, int64_t k) {
-  return size_t(k / kQuantBlock) * (f == QuantFormat::q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0));
-}
+inline size_t quant_row_bytes(DType f, int64_t k) { return dtype_row_bytes(f, k); }
 
 // A quantized matrix W [n, k]: row j starts at data + j * row_stride bytes.
 struct QuantMatrix {
   const void* data = nullptr;
-  QuantFormat format = QuantFormat::q8_0;
+  DType format = DType::q8_0;  // q8_0 or q4_0
   int64_t rows = 0, cols = 0;  // n, k
   size_t row_stride = 0;       // bytes, >= quant_row_bytes(format, cols)
 };

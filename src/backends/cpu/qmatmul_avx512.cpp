@@ -35,15 +35,15 @@ inline __m512 scale_of(const uint8_t* block) {
 // gemv's GB/s; 8-16 KB ahead reached it).
 constexpr int64_t kPrefetchBytes = 8192;
 
-template <QuantFormat F>
+template <DType F>
 constexpr int64_t block_bytes() {
-  return F == QuantFormat::q8_0 ? int64_t(sizeof(BlockQ8_0)) : int64_t(sizeof(BlockQ4_0));
+  return F == DType::q8_0 ? int64_t(sizeof(BlockQ8_0)) : int64_t(sizeof(BlockQ4_0));
 }
 
 // The 32 quants of a block as f32 (values 0..15, values 16..31), unscaled.
-template <QuantFormat F>
+template <DType F>
 inline __attribute__((always_inline)) void load_quants(const uint8_t* blk, __m512& lo, __m512& hi) {
-  if constexpr (F == QuantFormat::q8_0) {
+  if constexpr (F == DType::q8_0) {
     lo = _mm512_cvtepi32_ps(
         _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
     hi = _mm512_cvtepi32_ps(
@@ -59,7 +59,7 @@ inline __attribute__((always_inline)) void load_quants(const uint8_t* blk, __m51
 
 // The 32 values of a block as (values 0..15, values 16..31), scaled: exact,
 // an f16 scale times an int8 or 4-bit value fits f32's mantissa.
-template <QuantFormat F>
+template <DType F>
 inline __attribute__((always_inline)) void load_block(const uint8_t* blk, __m512& lo, __m512& hi) {
   const __m512 d = scale_of(blk);
   load_quants<F>(blk, lo, hi);
@@ -96,7 +96,7 @@ inline __m512 scales16(const uint8_t* p, int nc) {
 // quants and x summed lane-wise into 16 (a mul and an FMA), then scaled into the
 // accumulator (an FMA with the scale broadcast from memory). The scales of 16
 // blocks are converted together, so a block costs 7 vector ops for M = 1.
-template <QuantFormat F, int R, int M>
+template <DType F, int R, int M>
 void dot_group(const QuantMatrix& W, int64_t j, const float* x, int64_t ldx, float* y,
                int64_t ldy) {
   constexpr int64_t bb = block_bytes<F>();
@@ -142,7 +142,7 @@ void dot_group(const QuantMatrix& W, int64_t j, const float* x, int64_t ldx, flo
 }
 
 // Rows [j0, j1) of W against M rows of x: R rows of W at a time, then one.
-template <QuantFormat F, int R, int M>
+template <DType F, int R, int M>
 void dot_range(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t j0,
                int64_t j1) {
   int64_t j = j0;
@@ -150,7 +150,7 @@ void dot_range(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int6
   for (; j < j1; ++j) dot_group<F, 1, M>(W, j, x, ldx, y, ldy);
 }
 
-template <QuantFormat F>
+template <DType F>
 void dot_rows_f(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
                 int64_t j0, int64_t j1) {
   for (int64_t i = 0; i < m; i += 4) {  // 4 rows of x at a time, then the rest
@@ -186,17 +186,17 @@ struct XPair {
 static_assert(sizeof(XPair) == 192);
 
 // Lane l of a pair's 16 int32 sums belongs to block 0 or 1 of the pair.
-template <QuantFormat F>
+template <DType F>
 constexpr int lane_block(int l) {
-  return F == QuantFormat::q4_0 ? (l / 4) % 2 : l / 8;
+  return F == DType::q4_0 ? (l / 4) % 2 : l / 8;
 }
 // Byte of value v (0..31) of block h (0, 1) of a pair.
-template <QuantFormat F>
+template <DType F>
 constexpr int pair_byte(int h, int v) {
-  return F == QuantFormat::q4_0 ? (v < 16 ? 0 : 32) + h * 16 + v % 16 : h * 32 + v;
+  return F == DType::q4_0 ? (v < 16 ? 0 : 32) + h * 16 + v % 16 : h * 32 + v;
 }
 
-template <QuantFormat F>
+template <DType F>
 void quantize_x(const float* x, int64_t nb, XPair* out) {
   for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
     XPair& X = out[p];
@@ -222,21 +222,20 @@ void quantize_x(const float* x, int64_t nb, XPair* out) {
     }
     for (int h = 0; h < 2; ++h)
       for (int v = 0; v < 32; ++v)
-        X.q[pair_byte<F>(h, v)] =
-            F == QuantFormat::q8_0 ? uint8_t(q[h][v] + 128) : uint8_t(q[h][v]);
+        X.q[pair_byte<F>(h, v)] = F == DType::q8_0 ? uint8_t(q[h][v] + 128) : uint8_t(q[h][v]);
     for (int l = 0; l < 16; ++l) {
       int sum = 0;
       for (int u = 0; u < 4; ++u) sum += int8_t(X.q[4 * l + u]);
-      X.corr[l] = F == QuantFormat::q4_0 ? -8 * sum : 0;
+      X.corr[l] = F == DType::q4_0 ? -8 * sum : 0;
       X.d[l] = dx[lane_block<F>(l)];
     }
   }
 }
 
 // The W bytes of blocks a and b (b = a for an odd last block) in pair order.
-template <QuantFormat F>
+template <DType F>
 inline __attribute__((always_inline)) __m512i load_pair(const uint8_t* a, const uint8_t* b) {
-  if constexpr (F == QuantFormat::q4_0) {
+  if constexpr (F == DType::q4_0) {
     const __m256i v = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), 1);
@@ -251,7 +250,7 @@ inline __attribute__((always_inline)) __m512i load_pair(const uint8_t* a, const 
 
 // vpermps indices that spread the scales of pair pp of a 16-block chunk over
 // its 16 lanes.
-template <QuantFormat F>
+template <DType F>
 struct PairIndex {
   alignas(64) int32_t idx[8][16];
   constexpr PairIndex() : idx() {
@@ -259,11 +258,11 @@ struct PairIndex {
       for (int l = 0; l < 16; ++l) idx[pp][l] = 2 * pp + lane_block<F>(l);
   }
 };
-template <QuantFormat F>
+template <DType F>
 inline constexpr PairIndex<F> kPairIndex{};
 
 // R rows of W (from row j) against M quantized rows of x (xq[i]: its pairs).
-template <QuantFormat F, int R, int M>
+template <DType F, int R, int M>
 void vnni_group(const QuantMatrix& W, int64_t j, const XPair* const* xq, float* y, int64_t ldy) {
   constexpr int64_t bb = block_bytes<F>();
   const int64_t nb = W.cols / kQuantBlock;
@@ -289,19 +288,19 @@ void vnni_group(const QuantMatrix& W, int64_t j, const XPair* const* xq, float* 
         const uint8_t* a = rows[r] + b * bb;
         // Every cache line ahead: a Q8_0 pair spans 68 bytes.
         _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchBytes), _MM_HINT_T0);
-        if constexpr (F == QuantFormat::q8_0)
+        if constexpr (F == DType::q8_0)
           _mm_prefetch(reinterpret_cast<const char*>(a + bb + kPrefetchBytes), _MM_HINT_T0);
         const __m512i z = load_pair<F>(a, a + partner);
         const __m512 dw = _mm512_permutexvar_ps(idx, dw16[r]);
         __m512i wsum;
-        if constexpr (F == QuantFormat::q8_0)
+        if constexpr (F == DType::q8_0)
           wsum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), z);
 #pragma GCC unroll 4
         for (int i = 0; i < M; ++i) {
           const XPair& X = xq[i][p];
           const __m512i xv = _mm512_load_si512(X.q);
           __m512i sum;
-          if constexpr (F == QuantFormat::q4_0)
+          if constexpr (F == DType::q4_0)
             sum = _mm512_dpbusd_epi32(_mm512_load_si512(X.corr), z, xv);
           else sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, z), wsum);
           acc[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
@@ -316,7 +315,7 @@ void vnni_group(const QuantMatrix& W, int64_t j, const XPair* const* xq, float* 
     for (int r = 0; r < R; ++r) y[i * ldy + j + r] = _mm512_reduce_add_ps(acc[i][r]);
 }
 
-template <QuantFormat F, int R, int M>
+template <DType F, int R, int M>
 void vnni_range(const QuantMatrix& W, const XPair* const* xq, float* y, int64_t ldy, int64_t j0,
                 int64_t j1) {
   int64_t j = j0;
@@ -324,7 +323,7 @@ void vnni_range(const QuantMatrix& W, const XPair* const* xq, float* y, int64_t 
   for (; j < j1; ++j) vnni_group<F, 1, M>(W, j, xq, y, ldy);
 }
 
-template <QuantFormat F>
+template <DType F>
 void vnni_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
                int64_t j0, int64_t j1, ThreadCtx& t) {
   const int64_t nb = W.cols / kQuantBlock, np = (nb + 1) / 2;
@@ -344,7 +343,7 @@ void vnni_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int6
 }
 #endif  // KILN_QMATMUL_VNNI
 
-template <QuantFormat F>
+template <DType F>
 void dequantize_f(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_t c1, float* dst,
                   int64_t ldd) {
   constexpr int64_t bb = block_bytes<F>();
@@ -365,18 +364,18 @@ void dequantize_f(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int6
 void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
               int64_t j0, int64_t j1, ThreadCtx& t) {
 #if defined(KILN_QMATMUL_VNNI)
-  if (W.format == QuantFormat::q8_0) vnni_rows<QuantFormat::q8_0>(W, x, ldx, y, ldy, m, j0, j1, t);
-  else vnni_rows<QuantFormat::q4_0>(W, x, ldx, y, ldy, m, j0, j1, t);
+  if (W.format == DType::q8_0) vnni_rows<DType::q8_0>(W, x, ldx, y, ldy, m, j0, j1, t);
+  else vnni_rows<DType::q4_0>(W, x, ldx, y, ldy, m, j0, j1, t);
 #else
-  if (W.format == QuantFormat::q8_0) dot_rows_f<QuantFormat::q8_0>(W, x, ldx, y, ldy, m, j0, j1);
-  else dot_rows_f<QuantFormat::q4_0>(W, x, ldx, y, ldy, m, j0, j1);
+  if (W.format == DType::q8_0) dot_rows_f<DType::q8_0>(W, x, ldx, y, ldy, m, j0, j1);
+  else dot_rows_f<DType::q4_0>(W, x, ldx, y, ldy, m, j0, j1);
 #endif
 }
 
 void dequantize(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_t c1, float* dst,
                 int64_t ldd) {
-  if (W.format == QuantFormat::q8_0) dequantize_f<QuantFormat::q8_0>(W, j0, j1, c0, c1, dst, ldd);
-  else dequantize_f<QuantFormat::q4_0>(W, j0, j1, c0, c1, dst, ldd);
+  if (W.format == DType::q8_0) dequantize_f<DType::q8_0>(W, j0, j1, c0, c1, dst, ldd);
+  else dequantize_f<DType::q4_0>(W, j0, j1, c0, c1, dst, ldd);
 }
 
 }  // namespace kiln::cpu::qmatmul_detail

@@ -22,8 +22,8 @@ inline float scale_of(const uint8_t* block) {
 }
 
 // Block b of a row, as 32 f32 values.
-inline void dequant_block(QuantFormat f, const uint8_t* row, int64_t b, float* out) {
-  if (f == QuantFormat::q8_0) {
+inline void dequant_block(DType f, const uint8_t* row, int64_t b, float* out) {
+  if (f == DType::q8_0) {
     const uint8_t* blk = row + b * int64_t(sizeof(BlockQ8_0));
     const float d = scale_of(blk);
     const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2);
@@ -45,7 +45,7 @@ inline float tree8(const float* s) {
 
 // Up to R rows of x against row j of W.
 template <int R>
-void dot_group(QuantFormat f, const uint8_t* row, int64_t nb, const float* x, int64_t ldx, int r,
+void dot_group(DType f, const uint8_t* row, int64_t nb, const float* x, int64_t ldx, int r,
                float* y, int64_t ldy) {
   float s[R][8] = {};
   alignas(64) float w[32];

@@ -32,6 +32,10 @@ Tensor matmul_quantized(Tensor a, Tensor b, Shape s) {
   if (b.ndim() != 2)
     fail("matmul", "the quantized weight b ", b.label(), " ", b.shape().str(), " is ",
          dtype_name(b.dtype()), ": it must be a matrix (2 dims), batches broadcast over a");
+  if (!quant_type(b.dtype()).matmul_reads)
+    fail("matmul", "the quantized weight b ", b.label(), " ", b.shape().str(), " is ",
+         dtype_name(b.dtype()), ", which matmul does not read as stored yet (",
+         "kiln/quant_types.def): dequantize it to f32 or quantize it to a type it reads");
   if (a.dtype() != f32) a = a.to(f32);
   // The kernel reads x's rows whole and one after another: unit column stride
   // and rows at least K floats apart (an expanded x has row stride 0).

@@ -119,7 +119,7 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
          " of ", shape().str());
   if (d == node()->quant_axis())
     fail("narrow", "cannot narrow dim ", dim, " of ", dtype_name(dtype()), " ", shape().str(),
-         ": it runs along the quantized rows (blocks of 32)");
+         ": it runs along the quantized rows (blocks of ", dtype_block_elems(dtype()), ")");
   Shape s = shape();
   s[d] = length;
   return make_view(Op::NARROW, node(), s, node()->stride, start * node()->stride[d],

@@ -117,8 +117,9 @@ void upload(Tensor t, const std::vector<double>& v) {
   KILN_ASSERT(int64_t(v.size()) == t.numel());
   switch (t.dtype()) {
     case DType::f32:
-    case DType::q8_0:  // quantized on set: values from case_values are already exact
-    case DType::q4_0: t.set(std::vector<float>(v.begin(), v.end())); break;
+    default:  // quantized on set: values from case_values are already exact
+      t.set(std::vector<float>(v.begin(), v.end()));
+      break;
     case DType::f16:
     case DType::bf16: {
       std::vector<uint16_t> h(v.size());
@@ -142,8 +143,7 @@ RefValue download(Tensor t) {
   r.shape = t.shape();
   switch (t.dtype()) {
     case DType::f32:
-    case DType::q8_0:  // dequantized
-    case DType::q4_0:
+    default:  // quantized: dequantized
       for (float x : t.get<float>()) r.v.push_back(x);
       break;
     case DType::f16:

@@ -251,8 +251,7 @@ inline float load_f32(const void* p, DType t) {
       std::memcpy(&v, p, 4);
       return float(v);
     }
-    case DType::q8_0:
-    case DType::q4_0: break;  // no element-wise access: ops refuse quantized tensors
+    default: break;  // quantized: no element-wise access, ops refuse quantized tensors
   }
   return 0.0f;
 }
@@ -274,8 +273,7 @@ inline void store_f32(void* p, DType t, float v) {
       std::memcpy(p, &i, 4);
       break;
     }
-    case DType::q8_0:
-    case DType::q4_0: break;  // no element-wise access: ops refuse quantized tensors
+    default: break;  // quantized: no element-wise access, ops refuse quantized tensors
   }
 }
 

@@ -105,8 +105,7 @@ uint32_t fill_bits(DType t, float v) {
     }
     case DType::f16: b = f32_to_f16(v); break;
     case DType::bf16: b = f32_to_bf16(v); break;
-    case DType::q8_0:
-    case DType::q4_0: break;  // PAD refuses quantized tensors
+    default: break;  // quantized: PAD refuses quantized tensors
   }
   return b;
 }
@@ -144,7 +143,7 @@ void kernel_EMBEDDING(TensorNode* dst, ThreadCtx& t) {
   const IndexReader rd(dst->src[1]);
   const int64_t rows = table->shape[0], dim = table->shape[1], count = dst->src[1]->numel();
   if (count == 0 || dim == 0) return;
-  // A quantized table's row is split only between its 32-value blocks (dim % 32 == 0).
+  // A quantized table's row is split only between its blocks (dim is whole blocks).
   const int64_t unit = dtype_block_elems(table->dtype), units = dim / unit;
   // Few rows (e.g. one token at inference): also split each row into column blocks.
   int64_t nb = 1;
@@ -160,7 +159,7 @@ void kernel_EMBEDDING(TensorNode* dst, ThreadCtx& t) {
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t k = u / nb, b = u % nb;
     const int64_t c0 = units * b / nb * unit, c1 = units * (b + 1) / nb * unit;
-    // Quantized: stride[1] is one block, so this is block c0 / 32 of the row.
+    // Quantized: stride[1] is one block, so this is block c0 / unit of the row.
     const char* src = static_cast<const char*>(table->data) + rd(k) * table->stride[0] +
                       c0 / unit * table->stride[1];
     char* d = static_cast<char*>(dst->data) + (k * dim + c0) * ed;

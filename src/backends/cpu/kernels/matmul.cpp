@@ -57,7 +57,7 @@ void matmul_quantized(TensorNode* dst, ThreadCtx& t) {
   KILN_ASSERT(a->dtype == DType::f32 && b->shape.ndim() == 2 && a->stride[na - 1] == 4);
   QuantMatrix W;
   W.data = b->data;
-  W.format = b->dtype == DType::q8_0 ? QuantFormat::q8_0 : QuantFormat::q4_0;
+  W.format = b->dtype;                    // qmatmul checks it is a type it reads
   const bool xwt = b->quant_axis() == 0;  // b [K, N] = W.T(): W is [N, K]
   W.rows = xwt ? b->shape[1] : b->shape[0];
   W.cols = xwt ? b->shape[0] : b->shape[1];
