@@ -239,6 +239,16 @@ static std::vector<size_t> slice_indices(Evaluator& ev, const Value* b[3], int64
 }
 
 Value Evaluator::eval(const Expr& e) {
+  Value v = eval_node(e);
+  const size_t size = v.is_string() ? v.s.size() / 256 : v.is_array() ? v.array->size() / 16 : 0;
+  if (size > 0) {
+    steps_ += size;
+    step(e.line);
+  }
+  return v;
+}
+
+Value Evaluator::eval_node(const Expr& e) {
   step(e.line);
   switch (e.kind) {
     case Expr::Kind::Literal: return e.literal;

@@ -17,6 +17,9 @@ class Evaluator {
 
   std::string render(const Body& body);
 
+  // Evaluates `e`; a big string or list result costs steps in proportion to
+  // its size (values are copied), so copying large values in a loop is bounded
+  // by Limits::max_steps too, not only the loop's iterations.
   Value eval(const Expr& e);
   Value call(const Value& fn, Args& args, const std::string& what);
 
@@ -34,6 +37,7 @@ class Evaluator {
   Flow exec_for(const Stmt& s);
   void exec_set(const Stmt& s);
   void step(int line);
+  Value eval_node(const Expr& e);
   void emit(std::string_view text);
 
   Value lookup(const std::string& name) const;

@@ -81,6 +81,15 @@ TEST(ChatErrors, EndlessLoopStopsAtTheStepLimit) {
   EXPECT_NE(msg.find("Limits::max_steps"), std::string::npos) << msg;
 }
 
+// Each iteration copies a 32 MB string: few steps each, but the copies cost
+// steps in proportion to their size, so this ends at the step limit quickly.
+TEST(ChatErrors, CopyingBigValuesInALoopStopsAtTheStepLimit) {
+  const std::string msg = error_of(
+      "{% set ns = namespace(s='x' * 33554432) %}{% for i in range(1000000) %}{% if ns.s %}{% "
+      "endif %}{% endfor %}");
+  EXPECT_NE(msg.find("Limits::max_steps"), std::string::npos) << msg;
+}
+
 TEST(ChatErrors, EndlessRecursionStopsAtTheDepthLimit) {
   const std::string msg = error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}\n{{ f(0) }}");
   EXPECT_NE(msg.find("Limits::max_depth"), std::string::npos) << msg;
