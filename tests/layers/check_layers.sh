@@ -3,7 +3,7 @@
 # kiln's sources goes the right way. Layers, in order; each may use only the
 # layers before it (docs/design.md, "Layers"):
 #   0 core          src/core, include/kiln/{dtype,error,tensor,context,graph,graph_passes,ops,optim_hyper}.h,
-#                   ops.def, kiln/ext/{tensor_node,op_params,op_builder,rng}.h
+#                   ops.def, quant_types.def, kiln/ext/{tensor_node,op_params,op_builder,rng}.h
 #   1 backend API   src/backend, kiln/{backend,registry}.h, kiln/ext/registry.h
 #   2 allocators    src/alloc, kiln/memory_plan.h, kiln/ext/alloc.h
 #   3 backends      src/backends/*, kiln/{cpu,blas,cuda}.h
@@ -13,7 +13,7 @@
 #   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
 #   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset,token_train}.h
 #   9 distributed   src/dist, kiln/dist.h
-#  10 models       src/models, kiln/models.h, kiln/generate.h
+#  10 models       src/models, kiln/models.h, kiln/generate.h, kiln/sampling.h
 #  11 programs      examples/ (user API only; kiln/kiln.h includes all of it)
 # Headers are user API (include/kiln/*.h) or extension API (include/kiln/ext/*.h:
 # tensor metadata, op parameters and builders, allocators, the scheduler,
@@ -53,7 +53,7 @@ file_layer() {
 # Layer of a public header, by its path under include/kiln/ (-1: unknown).
 public_layer() {
   case "$1" in
-    dtype.h | error.h | tensor.h | context.h | graph.h | graph_passes.h | ops.h | ops.def | optim_hyper.h) echo 0 ;;
+    dtype.h | error.h | tensor.h | context.h | graph.h | graph_passes.h | ops.h | ops.def | quant_types.def | optim_hyper.h) echo 0 ;;
     ext/tensor_node.h | ext/op_params.h | ext/op_builder.h | ext/rng.h) echo 0 ;;
     backend.h | registry.h | ext/registry.h) echo 1 ;;
     memory_plan.h | ext/alloc.h) echo 2 ;;
@@ -64,7 +64,7 @@ public_layer() {
     nn.h | nn/*) echo 7 ;;
     opt.h | grad_store.h | dataset.h | token_dataset.h | token_train.h) echo 8 ;;
     dist.h) echo 9 ;;
-    models.h | generate.h | lora.h) echo 10 ;;
+    models.h | generate.h | sampling.h | lora.h) echo 10 ;;
     kiln.h) echo "$programs_layer" ;;
     *) echo -1 ;;
   esac
