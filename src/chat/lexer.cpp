@@ -4,30 +4,13 @@
 #include <cstdint>
 
 #include "kiln/error.h"
+#include "tokenizer/utf8.h"
 
 namespace kiln::chat {
 namespace {
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -280,7 +263,7 @@ class Lexer {
                                         : (h | 0x20) - 'a' + 10);
           }
           if (cp > 0x10FFFF) error(p, "escape beyond U+10FFFF in a string literal");
-          append_utf8(value, cp);
+          tok::append_utf8(value, char32_t(cp));
           break;
         }
         default:  // Python keeps unknown escapes as written
