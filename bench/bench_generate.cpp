@@ -6,11 +6,14 @@
 // the bandwidth is measured here with bench_lm's streaming read (llama_shape.h).
 //
 //   bench_generate [--tokens 64] [--prompt 32] [--threads 0] [--layers 30]
-//                  [--weights f32|q8_0|q4_0]
-// (--weights q8_0/q4_0: ModelOptions::weight_dtype, so the layers' Linear
-// weights and the tied embedding / head are quantized and frozen; norms stay
-// f32. Decoding then reads each layer's blocks, one embedding row and the head's
-// blocks per token.)
+//                  [--weights f32|q8_0|q4_0|q4_k|q6_k|...] [--shape smollm2|k256]
+// (--weights TYPE, any type of kiln/quant_types.def: ModelOptions::weight_dtype,
+// so the layers' Linear weights and the tied embedding / head are quantized
+// and frozen; norms stay f32; a matrix whose rows are not whole blocks of the
+// type stays f32. Decoding then reads each layer's blocks, one embedding row
+// and the head's blocks per token. --shape k256: SmolLM2-135M's shape scaled
+// to 768 wide (llama_shape.h), where every row is whole blocks of 256, so the
+// k-quants apply to every matrix; with smollm2's 576 only ffn_down would.)
 //
 // Prints one line per run: prompt tokens/s, decode tokens/s, weight bytes read
 // per token, read bandwidth, achieved fraction of it.
@@ -48,7 +51,14 @@ int main(int argc, char** argv) {
   const int64_t tokens = arg(argc, argv, "--tokens", 64), prompt = arg(argc, argv, "--prompt", 32);
   int threads = int(arg(argc, argv, "--threads", 0));
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape(arg(argc, argv, "--layers", 30));
+  const std::string shape = sarg(argc, argv, "--shape", "smollm2");
+  if (shape != "smollm2" && shape != "k256") {
+    std::fprintf(stderr, "bench_generate: --shape must be smollm2 or k256\n");
+    return 2;
+  }
+  const int64_t layers = arg(argc, argv, "--layers", 30);
+  const kiln::models::ModelConfig cfg = shape == "k256" ? bench::smollm2_k256_shape(layers)
+                                                        : bench::smollm2_135m_shape(layers);
   const kiln::models::LlamaConfig& c = *cfg.llama;
 
   kiln::Context ctx;
@@ -60,7 +70,7 @@ int main(int argc, char** argv) {
   const std::string wt = sarg(argc, argv, "--weights", "f32");
   if (const auto wd = kiln::models::quantized_weight_dtype_named(wt)) mo.weight_dtype = *wd;
   else if (wt != "f32") {
-    std::fprintf(stderr, "bench_generate: --weights must be f32, q8_0 or q4_0\n");
+    std::fprintf(stderr, "bench_generate: --weights must be f32 or a quantized type (q8_0, q4_k, ...)\n");
     return 2;
   }
   auto model = kiln::models::make_model(ctx, cfg, mo);
@@ -83,10 +93,10 @@ int main(int argc, char** argv) {
   const double used = tps * double(weight_bytes) / 1e9;
   const double bw = bench::stream_read_gbs(threads, bench::kStreamBytes);
   std::printf(
-      "weights=%s layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
+      "weights=%s shape=%s layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
       "decode_tokens_per_s=%.2f weight_mb=%.1f weights_gb_per_s=%.2f read_bandwidth_gb_per_s=%.2f "
       "fraction=%.3f graphs=%zu context_nodes_per_graph=%zu\n",
-      wt.c_str(), (long long)c.num_hidden_layers, threads, (long long)prompt,
+      wt.c_str(), shape.c_str(), (long long)c.num_hidden_layers, threads, (long long)prompt,
       r.stats.prompt_tokens_per_s(), (long long)r.stats.decode_steps, tps,
       double(weight_bytes) / 1e6, used, bw, used / bw, gen.graphs(), nodes_per_graph);
   return 0;

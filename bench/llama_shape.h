@@ -41,6 +41,20 @@ inline kiln::models::ModelConfig smollm2_135m_shape(int64_t layers = 30) {
   return cfg;
 }
 
+// SmolLM2-135M's shape scaled by 4/3 so that every weight row is whole blocks
+// of 256 (the k-quants' block; 576 is not a multiple of 256): 768 wide, 12
+// heads of 64, 4 KV heads, MLP 2048, vocabulary 49152, tied head, 30 layers
+// (226M params: 904 MB in f32).
+inline kiln::models::ModelConfig smollm2_k256_shape(int64_t layers = 30) {
+  kiln::models::ModelConfig cfg = smollm2_135m_shape(layers);
+  kiln::models::LlamaConfig& c = *cfg.llama;
+  c.hidden_size = 768;
+  c.intermediate_size = 2048;
+  c.num_attention_heads = 12;
+  c.num_key_value_heads = 4;
+  return cfg;
+}
+
 // Bytes of all the model's params (each once: a tied head reads the embedding).
 inline int64_t param_bytes(const kiln::nn::Module& model) {
   int64_t bytes = 0;

@@ -125,7 +125,7 @@ TEST(QuantTable, RowsAreConsistent) {
   EXPECT_EQ(kiln::quant_type(kiln::q5_1).block_bytes, 24u);
   EXPECT_EQ(kiln::quant_type_of_gguf(15), nullptr);  // Q8_K: ggml's, not a storage type here
   EXPECT_TRUE(kiln::quant_type(kiln::q8_0).matmul_reads);
-  EXPECT_FALSE(kiln::quant_type(kiln::q4_k).matmul_reads);
+  EXPECT_TRUE(kiln::quant_type(kiln::q4_k).matmul_reads);
 }
 
 TEST(QuantTable, ErrorsNameTheTypeAndTheBlock) {

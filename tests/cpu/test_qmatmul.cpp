@@ -1,7 +1,9 @@
 // kiln::cpu::qmatmul_xwt / qmatmul_xw against a double-precision
-// dequantize-then-multiply reference, on random blocks built directly (random
-// int8 / nibble quants, random f16 scales), with padded strides, on 1 and 2
-// threads (which must give the same bits).
+// dequantize-then-multiply reference, with padded strides, on 1 and 2 threads
+// (which must give the same bits), for every format of kiln/quant_types.def:
+// Q8_0 / Q4_0 on random blocks built directly (random int8 / nibble quants,
+// random f16 scales), the others quantized from random values by
+// kiln::quantize_row (rows of different magnitudes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "backends/cpu/qmatmul.h"
+#include "backends/cpu/qmatmul_internal.h"
+#include "backends/cpu/qmatmul_kquant.h"
 #include "backends/cpu/thread_pool.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
@@ -38,6 +42,7 @@ struct QuantW {
   std::vector<uint8_t> bytes;
   std::vector<double> deq;  // [n, k]
   size_t stride;
+  std::vector<double> off;  // [n, k]: min_offsets
 
   QuantMatrix view() const { return {bytes.data(), format, n, k, stride}; }
 };
@@ -53,10 +58,50 @@ uint16_t random_scale(std::mt19937& rng) {
   return uint16_t(sign | exp << 10 | mant);
 }
 
+// |offset| of each value's group for the formats whose blocks subtract a min
+// (Q2_K, Q4_K, Q5_K: value = d scale q - dmin min): the dots multiply the two
+// terms separately, so f32 rounding is relative to |d scale q| + |dmin min| <=
+// |value| + 2 |offset|. The offset is the value of quant 0: the block with
+// its quant bytes zeroed, dequantized. Zero for the other formats.
+std::vector<double> min_offsets(DType f, const uint8_t* row, int64_t k) {
+  std::vector<double> off(size_t(k), 0.0);
+  int64_t q0 = 0, q1 = 0;  // the quant bytes of a block
+  if (f == DType::q2_k) q0 = 16, q1 = 80;
+  else if (f == DType::q4_k) q0 = 16, q1 = 144;
+  else if (f == DType::q5_k) q0 = 16, q1 = 176;
+  else return off;
+  const size_t bb = kiln::dtype_size(f);
+  std::vector<uint8_t> blk(bb);
+  std::vector<float> v(256);
+  for (int64_t b = 0; b < k / 256; ++b) {
+    std::memcpy(blk.data(), row + b * bb, bb);
+    std::memset(blk.data() + q0, 0, size_t(q1 - q0));
+    kiln::dequantize_row(f, blk.data(), v.data(), 256);
+    for (int l = 0; l < 256; ++l) off[size_t(b * 256 + l)] = std::abs(double(v[size_t(l)]));
+  }
+  return off;
+}
+
 QuantW random_w(DType f, int64_t n, int64_t k, size_t pad, std::mt19937& rng) {
   QuantW w{f, n, k, {}, std::vector<double>(size_t(n * k)), kiln::cpu::quant_row_bytes(f, k) + pad};
   w.bytes.resize(w.stride * size_t(n) + 1);
   for (auto& b : w.bytes) b = uint8_t(rng());  // padding is garbage, never read as values
+  if (f != DType::q8_0 && f != DType::q4_0) {
+    std::vector<float> v(static_cast<size_t>(k));
+    for (int64_t j = 0; j < n; ++j) {
+      const float scale = std::ldexp(1.f, int(rng() % 9) - 4);  // 2^-4 .. 2^4
+      std::normal_distribution<float> g(0.f, scale);
+      for (auto& e : v) e = g(rng);
+      uint8_t* row = w.bytes.data() + size_t(j) * w.stride;
+      kiln::quantize_row(f, v.data(), row, k);
+      kiln::dequantize_row(f, row, v.data(), k);
+      for (int64_t c = 0; c < k; ++c) w.deq[size_t(j * k + c)] = v[size_t(c)];
+      const std::vector<double> off = min_offsets(f, row, k);
+      w.off.insert(w.off.end(), off.begin(), off.end());
+    }
+    return w;
+  }
+  w.off.assign(size_t(n * k), 0.0);
   for (int64_t j = 0; j < n; ++j) {
     uint8_t* row = w.bytes.data() + size_t(j) * w.stride;
     for (int64_t b = 0; b < k / 32; ++b) {
@@ -138,8 +183,7 @@ struct Case {
 
 std::string name(const char* fn, const Case& c) {
   std::ostringstream os;
-  os << fn << (c.f == DType::q8_0 ? " q8_0" : " q4_0") << " m=" << c.m << " n=" << c.n
-     << " k=" << c.k;
+  os << fn << " " << kiln::dtype_name(c.f) << " m=" << c.m << " n=" << c.n << " k=" << c.k;
   return os.str();
 }
 
@@ -148,13 +192,28 @@ void check_xwt(const Case& c, uint32_t seed) {
   const QuantW w = random_w(c.f, c.n, c.k, 7, rng);
   const int64_t ldx = c.k + 5, ldy = c.n + 3;
   const std::vector<float> x = random_rows(c.m, c.k, ldx, rng);
-  // Where x is rounded to int8 blocks (the decode path of VNNI builds): x_r =
-  // dx * round(x / dx) per block of 32, dx = max |x| / 127, rounded as the
-  // kernel does in f32. y must be W @ x_r up to f32 rounding (tight), and W @ x
-  // within the documented bound sum |w| dx / 2 (+ f32 rounding).
-  const bool rounds = kiln::cpu::qmatmul_xwt_rounds_x(c.m);
+  // Where x is rounded to int8 blocks (the k-quants' decode path: blocks of
+  // 256, x_r = d * q as quantize_q8k computes it; the decode path of VNNI
+  // builds for Q8_0 / Q4_0: x_r = dx * round(x / dx) per block of 32, dx =
+  // max |x| / 127, rounded as the kernel does in f32), y must be W @ x_r up to
+  // f32 rounding (tight), and W @ x within the documented bound
+  // sum |w| dx / 2 (+ f32 rounding).
+  const bool rounds = kiln::cpu::qmatmul_xwt_rounds_x(c.f, c.m);
+  const bool kq = kiln::cpu::qmatmul_detail::is_k_quant(c.f);
   std::vector<double> xr(size_t(c.m * c.k)), half_step(xr.size(), 0.0);
-  for (int64_t i = 0; i < c.m; ++i)
+  for (int64_t i = 0; i < c.m; ++i) {
+    if (rounds && kq) {
+      using kiln::cpu::qmatmul_detail::BlockQ8K;
+      std::vector<BlockQ8K> q(size_t(c.k / 256));
+      kiln::cpu::qmatmul_detail::quantize_q8k(x.data() + i * ldx, q.data(), c.k / 256);
+      for (int64_t v = 0; v < c.k; ++v) {
+        const BlockQ8K& b = q[size_t(v / 256)];
+        const size_t at = size_t(i * c.k + v);
+        xr[at] = double(b.d) * b.qs[v % 256];
+        half_step[at] = double(b.d) / 2;
+      }
+      continue;
+    }
     for (int64_t b = 0; b < c.k / 32; ++b) {
       const float* xb = x.data() + i * ldx + b * 32;
       float amax = 0;
@@ -168,6 +227,7 @@ void check_xwt(const Case& c, uint32_t seed) {
         half_step[at] = double(amax) / 127 / 2;
       }
     }
+  }
   std::vector<double> ref(size_t(c.m * c.n)), mag(ref.size()), ref_r(ref.size()), mag_r(ref.size()),
       extra(ref.size());
   for (int64_t i = 0; i < c.m; ++i)
@@ -176,8 +236,9 @@ void check_xwt(const Case& c, uint32_t seed) {
       for (int64_t q = 0; q < c.k; ++q) {
         const size_t at = size_t(i * c.k + q);
         const double xv = x[size_t(i * ldx + q)], wv = w.deq[size_t(j * c.k + q)];
+        const double wm = std::abs(wv) + 2 * w.off[size_t(j * c.k + q)];
         s += xv * wv, sr += xr[at] * wv;
-        a += std::abs(wv) * (std::abs(xv) + half_step[at]), ar += std::abs(wv * xr[at]);
+        a += wm * (std::abs(xv) + half_step[at]), ar += wm * std::abs(xr[at]);
         e += std::abs(wv) * half_step[at];
       }
       const size_t o = size_t(i * c.n + j);
@@ -225,6 +286,12 @@ std::vector<Case> cases() {
   for (DType f : {DType::q8_0, DType::q4_0})
     for (int64_t k : {32, 64, 576, 1536})
       for (int64_t m : {1, 3, 17, 512}) out.push_back({f, m, m == 512 ? 67 : 101, k});
+  // The other formats: blocks of 32 (Q4_1, Q5_0, Q5_1) or 256 (the k-quants).
+  for (const kiln::QuantType& q : kiln::kQuantTypes) {
+    if (q.dtype == DType::q8_0 || q.dtype == DType::q4_0) continue;
+    for (int64_t k : {int64_t(q.block_elems), int64_t(6 * 256)})
+      for (int64_t m : {1, 4, 300}) out.push_back({q.dtype, m, m == 300 ? 37 : 45, k});
+  }
   return out;
 }
 
@@ -249,6 +316,74 @@ TEST(QMatmul, ManyRowsOfW) {
     check_xwt({f, 33, 1031, 64}, 9);
     check_xwt({f, 2, 1031, 64}, 10);
   }
+  // 256-value blocks: dy @ W's tiles are 256 columns by 256 rows.
+  for (DType f : {DType::q4_k, DType::q6_k}) {
+    check_xw({f, 3, 600, 512}, 11);
+    check_xwt({f, 7, 130, 512}, 12);
+  }
+}
+
+// The k-quants' x rounding (quantize_q8k): d = max |x| / 127 per block of 256,
+// every value within half a step, the 16-sums those of the quants; a zero
+// block gives d = 0, a non-finite one d = NaN.
+TEST(QMatmul, KQuantXRounding) {
+  using kiln::cpu::qmatmul_detail::BlockQ8K;
+  std::mt19937 rng(21);
+  std::vector<float> x = random_rows(1, 3 * 256, 3 * 256, rng);
+  for (int v = 256; v < 512; ++v) x[size_t(v)] = 0;
+  x[600] = std::numeric_limits<float>::infinity();
+  BlockQ8K q[3];
+  kiln::cpu::qmatmul_detail::quantize_q8k(x.data(), q, 3);
+  float amax = 0;
+  for (int v = 0; v < 256; ++v) amax = std::max(amax, std::abs(x[size_t(v)]));
+  EXPECT_EQ(q[0].d, amax / 127);
+  for (int v = 0; v < 256; ++v)
+    EXPECT_LE(std::abs(double(x[size_t(v)]) - double(q[0].d) * q[0].qs[v]),
+              double(q[0].d) / 2 * (1 + 1e-6))
+        << v;
+  for (int g = 0; g < 16; ++g) {
+    int s = 0;
+    for (int v = 0; v < 16; ++v) s += q[0].qs[16 * g + v];
+    EXPECT_EQ(q[0].bsums[g], s) << g;
+  }
+  EXPECT_EQ(q[1].d, 0.f);
+  EXPECT_TRUE(std::isnan(q[2].d));
+}
+
+// Each k-quant's portable dot and (where the build has it) its AVX2 dot
+// against the double product of the dequantized row and the rounded x: the
+// same integers, so both within f32 rounding of it.
+TEST(QMatmul, KQuantDotPaths) {
+  using namespace kiln::cpu::qmatmul_detail;
+  uint32_t seed = 500;
+  int avx2 = 0;
+  for (const kiln::QuantType& qt : kiln::kQuantTypes) {
+    if (!is_k_quant(qt.dtype)) continue;
+    std::mt19937 rng(seed++);
+    const int64_t k = 4 * 256;
+    const QuantW w = random_w(qt.dtype, 3, k, 0, rng);
+    const std::vector<float> x = random_rows(1, k, k, rng);
+    std::vector<BlockQ8K> xq(4);
+    quantize_q8k(x.data(), xq.data(), 4);
+    for (int64_t j = 0; j < 3; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double xr = double(xq[size_t(c / 256)].d) * xq[size_t(c / 256)].qs[c % 256];
+        const double wv = w.deq[size_t(j * k + c)];
+        want += wv * xr;
+        mag += (std::abs(wv) + 2 * w.off[size_t(j * k + c)]) * std::abs(xr);
+      }
+      const uint8_t* row = w.bytes.data() + size_t(j) * w.stride;
+      for (KQuantDot dot : {kquant_dot_portable(qt.dtype), kquant_dot_avx2(qt.dtype)}) {
+        if (!dot) continue;
+        avx2 += dot != kquant_dot_portable(qt.dtype);
+        EXPECT_NEAR(dot(row, xq.data(), 4), want, 16 * kUnit * mag) << qt.name << " row " << j;
+      }
+    }
+  }
+#if defined(__AVX2__)
+  EXPECT_GE(avx2, 9) << "Q4_K, Q5_K and Q6_K have AVX2 dots";
+#endif
 }
 
 // Odd block counts (the int8 path pairs blocks; an odd last one pairs with
@@ -263,22 +398,24 @@ TEST(QMatmul, OddBlockCounts) {
 // A non-finite x value makes the outputs that read it non-finite, on every path
 // (the int8 path cannot round it: its block's outputs become NaN).
 TEST(QMatmul, NonFiniteXPropagates) {
-  for (DType f : {DType::q8_0, DType::q4_0})
+  for (DType f : {DType::q8_0, DType::q4_0, DType::q4_k, DType::q6_k, DType::q5_0})
     for (int64_t m : {1, 6}) {
+      const int64_t K = kiln::dtype_block_elems(f) == 256 ? 256 : 64;
       std::mt19937 rng(5);
-      const QuantW w = random_w(f, 9, 64, 0, rng);
-      std::vector<float> x = random_rows(m, 64, 64, rng);
+      const QuantW w = random_w(f, 9, K, 0, rng);
+      std::vector<float> x = random_rows(m, K, K, rng);
       x[size_t(40)] = std::numeric_limits<float>::infinity();
-      x[size_t((m - 1) * 64 + 3)] = std::numeric_limits<float>::quiet_NaN();
+      x[size_t((m - 1) * K + 3)] = std::numeric_limits<float>::quiet_NaN();
       std::vector<float> y(size_t(m * 9));
       ThreadCtx t;
-      kiln::cpu::qmatmul_xwt(w.view(), x.data(), 64, y.data(), 9, m, t);
+      kiln::cpu::qmatmul_xwt(w.view(), x.data(), K, y.data(), 9, m, t);
       for (int64_t j = 0; j < 9; ++j) {
-        EXPECT_FALSE(std::isfinite(y[size_t(j)])) << "m=" << m << " j=" << j;
-        EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)])) << "m=" << m << " j=" << j;
+        EXPECT_FALSE(std::isfinite(y[size_t(j)])) << kiln::dtype_name(f) << " m=" << m << " j=" << j;
+        EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)]))
+            << kiln::dtype_name(f) << " m=" << m << " j=" << j;
       }
       if (m > 1) {
-        EXPECT_TRUE(std::isfinite(y[size_t(9)]));  // row 1 is finite
+        EXPECT_TRUE(std::isfinite(y[size_t(9)])) << kiln::dtype_name(f);  // row 1 is finite
       }
     }
 }
@@ -296,6 +433,13 @@ TEST(QMatmul, EmptyShapes) {
 }
 
 TEST(QMatmul, BadShapesThrow) {
+  {  // a k-quant row is whole blocks of 256
+    std::vector<uint8_t> kb(144 * 4);
+    std::vector<float> x(512), y(4);
+    ThreadCtx t;
+    const QuantMatrix k_odd{kb.data(), DType::q4_k, 2, 288, 288};
+    EXPECT_THROW(kiln::cpu::qmatmul_xwt(k_odd, x.data(), 288, y.data(), 2, 1, t), kiln::Error);
+  }
   std::vector<uint8_t> bytes(34 * 4);
   std::vector<float> x(64), y(64);
   ThreadCtx t;

@@ -1,14 +1,19 @@
-// GGUF model files whose matrices are stored in the block types matmul does
-// not read as stored yet (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K; llama.cpp's K-quant
-// files mix them with Q8_0): load_gguf dequantizes them to f32 as they load
-// (also with weight_dtype stored), or quantizes the dequantized values again
-// to weight_dtype's type (q8_0 / q4_0); the same model as the f32 file of the
-// dequantized values.
+// GGUF model files whose matrices are stored in each block type of
+// kiln/quant_types.def (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K here; Q8_0 / Q4_0 in
+// tests/models/test_quantized.cpp; llama.cpp's K-quant files mix them): on the
+// CPU, load_gguf keeps them as stored (weight_dtype stored), dequantizes them
+// to f32 (weight_dtype f32), or quantizes the dequantized values again to
+// weight_dtype's type (q8_0); every way the same model as the f32 file of the
+// dequantized values: the same parameter values, and the same logits (exact up
+// to f32 rounding over 6 tokens, within the rounding of x to 8-bit blocks for
+// one token: qmatmul.h).
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "kiln/nn/lora.h"
 #include "models_test_util.h"
 
 namespace kiln::test {
@@ -32,7 +37,22 @@ models::ModelConfig llama_256() {
   return cfg;
 }
 
-TEST(ModelGgufBlockTypes, DequantizedOnLoadOrQuantizedAgain) {
+// Logits of `model` for `ids` ([1, T]) on the CPU.
+std::vector<float> logits_of(models::CausalLM& model, const std::vector<int32_t>& ids) {
+  Context ctx;
+  Tensor in = ctx.input(i32, {1, int64_t(ids.size())}, "input_ids");
+  model.eval();
+  Tensor logits = model(in);
+  Graph g = Graph::forward(logits);
+  CpuBackend cpu(2);
+  GraphAllocator galloc(cpu.buffer_type());
+  galloc.alloc(g);
+  in.set(ids);
+  cpu.compute(g);
+  return logits.get<float>();
+}
+
+TEST(ModelGgufBlockTypes, KeptAsStoredDequantizedOrQuantizedAgain) {
   kiln_test::TempDir tmp;
   CpuBackend cpu(2);
   Context c0;
@@ -44,7 +64,7 @@ TEST(ModelGgufBlockTypes, DequantizedOnLoadOrQuantizedAgain) {
   models::save_gguf(*src_model, tmp.file("f32.gguf"));
   GgufFile src(tmp.file("f32.gguf"));
   for (const QuantType& qt : kQuantTypes) {
-    if (qt.matmul_reads) continue;  // kept as stored: tests/models/test_quantized.cpp
+    if (qt.dtype == q8_0 || qt.dtype == q4_0) continue;  // tests/models/test_quantized.cpp
     const std::string what = qt.name;
     // Every matrix in qt (the embedding too), and the f32 file of its values.
     GgufWriter quant, dequant;
@@ -82,10 +102,16 @@ TEST(ModelGgufBlockTypes, DequantizedOnLoadOrQuantizedAgain) {
       models::ModelOptions lo;
       lo.weight_dtype = wd;
       auto q = models::load_gguf(c, cpu, tmp.file("q.gguf"), lo);
+      const bool stored = wd == models::ModelOptions::WeightDType::stored;
       for (const auto& [name, p] : q->named_parameters()) {
-        EXPECT_EQ(p.dtype(), f32) << what << " " << name;
+        EXPECT_EQ(p.dtype(), stored && p.ndim() == 2 ? qt.dtype : f32) << what << " " << name;
         EXPECT_EQ(p.get<float>(), dq->parameter(name).get<float>()) << what << " " << name;
       }
+      if (!stored) continue;
+      // Read as stored by matmul and embedding: the dequantized model's logits.
+      const std::vector<int32_t> prompt = {3, 17, 42, 5, 63, 8};
+      EXPECT_LT(rel_error(logits_of(*q, prompt), logits_of(*dq, prompt)), 1e-5) << what;
+      EXPECT_LT(rel_error(logits_of(*q, {42}), logits_of(*dq, {42})), 2e-2) << what;
     }
     // weight_dtype q8_0: the dequantized values quantized again.
     Context c8;
@@ -101,6 +127,81 @@ TEST(ModelGgufBlockTypes, DequantizedOnLoadOrQuantizedAgain) {
     // param holds them in Hugging Face order, as dq's f32 param does.
     quantize_row(q8_0, deq.data(), want.data(), int64_t(deq.size()));
     EXPECT_EQ(wq.get<uint8_t>(), want) << what;
+  }
+}
+
+// QLoRA on a K-quant base read from a GGUF file as stored: the adapters train
+// through matmul's dy @ W on the blocks (the gradient with respect to x), the
+// loss falls, the blocks do not change.
+TEST(ModelGgufBlockTypes, LoraTrainsOnKQuantBases) {
+  kiln_test::TempDir tmp;
+  CpuBackend cpu(2);
+  Context c0;
+  models::ModelOptions o;
+  o.max_seq_len = 32;
+  auto src_model = models::make_model(c0, llama_256(), o);
+  src_model->allocate(cpu);
+  src_model->init(12);
+  models::save_gguf(*src_model, tmp.file("f32.gguf"));
+  GgufFile src(tmp.file("f32.gguf"));
+  for (DType qt : {q4_k, q6_k}) {
+    GgufWriter quant;
+    for (const auto& [k, v] : src.metadata()) quant.set(k, v);
+    for (const GgufTensorInfo& t : src.tensors()) {
+      const std::vector<uint8_t> raw = src.read_bytes(t.name);
+      if (t.shape.ndim() != 2) {
+        quant.add_tensor_data(t.name, t.dtype, t.shape, raw);
+        continue;
+      }
+      const int64_t n = t.shape.numel();
+      std::vector<float> x(static_cast<size_t>(n));
+      std::memcpy(x.data(), raw.data(), raw.size());
+      std::vector<uint8_t> blocks(dtype_row_bytes(qt, n));
+      quantize_row(qt, x.data(), blocks.data(), n);
+      quant.add_tensor_quantized(t.name, quant_type(qt).gguf_id, t.shape, blocks);
+    }
+    quant.save(tmp.file("q.gguf"));
+    Context ctx;
+    models::ModelOptions lo;
+    lo.weight_dtype = models::ModelOptions::WeightDType::stored;
+    lo.max_seq_len = 32;
+    auto model = models::load_gguf(ctx, cpu, tmp.file("q.gguf"), lo);
+    nn::LoraConfig lc;
+    lc.r = 4;
+    lc.alpha = 8;
+    lc.target_modules = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
+    nn::add_lora(*model, cpu, lc);
+    std::map<std::string, std::vector<uint8_t>> blocks;
+    for (const auto& [name, p] : model->named_parameters())
+      if (is_quantized(p.dtype())) blocks[name] = p.get<uint8_t>();
+    EXPECT_GE(blocks.size(), 7u) << dtype_name(qt);
+    const int64_t T = 12, V = model->vocab_size();
+    model->train();
+    Tensor ids = ctx.input(i32, {1, T}, "input_ids");
+    Tensor labels = ctx.input(i32, {T}, "labels");
+    Tensor logits = (*model)(ids);
+    OptConfig cfg;
+    cfg.inputs = ids;
+    cfg.outputs = logits;
+    cfg.loss = LossKind::user;
+    cfg.user_loss = cross_entropy(logits.reshape({T, V}), labels);
+    cfg.model = model.get();
+    cfg.backends = {&cpu};
+    cfg.schedule = schedule::constant(OptimizerParams{}.set_lr(1e-2f));
+    OptContext opt(cfg);
+    std::vector<int32_t> x(T), y(T);
+    for (int64_t t = 0; t < T; ++t) x[size_t(t)] = int32_t((t * 7 + 3) % V);
+    for (int64_t t = 0; t < T; ++t) y[size_t(t)] = x[size_t((t + 1) % T)];
+    double first = 0, last = 0;
+    for (int step = 0; step < 25; ++step) {
+      opt.inputs().set(x);
+      labels.set(y);
+      last = opt.train_batch();
+      if (step == 0) first = last;
+    }
+    EXPECT_LT(last, 0.7 * first) << dtype_name(qt) << " loss " << first << " -> " << last;
+    for (const auto& [name, p] : model->named_parameters())
+      if (blocks.count(name)) EXPECT_EQ(p.get<uint8_t>(), blocks[name]) << name;
   }
 }
 

@@ -11,20 +11,38 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/qmatmul_internal.h"
+#include "backends/cpu/qmatmul_kquant.h"
 #include "kiln/error.h"
 
 namespace kiln::cpu {
 namespace {
 
-using qmatmul_detail::dequantize;
-using qmatmul_detail::dot_rows;
+using qmatmul_detail::has_isa_kernels;
 using qmatmul_detail::kDotMaxRows;
 
 // GEMM path tiles: rows of W per tile of x @ W^T; columns and rows of W per
-// tile of dy @ W.
+// tile of dy @ W (for 32-value blocks; a tile of dy @ W is whole blocks wide,
+// kXwTileCols * kXwTileRows values for any block).
 constexpr int64_t kXwtTileRows = 64;
 constexpr int64_t kXwTileCols = 64;
 constexpr int64_t kXwTileRows = 1024;
+
+// Rows j0..j1 of W and m rows of x, each y element computed the same way
+// whatever the row range.
+void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
+              int64_t j0, int64_t j1, ThreadCtx& t) {
+  if (has_isa_kernels(W.format)) qmatmul_detail::dot_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+  else if (qmatmul_detail::is_k_quant(W.format))
+    qmatmul_detail::kquant_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+  else qmatmul_detail::generic_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+}
+
+// W[j0:j1, c0:c1] as f32 (exact: ggml's dequantization).
+void dequantize(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_t c1, float* dst,
+                int64_t ldd) {
+  if (has_isa_kernels(W.format)) qmatmul_detail::dequantize(W, j0, j1, c0, c1, dst, ldd);
+  else qmatmul_detail::dequantize_any(W, j0, j1, c0, c1, dst, ldd);
+}
 // Rows of x (or dy) per tile of the GEMM path: with W's tiles, enough tiles to
 // keep many threads busy when W is small.
 constexpr int64_t kRowChunk = 256;
@@ -35,10 +53,11 @@ void check(const char* op, const QuantMatrix& W, int64_t m, int64_t ld_in, int64
            int64_t ld_out, int64_t out_cols) {
   if (W.rows < 0 || W.cols < 0 || m < 0)
     fail(op, "negative size: W is [", W.rows, ", ", W.cols, "], m = ", m);
-  if (W.cols % kQuantBlock != 0)
-    fail(op, "W has ", W.cols, " columns, not a multiple of the block size ", kQuantBlock);
   if (!is_quantized(W.format) || !quant_type(W.format).matmul_reads)
     fail(op, "W is ", dtype_name(W.format), ", which the CPU matmul does not read as stored");
+  if (W.cols % dtype_block_elems(W.format) != 0)
+    fail(op, "W has ", W.cols, " columns, not a multiple of ", dtype_name(W.format),
+         "'s block size ", dtype_block_elems(W.format));
   if (W.rows > 0 && W.row_stride < quant_row_bytes(W.format, W.cols))
     fail(op, "W's row stride ", W.row_stride, " bytes is below its row size ",
          quant_row_bytes(W.format, W.cols));
@@ -55,9 +74,11 @@ void zero_rows(float* y, int64_t ldy, int64_t m, int64_t cols, ThreadCtx& t) {
 
 }  // namespace
 
-bool qmatmul_xwt_rounds_x(int64_t m) {
+bool qmatmul_xwt_rounds_x(DType f, int64_t m) {
+  if (m < 1 || m > kDotMaxRows) return false;
+  if (qmatmul_detail::is_k_quant(f)) return true;
 #if defined(KILN_QMATMUL_VNNI)
-  return m >= 1 && m <= kDotMaxRows;
+  return has_isa_kernels(f);
 #else
   return false;
 #endif
@@ -112,17 +133,19 @@ void qmatmul_xw(const QuantMatrix& W, const float* dy, int64_t lddy, float* dx, 
     } else {
       // Tiles (W column tile ct, dy row chunk dc); each runs over all of W's
       // rows, kXwTileRows at a time, accumulating into dx.
-      const int64_t ctiles = ceil_div(K, kXwTileCols), dchunks = ceil_div(m, kRowChunk);
+      const int64_t tcols = std::max(kXwTileCols, dtype_block_elems(W.format));
+      const int64_t trows = kXwTileRows * kXwTileCols / tcols;
+      const int64_t ctiles = ceil_div(K, tcols), dchunks = ceil_div(m, kRowChunk);
       const int64_t tiles = ctiles * dchunks;
-      const int64_t rows = std::min(n, kXwTileRows);
-      float* buf = static_cast<float*>(t.scratch(size_t(rows * kXwTileCols) * sizeof(float)));
+      const int64_t rows = std::min(n, trows);
+      float* buf = static_cast<float*>(t.scratch(size_t(rows * tcols) * sizeof(float)));
       for (int64_t tile = tiles * ith / nth; tile < tiles * (ith + 1) / nth; ++tile) {
         const int64_t ct = tile / dchunks, dc = tile % dchunks;
-        const int64_t c0 = ct * kXwTileCols, c1 = std::min(K, c0 + kXwTileCols);
+        const int64_t c0 = ct * tcols, c1 = std::min(K, c0 + tcols);
         const int64_t i0 = dc * kRowChunk, i1 = std::min(m, i0 + kRowChunk);
         // dx[i0:i1, c0:c1] = sum over row blocks r of dy[i0:i1, r0:r1] @ W[r0:r1, c0:c1].
-        for (int64_t r0 = 0; r0 < n; r0 += kXwTileRows) {
-          const int64_t r1 = std::min(n, r0 + kXwTileRows);
+        for (int64_t r0 = 0; r0 < n; r0 += trows) {
+          const int64_t r1 = std::min(n, r0 + trows);
           dequantize(W, r0, r1, c0, c1, buf, c1 - c0);
           gemm_alone({i1 - i0,
                       c1 - c0,

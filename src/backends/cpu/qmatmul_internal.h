@@ -1,7 +1,9 @@
 // Internals of kiln::cpu::qmatmul shared by the driver (qmatmul.cpp) and the
-// instruction-set specific kernels (qmatmul_portable.cpp, qmatmul_avx512.cpp;
-// exactly one of them defines each function, chosen at compile time like the
-// GEMM micro-kernels).
+// kernels: Q8_0 and Q4_0 in the instruction-set specific files
+// (qmatmul_portable.cpp, qmatmul_avx512.cpp; exactly one of them defines
+// dot_rows and dequantize, chosen at compile time like the GEMM
+// micro-kernels), every other format in qmatmul_rows.cpp (the k-quants' dots:
+// qmatmul_kquant*.cpp).
 #pragma once
 #include <cstdint>
 
@@ -30,6 +32,21 @@ void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64
 // c1 multiples of 32. Exact: every quantized value is representable in f32.
 void dequantize(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_t c1, float* dst,
                 int64_t ldd);
+
+// Whether dot_rows / dequantize read f (Q8_0, Q4_0); the other formats go
+// through kquant_rows (the k-quants) or generic_rows, and dequantize_any.
+constexpr bool has_isa_kernels(DType f) { return f == DType::q8_0 || f == DType::q4_0; }
+
+// dot_rows for the k-quants: x rounded to 8-bit blocks of 256 (qmatmul_kquant.h).
+void kquant_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy,
+                 int64_t m, int64_t j0, int64_t j1, ThreadCtx& t);
+// dot_rows for any format: each row of W dequantized to f32, then multiplied
+// with x in f32 (8 partial sums, a fixed tree).
+void generic_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy,
+                  int64_t m, int64_t j0, int64_t j1, ThreadCtx& t);
+// dequantize for any format (kiln::dequantize_row); c0, c1 multiples of its block.
+void dequantize_any(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, int64_t c1,
+                    float* dst, int64_t ldd);
 
 inline const uint8_t* row_ptr(const QuantMatrix& W, int64_t j) {
   return static_cast<const uint8_t*>(W.data) + size_t(j) * W.row_stride;

@@ -58,13 +58,16 @@ void add_rows(std::vector<Case>& cs, Sz z) {
     h.spec = embedding_spec();
     cs.push_back(h);
   }
-  // Quantized tables (q8_0 / q4_0, frozen: eval only) give each row's blocks
-  // dequantized; the reference gathers the dequantized values, so the result is
-  // exact. One index (decoding) splits the row between threads at block bounds;
-  // a narrowed table (rows 1..V-2) reads through the view's row stride.
-  for (DType q : {DType::q8_0, DType::q4_0}) {
+  // Quantized tables (every type of kiln/quant_types.def, frozen: eval only)
+  // give each row's blocks dequantized; the reference gathers the dequantized
+  // values, so the result is exact. One index (decoding) splits the row
+  // between threads at block bounds; a narrowed table (rows 1..V-2) reads
+  // through the view's row stride.
+  for (const QuantType& qt : kQuantTypes) {
+    const DType q = qt.dtype;
     const std::string qn = dtype_name(q);
-    const int64_t QD = z(544, 1024);  // 17 blocks: one row splits 5/6/6 over 3 threads
+    // 17 blocks of 32 (one row splits 5/6/6 over 3 threads), or 3 of 256.
+    const int64_t QD = qt.block_elems == 256 ? z(768, 1024) : z(544, 1024);
     auto table = [&] { return as(in("weight", {V, QD}), q); };
     Case a = make_case("embedding_" + qn + "_table", {Op::EMBEDDING},
                        {table(), in_i32("idx", {n}, repeated_rows(V))}, emb, false);

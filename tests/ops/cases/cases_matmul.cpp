@@ -78,18 +78,23 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   big.tol = {1e-5, 1e-4};
   cs.push_back(big);
 
-  // A quantized (q8_0 / q4_0) weight read as stored: x @ W^T (W.T(), a Linear's
-  // forward; the gradient with respect to x is dy @ W, the other kernel) and
-  // dy @ W directly. The reference multiplies the dequantized weights in double,
-  // so with more than 4 rows of x the error is f32 accumulation only; W is an
-  // input, never trained. With 1-4 rows (decoding) AVX512_VNNI builds round x
-  // to int8 blocks first (qmatmul.h): each output then moves by at most
-  // sum |W| * (max |x| of a block / 127) / 2, under 0.13 at K = 64 for these
-  // inputs of magnitude <= 1 and ~50x less typically; `few` cases get that
-  // tolerance (exact builds pass it trivially, a wrong block or scale does not).
-  for (DType q : {DType::q8_0, DType::q4_0}) {
+  // A quantized weight (every type of kiln/quant_types.def) read as stored:
+  // x @ W^T (W.T(), a Linear's forward; the gradient with respect to x is
+  // dy @ W, the other kernel) and dy @ W directly. The reference multiplies the
+  // dequantized weights in double, so with more than 4 rows of x the error is
+  // f32 accumulation only; W is an input, never trained. With 1-4 rows
+  // (decoding) the k-quants always, and Q8_0 / Q4_0 on AVX512_VNNI builds,
+  // round x to 8-bit blocks first (qmatmul.h): each output then moves by at
+  // most sum |W| * (max |x| of a block / 127) / 2, under 0.13 at K = 64 (0.5
+  // at K = 256) for these inputs of magnitude <= 1 and ~50x less typically;
+  // `few` cases get that tolerance (exact paths pass it trivially, a wrong
+  // block or scale does not). Rows are 64 values (2 blocks) or, for the
+  // k-quants, 256 (one block).
+  for (const QuantType& qt : kQuantTypes) {
+    const DType q = qt.dtype;
     const std::string qn = dtype_name(q);
-    const int64_t QK = z(64, 512), QN = z(5, 256), QM = z(6, 256);  // QM > 4: exact path
+    const int64_t QK = qt.block_elems == 256 ? z(256, 1024) : z(64, 512);
+    const int64_t QN = z(5, 256), QM = z(6, 256);  // QM > 4: exact path
     auto w = [&](Shape s, Layout l) { return with(as(in("w", s, g), q), l); };
     auto add = [&](const std::string& name, Input a, Input b, bool grad, bool few = false) {
       Case c = make_case("matmul_" + qn + name, {Op::MATMUL}, {a, b}, mm, grad);
