@@ -206,14 +206,14 @@ struct ModelOptions {
   // stored: matrices (params of 2+ dims: embeddings, projections, the head)
   // keep the file's f16/bf16 (matmul and embedding read them as they are);
   // 1-D params (norm weights, biases) are f32 either way. Loading only.
-  // q8_0 / q4_0 (the rows of kiln/quant_types.def that matmul reads as
-  // stored): the weights of Linear layers (projections, MLPs, an untied
-  // head) and the token embedding (a tied head reads it) whose rows are whole
-  // blocks are quantized as they load (ggml's reference formulas) and
-  // frozen; make_model applies it too (init() writes quantized values). GGUF
-  // tensors stored Q8_0 / Q4_0 are kept as stored (also with `stored`); GGUF
-  // tensors of the other quantized types (Q4_K, Q6_K, ...: matmul does not
-  // read them yet) are dequantized to f32 as they load, or quantized again to
+  // q8_0, q4_0, q4_k, q6_k, ... (the rows of kiln/quant_types.def that matmul
+  // reads as stored: today every row): the weights of Linear layers
+  // (projections, MLPs, an untied head) and the token embedding (a tied head
+  // reads it) whose rows are whole blocks are quantized as they load (ggml's
+  // reference formulas) and frozen; make_model applies it too (init() writes
+  // quantized values). GGUF tensors stored in a type matmul reads are kept as
+  // stored (also with `stored`, on host backends); GGUF tensors of a type it
+  // does not read are dequantized to f32 as they load, or quantized again to
   // the type asked for here (ggml's formulas, from the dequantized values). Norms,
   // biases and GPT-2's position embedding stay f32. matmul reads the blocks as
   // they are (x @ W^T and, for LoRA, dy @ W), embedding dequantizes the rows
@@ -239,8 +239,8 @@ struct ModelOptions {
   WeightDType weight_dtype = WeightDType::f32;
 };
 
-// The WeightDType that quantizes to the type named `name` ("q8_0", "q4_0": the
-// rows of kiln/quant_types.def that matmul reads as stored), or nullopt; and
+// The WeightDType that quantizes to the type named `name` ("q8_0", "q4_k", ...:
+// the rows of kiln/quant_types.def that matmul reads as stored), or nullopt; and
 // their names (command-line choices).
 std::optional<ModelOptions::WeightDType> quantized_weight_dtype_named(std::string_view name);
 std::vector<std::string> quantized_weight_dtype_names();

@@ -284,10 +284,11 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
     for (Item& it : plan)
       if (it.param.ndim() >= 2) it.param = model->set_parameter_dtype(it.name, bf16);
-  // Quantized Linear weights: tensors of a type matmul reads (Q8_0, Q4_0) kept
-  // as stored (rows moved as bytes); other quantized types (Q4_K, Q6_K, ...)
-  // dequantized to f32 as they load, or quantized again to weight_dtype's type;
-  // other dtypes quantized as they load (ModelOptions::WeightDType).
+  // Quantized Linear weights: tensors of a type matmul reads (every row of
+  // kiln/quant_types.def whose matmul column is qmatmul: today all) kept as
+  // stored (rows moved as bytes); others dequantized to f32 as they load, or
+  // quantized again to weight_dtype's type; other dtypes quantized as they
+  // load (ModelOptions::WeightDType).
   const std::optional<DType> q = detail::quantized_weight_dtype(opt);
   // Only the CPU reads quantized blocks: other backends get f32 (stored) or an error.
   if (q && !detail::can_map(backend))

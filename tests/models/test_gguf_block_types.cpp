@@ -37,9 +37,9 @@ models::ModelConfig llama_256() {
   return cfg;
 }
 
-// Logits of `model` for `ids` ([1, T]) on the CPU.
-std::vector<float> logits_of(models::CausalLM& model, const std::vector<int32_t>& ids) {
-  Context ctx;
+// Logits of `model` (its params in ctx) for `ids` ([1, T]) on the CPU.
+std::vector<float> logits_of(Context& ctx, models::CausalLM& model,
+                             const std::vector<int32_t>& ids) {
   Tensor in = ctx.input(i32, {1, int64_t(ids.size())}, "input_ids");
   model.eval();
   Tensor logits = model(in);
@@ -110,8 +110,8 @@ TEST(ModelGgufBlockTypes, KeptAsStoredDequantizedOrQuantizedAgain) {
       if (!stored) continue;
       // Read as stored by matmul and embedding: the dequantized model's logits.
       const std::vector<int32_t> prompt = {3, 17, 42, 5, 63, 8};
-      EXPECT_LT(rel_error(logits_of(*q, prompt), logits_of(*dq, prompt)), 1e-5) << what;
-      EXPECT_LT(rel_error(logits_of(*q, {42}), logits_of(*dq, {42})), 2e-2) << what;
+      EXPECT_LT(rel_error(logits_of(c, *q, prompt), logits_of(cd, *dq, prompt)), 1e-5) << what;
+      EXPECT_LT(rel_error(logits_of(c, *q, {42}), logits_of(cd, *dq, {42})), 2e-2) << what;
     }
     // weight_dtype q8_0: the dequantized values quantized again.
     Context c8;
