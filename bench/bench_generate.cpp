@@ -7,13 +7,16 @@
 //
 //   bench_generate [--tokens 64] [--prompt 32] [--threads 0] [--layers 30]
 //                  [--weights f32|q8_0|q4_0|q4_k|q6_k|...] [--shape smollm2|k256]
+//                  [--save FILE.gguf]
 // (--weights TYPE, any type of kiln/quant_types.def: ModelOptions::weight_dtype,
 // so the layers' Linear weights and the tied embedding / head are quantized
 // and frozen; norms stay f32; a matrix whose rows are not whole blocks of the
 // type stays f32. Decoding then reads each layer's blocks, one embedding row
 // and the head's blocks per token. --shape k256: SmolLM2-135M's shape scaled
 // to 768 wide (llama_shape.h), where every row is whole blocks of 256, so the
-// k-quants apply to every matrix; with smollm2's 576 only ffn_down would.)
+// k-quants apply to every matrix; with smollm2's 576 only ffn_down would.
+// --save writes the model (blocks as they are, no vocabulary) for
+// scripts/bench-llamacpp-decode.mjs to time the same file in llama.cpp.)
 //
 // Prints one line per run: prompt tokens/s, decode tokens/s, weight bytes read
 // per token, read bandwidth, achieved fraction of it.
@@ -77,6 +80,8 @@ int main(int argc, char** argv) {
   model->allocate(cpu);
   model->init(1);
   const int64_t weight_bytes = bench::param_bytes(*model);  // read once per token
+  if (const std::string save = sarg(argc, argv, "--save", ""); !save.empty())
+    kiln::models::save_gguf(*model, save);
 
   kiln::models::Generator gen(*model, cpu);
   std::vector<int32_t> ids(static_cast<size_t>(prompt));

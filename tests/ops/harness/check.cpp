@@ -2,8 +2,10 @@
 // eval and backend checks.
 #include "ops/harness/check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 
 #include "kiln/ext/tensor_node.h"
@@ -95,26 +97,55 @@ Built instantiate(const Case& c, Context& ctx, bool as_params) {
   return b;
 }
 
+namespace {
+
+// The blocks of every quantized row case_values made, by dtype and the row's
+// dequantized values: upload() writes these blocks, as quantizing the
+// dequantized values again need not give them back (Q3_K's and Q5_K's scale
+// searches can pick another scale for them).
+std::map<std::pair<DType, std::vector<float>>, std::vector<uint8_t>>& quantized_rows() {
+  static std::map<std::pair<DType, std::vector<float>>, std::vector<uint8_t>> rows;
+  return rows;
+}
+
+// v's rows of k values quantized (ggml's reference formulas) and dequantized
+// in place; their blocks remembered for upload().
+void quantize_rows(DType t, std::vector<double>& v, int64_t k) {
+  std::vector<float> row(static_cast<size_t>(k)), back(row.size());
+  std::vector<uint8_t> q(dtype_row_bytes(t, k));
+  for (size_t r = 0; k > 0 && r < v.size() / size_t(k); ++r) {
+    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = float(v[r * size_t(k) + size_t(c)]);
+    quantize_row(t, row.data(), q.data(), k);
+    dequantize_row(t, q.data(), back.data(), k);
+    for (int64_t c = 0; c < k; ++c) v[r * size_t(k) + size_t(c)] = back[size_t(c)];
+    quantized_rows()[{t, back}] = q;
+  }
+}
+
+// The blocks of a quantized tensor holding values v (rows of k).
+std::vector<uint8_t> blocks_of(DType t, const std::vector<double>& v, int64_t k) {
+  std::vector<uint8_t> out;
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<uint8_t> q(dtype_row_bytes(t, k));
+  for (size_t r = 0; k > 0 && r < v.size() / size_t(k); ++r) {
+    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = float(v[r * size_t(k) + size_t(c)]);
+    const auto it = quantized_rows().find({t, row});
+    if (it != quantized_rows().end()) q = it->second;
+    else quantize_row(t, row.data(), q.data(), k);
+    out.insert(out.end(), q.begin(), q.end());
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::vector<double>> case_values(const Case& c) {
   std::vector<std::vector<double>> vals;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const Input& x = c.inputs[i];
     Rng rng(hash_name(c.name, i));
     std::vector<double> v = x.gen(stored_shape(x), rng);
-    if (is_quantized(x.dtype)) {
-      // upload() quantizes these values again: they must be a fixed point of
-      // quantize-then-dequantize. One pass is for Q8_0/Q4_0 and most formats;
-      // Q3_K's and Q5_K's scale searches can pick another scale for the
-      // dequantized values, so repeat until nothing moves.
-      const Shape s = stored_shape(x);
-      std::vector<double> prev;
-      int passes = 0;
-      do {
-        prev = v;
-        ref_round_rows_to(x.dtype, v, s[s.ndim() - 1]);
-      } while (v != prev && ++passes < 16);
-      KILN_ASSERT(v == prev);
-    }
+    if (is_quantized(x.dtype)) quantize_rows(x.dtype, v, stored_shape(x)[stored_shape(x).ndim() - 1]);
     for (double& e : v)
       if (!is_quantized(x.dtype))
         e = x.dtype == DType::f32 ? double(float(e)) : ref_round_to(x.dtype, e);
@@ -125,9 +156,13 @@ std::vector<std::vector<double>> case_values(const Case& c) {
 
 void upload(Tensor t, const std::vector<double>& v) {
   KILN_ASSERT(int64_t(v.size()) == t.numel());
+  if (is_quantized(t.dtype())) {  // the blocks case_values made for these values
+    t.set(blocks_of(t.dtype(), v, t.shape()[t.ndim() - 1]));
+    return;
+  }
   switch (t.dtype()) {
     case DType::f32:
-    default:  // quantized on set: values from case_values are already exact
+    default:
       t.set(std::vector<float>(v.begin(), v.end()));
       break;
     case DType::f16:
