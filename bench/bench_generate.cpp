@@ -50,6 +50,45 @@ std::string sarg(int argc, char** argv, const char* name, const char* def) {
 
 }  // namespace
 
+// save_gguf, plus a placeholder SentencePiece vocabulary of vocab tokens
+// (<unk>, <s>, </s>, the 256 byte tokens, then "t<i>"), which llama.cpp needs
+// to load a file; the benchmark passes token ids, never text.
+void save_with_placeholder_vocab(const kiln::models::CausalLM& model, const std::string& path,
+                                 int64_t vocab) {
+  kiln::models::save_gguf(model, path + ".novocab");
+  {
+    const kiln::GgufFile f(path + ".novocab");
+    kiln::GgufWriter w;
+    for (const auto& [k, v] : f.metadata())
+      if (k.rfind("tokenizer.", 0) != 0) w.set(k, v);
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    for (int64_t i = 0; i < vocab; ++i) {
+      char b[16];
+      if (i < 3) tokens.emplace_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+      else if (i < 259)
+        std::snprintf(b, sizeof b, "<0x%02X>", unsigned(i - 3)), tokens.emplace_back(b);
+      else tokens.push_back("t" + std::to_string(i));
+      scores.push_back(-float(i));
+      types.push_back(i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1);  // unknown, control, byte, normal
+    }
+    w.set("tokenizer.ggml.model", "llama");
+    w.set("tokenizer.ggml.tokens", std::move(tokens));
+    w.set("tokenizer.ggml.scores", scores);
+    w.set("tokenizer.ggml.token_type", types);
+    w.set("tokenizer.ggml.bos_token_id", uint32_t(1));
+    w.set("tokenizer.ggml.eos_token_id", uint32_t(2));
+    for (const kiln::GgufTensorInfo& t : f.tensors()) {
+      const std::vector<uint8_t> raw = f.read_bytes(t.name);
+      if (t.quantized()) w.add_tensor_quantized(t.name, t.ggml_type, t.shape, raw);
+      else w.add_tensor_data(t.name, t.dtype, t.shape, raw);
+    }
+    w.save(path);
+  }
+  std::remove((path + ".novocab").c_str());
+}
+
 int main(int argc, char** argv) {
   const int64_t tokens = arg(argc, argv, "--tokens", 64), prompt = arg(argc, argv, "--prompt", 32);
   int threads = int(arg(argc, argv, "--threads", 0));
@@ -60,8 +99,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t layers = arg(argc, argv, "--layers", 30);
-  const kiln::models::ModelConfig cfg = shape == "k256" ? bench::smollm2_k256_shape(layers)
-                                                        : bench::smollm2_135m_shape(layers);
+  const kiln::models::ModelConfig cfg =
+      shape == "k256" ? bench::smollm2_k256_shape(layers) : bench::smollm2_135m_shape(layers);
   const kiln::models::LlamaConfig& c = *cfg.llama;
 
   kiln::Context ctx;
@@ -73,7 +112,8 @@ int main(int argc, char** argv) {
   const std::string wt = sarg(argc, argv, "--weights", "f32");
   if (const auto wd = kiln::models::quantized_weight_dtype_named(wt)) mo.weight_dtype = *wd;
   else if (wt != "f32") {
-    std::fprintf(stderr, "bench_generate: --weights must be f32 or a quantized type (q8_0, q4_k, ...)\n");
+    std::fprintf(stderr,
+                 "bench_generate: --weights must be f32 or a quantized type (q8_0, q4_k, ...)\n");
     return 2;
   }
   auto model = kiln::models::make_model(ctx, cfg, mo);
@@ -81,7 +121,7 @@ int main(int argc, char** argv) {
   model->init(1);
   const int64_t weight_bytes = bench::param_bytes(*model);  // read once per token
   if (const std::string save = sarg(argc, argv, "--save", ""); !save.empty())
-    kiln::models::save_gguf(*model, save);
+    save_with_placeholder_vocab(*model, save, c.vocab_size);
 
   kiln::models::Generator gen(*model, cpu);
   std::vector<int32_t> ids(static_cast<size_t>(prompt));
@@ -98,7 +138,8 @@ int main(int argc, char** argv) {
   const double used = tps * double(weight_bytes) / 1e9;
   const double bw = bench::stream_read_gbs(threads, bench::kStreamBytes);
   std::printf(
-      "weights=%s shape=%s layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f decode_tokens=%lld "
+      "weights=%s shape=%s layers=%lld threads=%d prompt=%lld prompt_tokens_per_s=%.1f "
+      "decode_tokens=%lld "
       "decode_tokens_per_s=%.2f weight_mb=%.1f weights_gb_per_s=%.2f read_bandwidth_gb_per_s=%.2f "
       "fraction=%.3f graphs=%zu context_nodes_per_graph=%zu\n",
       wt.c_str(), shape.c_str(), (long long)c.num_hidden_layers, threads, (long long)prompt,

@@ -1,6 +1,8 @@
 // Quantized-weight matrix products (kiln::cpu::qmatmul_xwt / qmatmul_xw) against
-// their f32 counterparts on SmolLM2-135M's shapes, both timed in the same
-// iteration so the ratio holds on a noisy machine:
+// their f32 counterparts on SmolLM2-135M's shapes (Q8_0, Q4_0) and on its
+// 768-wide variant (k256_*: Q4_K, Q5_K, Q6_K and Q8_0, rows of whole 256-value
+// blocks), both timed in the same iteration so the ratio holds on a noisy
+// machine:
 //   BM_decode: one token's x @ W^T (m = 1) over all 30 layers' matrices and the
 //     head (538 MB in f32, 143 MB in Q8_0, 76 MB in Q4_0: memory-bound), the f32
 //     one by cpu::gemv_rows. Counters: GB/s of weights read by each, and
@@ -41,9 +43,12 @@ struct Shape {
   int64_t n, k;  // W is [n, k]
 };
 
-// One layer's weights (q, k, v, o, gate, up, down) of the model's config.
-std::vector<Shape> model_shapes() {
-  const kiln::models::LlamaConfig c = *bench::smollm2_135m_shape().llama;
+// Every layer's weights (q, k, v, o, gate, up, down) and the tied head of
+// SmolLM2-135M's shape, or (k256) of its 768-wide variant whose rows are whole
+// blocks of 256 (llama_shape.h), for the k-quants.
+std::vector<Shape> model_shapes(bool k256 = false) {
+  const kiln::models::LlamaConfig c =
+      *(k256 ? bench::smollm2_k256_shape() : bench::smollm2_135m_shape()).llama;
   const int64_t h = c.hidden_size, kv = c.num_key_value_heads * c.head_dim, f = c.intermediate_size;
   std::vector<Shape> s;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -66,15 +71,31 @@ std::vector<float> random_f32(size_t n, uint64_t seed) {
   return v;
 }
 
+// Byte offsets of the f16 scales in a block of f (Q8_0/Q4_0: d; the
+// k-quants: d and, with mins, dmin; the others: d and m).
+std::vector<size_t> scale_offsets(DType f) {
+  switch (f) {
+    case DType::q2_k: return {80, 82};
+    case DType::q3_k: return {108};
+    case DType::q4_k:
+    case DType::q5_k: return {0, 2};
+    case DType::q6_k: return {208};
+    case DType::q4_1:
+    case DType::q5_1: return {0, 2};
+    default: return {0};
+  }
+}
+
 // A quantized [n, k] matrix of random quants with in-range f16 scales (timing only).
 std::vector<uint8_t> random_quant(DType f, Shape s, uint64_t seed) {
-  const size_t rb = kiln::cpu::quant_row_bytes(f, s.k), bs = f == DType::q8_0 ? 34 : 18;
+  const size_t rb = kiln::cpu::quant_row_bytes(f, s.k), bs = kiln::dtype_size(f);
   std::vector<uint8_t> v(rb * size_t(s.n));
   for (auto& b : v) b = uint8_t(next(seed));
-  for (size_t o = 0; o < v.size(); o += bs) {
-    const uint16_t d = uint16_t(0x2000 | (next(seed) & 0x3ff));  // ~2^-7
-    std::memcpy(&v[o], &d, 2);
-  }
+  for (size_t o = 0; o < v.size(); o += bs)
+    for (size_t at : scale_offsets(f)) {
+      const uint16_t d = uint16_t(0x2000 | (next(seed) & 0x3ff));  // ~2^-7
+      std::memcpy(&v[o + at], &d, 2);
+    }
   return v;
 }
 
@@ -82,9 +103,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void BM_decode(benchmark::State& st, DType f) {
+void BM_decode(benchmark::State& st, DType f, bool k256) {
   const int threads = int(st.range(0));
-  const std::vector<Shape> shapes = model_shapes();
+  const std::vector<Shape> shapes = model_shapes(k256);
   std::vector<std::vector<float>> w32;
   std::vector<std::vector<uint8_t>> wq;
   double bytes32 = 0, bytesq = 0;
@@ -175,11 +196,18 @@ void BM_batch(benchmark::State& st, DType f, Shape s, bool backward) {
 }
 
 constexpr Shape kGate{1536, 576}, kDown{576, 1536};
+constexpr Shape kGate768{2048, 768}, kDown768{768, 2048};  // the k256 shape's
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_decode, q8_0, DType::q8_0)->Arg(1)->Arg(2)->UseManualTime();
-BENCHMARK_CAPTURE(BM_decode, q4_0, DType::q4_0)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q8_0, DType::q8_0, false)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q4_0, DType::q4_0, false)->Arg(1)->Arg(2)->UseManualTime();
+// The k-quants on the 768-wide shape (every row whole blocks of 256), Q8_0 on
+// the same shape for comparison.
+BENCHMARK_CAPTURE(BM_decode, k256_q8_0, DType::q8_0, true)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, k256_q4_k, DType::q4_k, true)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, k256_q5_k, DType::q5_k, true)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, k256_q6_k, DType::q6_k, true)->Arg(1)->Arg(2)->UseManualTime();
 #define KILN_QBATCH(name, shape, backward)                                                         \
   BENCHMARK_CAPTURE(BM_batch, name##_q8_0, DType::q8_0, shape, backward)->Arg(2)->UseManualTime(); \
   BENCHMARK_CAPTURE(BM_batch, name##_q4_0, DType::q4_0, shape, backward)->Arg(2)->UseManualTime();
@@ -187,5 +215,10 @@ KILN_QBATCH(prefill_gate_512x1536x576, kGate, false)
 KILN_QBATCH(prefill_down_512x576x1536, kDown, false)
 KILN_QBATCH(backward_gate_512x576x1536, kGate, true)
 KILN_QBATCH(backward_down_512x1536x576, kDown, true)
+#define KILN_KBATCH(name, shape, backward)                                                         \
+  BENCHMARK_CAPTURE(BM_batch, name##_q4_k, DType::q4_k, shape, backward)->Arg(2)->UseManualTime(); \
+  BENCHMARK_CAPTURE(BM_batch, name##_q6_k, DType::q6_k, shape, backward)->Arg(2)->UseManualTime();
+KILN_KBATCH(prefill_gate_512x2048x768, kGate768, false)
+KILN_KBATCH(backward_down_512x2048x768, kDown768, true)
 
 BENCHMARK_MAIN();

@@ -410,7 +410,8 @@ TEST(QMatmul, NonFiniteXPropagates) {
       ThreadCtx t;
       kiln::cpu::qmatmul_xwt(w.view(), x.data(), K, y.data(), 9, m, t);
       for (int64_t j = 0; j < 9; ++j) {
-        EXPECT_FALSE(std::isfinite(y[size_t(j)])) << kiln::dtype_name(f) << " m=" << m << " j=" << j;
+        EXPECT_FALSE(std::isfinite(y[size_t(j)]))
+            << kiln::dtype_name(f) << " m=" << m << " j=" << j;
         EXPECT_TRUE(std::isnan(y[size_t((m - 1) * 9 + j)]))
             << kiln::dtype_name(f) << " m=" << m << " j=" << j;
       }

@@ -3,9 +3,9 @@
 // tests/models/test_quantized.cpp; llama.cpp's K-quant files mix them): on the
 // CPU, load_gguf keeps them as stored (weight_dtype stored, and q8_0, which
 // quantizes only f32 tensors) or dequantizes them to f32 (weight_dtype f32);
-// every way the same model as the f32 file of the dequantized values: the same parameter values, and the same logits (exact up
-// to f32 rounding over 6 tokens, within the rounding of x to 8-bit blocks for
-// one token: qmatmul.h).
+// every way the same model as the f32 file of the dequantized values: the same parameter values,
+// and the same logits (exact up to f32 rounding over 6 tokens, within the rounding of x to 8-bit
+// blocks for one token: qmatmul.h).
 #include <cstring>
 #include <map>
 #include <string>
@@ -120,8 +120,7 @@ TEST(ModelGgufBlockTypes, KeptAsStoredDequantizedOrQuantizedAgain) {
     auto q8 = models::load_gguf(c8, cpu, tmp.file("q.gguf"), to_q8);
     const Tensor wq = q8->parameter("model.layers.0.self_attn.q_proj.weight");
     ASSERT_EQ(wq.dtype(), qt.dtype) << what;
-    EXPECT_EQ(wq.get<float>(),
-              dq->parameter("model.layers.0.self_attn.q_proj.weight").get<float>())
+    EXPECT_EQ(wq.get<float>(), dq->parameter("model.layers.0.self_attn.q_proj.weight").get<float>())
         << what;
   }
 }

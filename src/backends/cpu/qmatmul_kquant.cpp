@@ -88,7 +88,8 @@ struct Unpacked {
 void unpack_q2_k(const uint8_t* w, Unpacked& u) {
   for (int j = 0; j < 2; ++j)
     for (int s = 0; s < 4; ++s)
-      for (int l = 0; l < 32; ++l) u.q[128 * j + 32 * s + l] = int8_t((w[16 + 32 * j + l] >> (2 * s)) & 3);
+      for (int l = 0; l < 32; ++l)
+        u.q[128 * j + 32 * s + l] = int8_t((w[16 + 32 * j + l] >> (2 * s)) & 3);
   for (int g = 0; g < 16; ++g) u.sc[g] = w[g] & 15, u.mn[g] = w[g] >> 4;
 }
 

@@ -24,9 +24,9 @@ namespace kiln::cpu::qmatmul_detail {
 inline constexpr int kQK = 256;  // values per k-quant block (ggml's QK_K)
 
 struct BlockQ8K {
-  float d;             // x = d * qs
-  int8_t qs[kQK];      // in [-127, 127]
-  int16_t bsums[16];   // sums of qs[16 g .. 16 g + 15]
+  float d;            // x = d * qs
+  int8_t qs[kQK];     // in [-127, 127]
+  int16_t bsums[16];  // sums of qs[16 g .. 16 g + 15]
 };
 
 // Whether f is one of the k-quants this path reads.

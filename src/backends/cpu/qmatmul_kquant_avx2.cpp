@@ -35,9 +35,7 @@ inline int32_t hsum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-inline __m256i load32(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // sum over the 32 values of q (unsigned bytes) * x (signed bytes), scaled by sc
 // (all 32 values) or by sa (values 0..15) and sb (16..31), into int32 lanes.
@@ -73,13 +71,14 @@ float dot_q4_q5_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
       __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       if constexpr (Q5) {
         lo = _mm256_or_si256(
-            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), one), 4));
+            lo, _mm256_slli_epi16(
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), one), 4));
         hi = _mm256_or_si256(
-            hi,
-            _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), one),
-                              4));
+            hi, _mm256_slli_epi16(
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), one), 4));
       }
-      acc = _mm256_add_epi32(acc, scaled_dot(lo, xb.qs + 64 * p, _mm256_set1_epi16(int16_t(sc[2 * p]))));
+      acc = _mm256_add_epi32(acc,
+                             scaled_dot(lo, xb.qs + 64 * p, _mm256_set1_epi16(int16_t(sc[2 * p]))));
       acc = _mm256_add_epi32(
           acc, scaled_dot(hi, xb.qs + 64 * p + 32, _mm256_set1_epi16(int16_t(sc[2 * p + 1]))));
     }

@@ -145,7 +145,8 @@ std::vector<std::vector<double>> case_values(const Case& c) {
     const Input& x = c.inputs[i];
     Rng rng(hash_name(c.name, i));
     std::vector<double> v = x.gen(stored_shape(x), rng);
-    if (is_quantized(x.dtype)) quantize_rows(x.dtype, v, stored_shape(x)[stored_shape(x).ndim() - 1]);
+    if (is_quantized(x.dtype))
+      quantize_rows(x.dtype, v, stored_shape(x)[stored_shape(x).ndim() - 1]);
     for (double& e : v)
       if (!is_quantized(x.dtype))
         e = x.dtype == DType::f32 ? double(float(e)) : ref_round_to(x.dtype, e);
@@ -162,9 +163,7 @@ void upload(Tensor t, const std::vector<double>& v) {
   }
   switch (t.dtype()) {
     case DType::f32:
-    default:
-      t.set(std::vector<float>(v.begin(), v.end()));
-      break;
+    default: t.set(std::vector<float>(v.begin(), v.end())); break;
     case DType::f16:
     case DType::bf16: {
       std::vector<uint16_t> h(v.size());

@@ -1,6 +1,7 @@
 // MATMUL: dst [..., M, N] (f32) = src0 [..., M, K] @ src1 [..., K, N], batch
 // dims broadcast (numpy), src0/src1 f32, f16 or bf16 with any strides; or src1
-// a quantized (q8_0/q4_0) matrix, W.T() or W, read as stored (qmatmul.h).
+// a quantized matrix (any type of kiln/quant_types.def), W.T() or W, read as
+// stored (qmatmul.h).
 // MATMUL_ACC: the same product added into src0 in place (a gradient accumulator).
 // A 2-D MATMUL may carry a bias src2 (f32, N contiguous floats; put there by
 // Graph::fuse_matmul_bias, for the CPU kernels only): dst = a @ b + bias, the add done by
