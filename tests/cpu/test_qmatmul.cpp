@@ -350,6 +350,23 @@ TEST(QMatmul, KQuantXRounding) {
   EXPECT_TRUE(std::isnan(q[2].d));
 }
 
+// The GEMM paths' k-quant tiles (kquant_dequantize, vectorized) are
+// kiln::dequantize_row's values bit for bit, on random bytes (any scale,
+// subnormal, inf or NaN included).
+TEST(QMatmul, KQuantTilesAreTheDequantizedValues) {
+  std::mt19937 rng(77);
+  for (const kiln::QuantType& qt : kiln::kQuantTypes) {
+    if (!kiln::cpu::qmatmul_detail::is_k_quant(qt.dtype)) continue;
+    const int64_t nb = 64;
+    std::vector<uint8_t> blocks(size_t(nb) * qt.block_bytes);
+    for (auto& b : blocks) b = uint8_t(rng());
+    std::vector<float> want(size_t(nb * 256)), got(want.size());
+    kiln::dequantize_row(qt.dtype, blocks.data(), want.data(), nb * 256);
+    kiln::cpu::qmatmul_detail::kquant_dequantize(qt.dtype, blocks.data(), nb, got.data());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << qt.name;
+  }
+}
+
 // Each k-quant's portable dot and (where the build has it) its AVX2 dot
 // against the double product of the dequantized row and the rounded x: the
 // same integers, so both within f32 rounding of it.

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "backends/cpu/gemm_convert.h"
+#include "kiln/error.h"
 
 namespace kiln::cpu::qmatmul_detail {
 
@@ -74,16 +75,9 @@ inline void k4_scale_min(const uint8_t* s, int g, int& sc, int& m) {
   }
 }
 
-// A block's quants as the signed values the products use (Q2_K 0..3, Q3_K
-// -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31), its scales per group of 16
-// (Q4_K/Q5_K's groups of 32 give two each) and, for the formats with mins,
-// the mins likewise. Written as plain loops over bytes so the compiler
-// vectorizes them.
-struct Unpacked {
-  int8_t q[kQK];
-  int sc[16];
-  int mn[16];
-};
+// KUnpacked (qmatmul_kquant.h) of each format, written as plain loops over
+// bytes so the compiler vectorizes them.
+using Unpacked = KUnpacked;
 
 void unpack_q2_k(const uint8_t* w, Unpacked& u) {
   for (int j = 0; j < 2; ++j)
@@ -91,6 +85,7 @@ void unpack_q2_k(const uint8_t* w, Unpacked& u) {
       for (int l = 0; l < 32; ++l)
         u.q[128 * j + 32 * s + l] = int8_t((w[16 + 32 * j + l] >> (2 * s)) & 3);
   for (int g = 0; g < 16; ++g) u.sc[g] = w[g] & 15, u.mn[g] = w[g] >> 4;
+  u.d = f16_at(w + 80), u.dmin = f16_at(w + 82);
 }
 
 // Q3_K's 6-bit scale of group g (of 16), offset by 32: the low 4 bits in the
@@ -111,6 +106,7 @@ void unpack_q3_k(const uint8_t* w, Unpacked& u) {
         u.q[128 * j + 32 * s + l] = int8_t(low - (high ? 0 : 4));
       }
   for (int g = 0; g < 16; ++g) u.sc[g] = q3_scale(w + 96, g), u.mn[g] = 0;
+  u.d = f16_at(w + 108), u.dmin = 0;
 }
 
 template <bool Q5>
@@ -132,6 +128,7 @@ void unpack_q4_q5_k(const uint8_t* w, Unpacked& u) {
     u.sc[2 * g] = u.sc[2 * g + 1] = sc;
     u.mn[2 * g] = u.mn[2 * g + 1] = m;
   }
+  u.d = f16_at(w), u.dmin = f16_at(w + 2);
 }
 
 void unpack_q6_k(const uint8_t* w, Unpacked& u) {
@@ -150,6 +147,7 @@ void unpack_q6_k(const uint8_t* w, Unpacked& u) {
     }
   const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
   for (int g = 0; g < 16; ++g) u.sc[g] = sc[g], u.mn[g] = 0;
+  u.d = f16_at(w + 208), u.dmin = 0;
 }
 
 // isum = sum over groups of 16 of sc * sum(q x), msum = sum of mn * (the
@@ -182,6 +180,17 @@ float dot_k(const uint8_t* w, const BlockQ8K* x, int64_t nb) {
 }
 
 }  // namespace
+
+void kquant_unpack(DType f, const uint8_t* block, KUnpacked& u) {
+  switch (f) {
+    case DType::q2_k: return unpack_q2_k(block, u);
+    case DType::q3_k: return unpack_q3_k(block, u);
+    case DType::q4_k: return unpack_q4_q5_k<false>(block, u);
+    case DType::q5_k: return unpack_q4_q5_k<true>(block, u);
+    case DType::q6_k: return unpack_q6_k(block, u);
+    default: KILN_ASSERT(false && "kquant_unpack: not a k-quant");
+  }
+}
 
 KQuantDot kquant_dot_portable(DType f) {
   switch (f) {

@@ -40,6 +40,24 @@ constexpr bool is_k_quant(DType f) {
 // holding inf or NaN gets d = NaN.
 void quantize_q8k(const float* x, BlockQ8K* y, int64_t nb);
 
+// A k-quant block unpacked: its quants as the signed values the products use
+// (Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31), its integer
+// scales per group of 16 (Q4_K/Q5_K's groups of 32 give two each), the mins
+// likewise (0 for Q3_K, Q6_K), and its f16 d and dmin (0 without mins) as
+// f32: value v = (d * sc[v / 16]) * q[v] - dmin * mn[v / 16], which is ggml's
+// dequantization, operation for operation.
+struct KUnpacked {
+  int8_t q[kQK];
+  int sc[16];
+  int mn[16];
+  float d, dmin;
+};
+void kquant_unpack(DType f, const uint8_t* block, KUnpacked& u);
+
+// nb blocks of a k-quant as f32, bit-exact with kiln::dequantize_row (ggml's
+// dequantizer) and vectorized (qmatmul_kquant_dequant.cpp).
+void kquant_dequantize(DType f, const uint8_t* blocks, int64_t nb, float* out);
+
 // One row of W (nb blocks of format f) times one rounded row of x.
 using KQuantDot = float (*)(const uint8_t* w, const BlockQ8K* x, int64_t nb);
 

@@ -50,8 +50,11 @@ void dequantize_any(const QuantMatrix& W, int64_t j0, int64_t j1, int64_t c0, in
                     float* dst, int64_t ldd) {
   const int64_t B = dtype_block_elems(W.format);
   const size_t bb = dtype_size(W.format);
-  for (int64_t j = j0; j < j1; ++j)
-    dequantize_row(W.format, row_ptr(W, j) + size_t(c0 / B) * bb, dst + (j - j0) * ldd, c1 - c0);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* src = row_ptr(W, j) + size_t(c0 / B) * bb;
+    if (is_k_quant(W.format)) kquant_dequantize(W.format, src, (c1 - c0) / B, dst + (j - j0) * ldd);
+    else dequantize_row(W.format, src, dst + (j - j0) * ldd, c1 - c0);
+  }
 }
 
 }  // namespace kiln::cpu::qmatmul_detail
