@@ -5,7 +5,8 @@
 // integer sums are scaled into one f32 sum per row, block after block:
 //   y += (dx * d) * isum - (dx * dmin) * msum     (Q2_K, Q4_K, Q5_K)
 //   y += (dx * d) * isum                          (Q3_K, Q6_K)
-// isum = sum over groups of scale_g * sum(q x) (Q3_K/Q6_K's offsets taken off
+// isum = sum over groups of scale_g * sum(q x) with q the signed quant (Q3_K's
+// -4 and Q6_K's -32 offsets applied when unpacking, or for Q6_K on AVX2
 // through the 16-sums), msum = sum over groups of min_g * (sum of the group's
 // x quants). Both paths (portable, AVX2) compute the same integers and the
 // same f32 operations in the same order, so they differ at most by where the
