@@ -5,10 +5,11 @@
 // one-sequence path).
 //
 //   bench_batch_generate [--streams 4] [--tokens 64] [--prompt 32] [--threads 2]
-//                        [--layers 30] [--weights f32|q8_0|q4_0]
+//                        [--layers 30] [--weights f32|q8_0|q4_0] [--rounds 3]
 //
 // Prints one line: single-stream decode tokens/s, the batch's aggregate decode
-// tokens/s (S x steps / seconds of the steps, prompts excluded), and the ratio.
+// tokens/s (S x steps / seconds of the steps, prompts excluded), and the ratio
+// of the two, medians of `rounds` alternated runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -49,6 +50,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   const int64_t streams = arg(argc, argv, "--streams", 4), tokens = arg(argc, argv, "--tokens", 64);
   const int64_t prompt = arg(argc, argv, "--prompt", 32);
+  const int64_t rounds = std::max<int64_t>(1, arg(argc, argv, "--rounds", 3));
   const int threads = int(std::max<int64_t>(1, arg(argc, argv, "--threads", 2)));
   const kiln::models::ModelConfig cfg = bench::smollm2_135m_shape(arg(argc, argv, "--layers", 30));
   const int64_t V = cfg.llama->vocab_size;
@@ -73,19 +75,16 @@ int main(int argc, char** argv) {
     return ids;
   };
 
-  // One stream alone: Generator's decode steps (a warm-up run builds its graphs).
+  // One stream alone (Generator's decode steps) and S streams together
+  // (BatchGenerator), alternated `rounds` times after a warm-up of each
+  // (graphs, memory); medians of each.
   kiln::models::Generator gen(*model, cpu);
   kiln::models::GenerateOptions o;
   o.max_new_tokens = tokens;
   o.sampling.temperature = 0;
   o.ignore_eos = true;
-  gen.generate(prompt_of(0), o);
-  const double single = gen.generate(prompt_of(0), o).stats.decode_tokens_per_s();
-
-  // S streams together; the first round warms up (graphs, memory), the second is timed.
   kiln::models::BatchGenerator batch(*model, cpu, streams);
-  double aggregate = 0;
-  for (int round = 0; round < 2; ++round) {
+  auto batched = [&] {
     std::vector<int64_t> seqs;
     for (int64_t s = 0; s < streams; ++s) seqs.push_back(batch.start(prompt_of(s)));
     std::vector<kiln::models::BatchGenerator::Token> step(static_cast<size_t>(streams));
@@ -96,13 +95,26 @@ int main(int argc, char** argv) {
       batch.step(step);
     }
     const double sec = seconds_since(t0);
-    aggregate = double(streams * (tokens - 1)) / sec;
     for (int64_t s : seqs) batch.finish(s);
+    return double(streams * (tokens - 1)) / sec;
+  };
+  gen.generate(prompt_of(0), o);
+  batched();
+  std::vector<double> singles, aggregates;
+  for (int64_t r = 0; r < rounds; ++r) {
+    singles.push_back(gen.generate(prompt_of(0), o).stats.decode_tokens_per_s());
+    aggregates.push_back(batched());
   }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double single = median(singles), aggregate = median(aggregates);
   std::printf(
       "weights=%s layers=%lld threads=%d prompt=%lld decode_tokens=%lld single_tokens_per_s=%.2f "
-      "streams=%lld aggregate_tokens_per_s=%.2f speedup=%.2f batch_graphs=%zu\n",
+      "streams=%lld aggregate_tokens_per_s=%.2f speedup=%.2f rounds=%lld batch_graphs=%zu\n",
       wt.c_str(), (long long)cfg.llama->num_hidden_layers, threads, (long long)prompt,
-      (long long)tokens, single, (long long)streams, aggregate, aggregate / single, batch.graphs());
+      (long long)tokens, single, (long long)streams, aggregate, aggregate / single,
+      (long long)rounds, batch.graphs());
   return 0;
 }

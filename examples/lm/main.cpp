@@ -3,7 +3,7 @@
 //   kiln-lm generate --model DIR|FILE.gguf --prompt TEXT|--prompt-ids 1,2,3 [--max-tokens N]
 //                    [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
 //                    [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=B]
-//                    [--stop TEXT] [--seed S] [--print-ids]
+//                    [--stop TEXT] [--seed S] [--print-ids] [--no-echo]
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...

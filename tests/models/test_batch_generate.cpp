@@ -2,6 +2,7 @@
 // Generator: sequences that join and leave between steps get the logits and
 // greedy ids each would get alone.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "common/error_check.h"
@@ -117,6 +118,44 @@ TEST(BatchGenerate, Errors) {
   EXPECT_KILN_ERROR(batch.logits(a), "generate", "sequence 0 is not active");
   EXPECT_EQ(batch.position(b), 2);
   EXPECT_KILN_ERROR(models::BatchGenerator(*m.model, m.cpu, 0), "generate", "max_sequences");
+}
+
+// x @ W^T for a few rows of x (a decoding batch) reads W once for all rows
+// (gemv_rows_multi): each row equals its one-row product (gemv_rows) up to
+// float rounding (FMA contraction may differ between the two loops), for f32,
+// f16 and bf16 W and K with and without a tail.
+TEST(BatchGenerate, FewRowProductsEqualOneRowProducts) {
+  for (DType wt : {f32, f16, bf16})
+    for (int64_t K : {64, 67}) {
+      const int64_t N = 37, M = 8;
+      Context ctx;
+      CpuBackend cpu(2);
+      Tensor x = ctx.input(f32, {M, K}), w32 = ctx.input(f32, {N, K});
+      Tensor w = wt == f32 ? w32 : w32.to(wt);
+      std::vector<Tensor> outs = {matmul(x, w.T())};
+      for (int64_t m = 1; m <= M; ++m)  // the first m rows together, and row m-1 alone
+        outs.push_back(matmul(x.narrow(0, 0, m).contiguous(), w.T()));
+      for (int64_t m = 0; m < M; ++m) outs.push_back(matmul(x.narrow(0, m, 1).contiguous(), w.T()));
+      Graph g = Graph::forward(outs[0]);
+      for (Tensor t : outs) g.expand(t);
+      GraphAllocator galloc(cpu.buffer_type());
+      galloc.alloc(g);
+      std::vector<float> xv(size_t(M * K)), wv(size_t(N * K));
+      for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(std::sin(0.37 * double(i)));
+      for (size_t i = 0; i < wv.size(); ++i) wv[i] = float(std::cos(0.11 * double(i)));
+      x.set(xv);
+      w32.set(wv);
+      cpu.compute(g);
+      for (int64_t m = 0; m < M; ++m) {
+        const std::vector<float> alone = outs[size_t(1 + M + m)].get<float>();
+        for (int64_t rows = m + 1; rows <= M; ++rows) {
+          const std::vector<float> all = outs[size_t(rows)].get<float>();
+          const std::vector<float> mine(all.begin() + m * N, all.begin() + (m + 1) * N);
+          EXPECT_LT(rel_error(mine, alone), 1e-6)
+              << dtype_name(wt) << " K=" << K << " row " << m << " of " << rows;
+        }
+      }
+    }
 }
 
 }  // namespace
