@@ -59,6 +59,8 @@ missing_packages() {
   have_header utf8proc.h || pkgs+=(libutf8proc-dev)
   # kiln-lm chat's line editing at a terminal (optional: plain lines without it).
   have_header editline/readline.h || pkgs+=(libedit-dev)
+  # kiln-lm serve's HTTP server and its test's client (optional: no serve without it).
+  have_header httplib.h || pkgs+=(libcpp-httplib-dev)
   # Open MPI: data-parallel training (src/dist) and its multi-process tests.
   have_header openmpi/mpi.h || pkgs+=(libopenmpi-dev)
   have mpirun || pkgs+=(openmpi-bin)

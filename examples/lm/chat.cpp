@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "chat_setup.h"
 #include "commands.h"
 #include "kiln/chat.h"
 #include "kiln/error.h"
-#include "kiln/io.h"
 #include "lm_model.h"
 #include "sampling_options.h"
 
@@ -41,33 +40,6 @@ struct ChatOptions {
   SamplingOptions sampling;
   int threads = 0;
 };
-
-kiln::chat::ChatTemplate load_template(const std::string& model, const std::string& name) {
-  if (std::filesystem::is_directory(model)) return kiln::chat::ChatTemplate::load(model, name);
-  const kiln::GgufFile file(model);
-  return kiln::chat::ChatTemplate::from_gguf(file, name);
-}
-
-// The token that ends an assistant's turn in this template: render a reply
-// and read the first token after it (<|im_end|>, <|eot_id|>, </s>, ...), if it
-// is a special token.
-std::optional<int32_t> end_of_turn(const kiln::chat::ChatTemplate& t, const kiln::Tokenizer& tok) {
-  const std::string mark = "kiln-end-of-turn-probe";
-  const Json request = {
-      {"messages",
-       {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", mark}}}}};
-  std::string text;
-  try {
-    text = t.apply(request.dump(), false);
-  } catch (const kiln::Error&) {
-    return std::nullopt;  // a template that refuses this conversation: eos ids alone
-  }
-  const size_t at = text.rfind(mark);
-  if (at == std::string::npos) return std::nullopt;
-  const std::vector<int32_t> after = tok.encode(text.substr(at + mark.size()), false);
-  if (after.empty() || !tok.is_special(after[0])) return std::nullopt;
-  return after[0];
-}
 
 // One line of user input; nullopt at the end of input.
 std::optional<std::string> read_line(bool tty) {
@@ -97,21 +69,12 @@ int run(ChatOptions& o) {
     kiln::fail("kiln-lm chat", o.model,
                " has no tokenizer (tokenizer.json, or GGUF tokenizer.ggml.* keys)");
   const kiln::Tokenizer& tok = *m->tokenizer;
-  const kiln::chat::ChatTemplate tmpl = load_template(o.model, o.template_name);
+  const kiln::chat::ChatTemplate tmpl = load_chat_template(o.model, o.template_name);
   kiln::models::GenerateOptions opt;
   opt.max_new_tokens = o.max_tokens;
   opt.sampling = sampling_config(o.sampling, m->model->config().generation, "kiln-lm chat");
   opt.reuse_cache = true;
-  opt.eos_token_ids = m->model->config().generation.eos_token_ids;
-  if (tok.eos_id()) opt.eos_token_ids.push_back(*tok.eos_id());
-  if (const std::optional<int32_t> eot = end_of_turn(tmpl, tok)) opt.eos_token_ids.push_back(*eot);
-  std::sort(opt.eos_token_ids.begin(), opt.eos_token_ids.end());
-  opt.eos_token_ids.erase(std::unique(opt.eos_token_ids.begin(), opt.eos_token_ids.end()),
-                          opt.eos_token_ids.end());
-  if (opt.eos_token_ids.empty())
-    kiln::fail("kiln-lm chat", o.model,
-               " names no end-of-sequence token and its template ends "
-               "no turn with a special token: replies could not end");
+  opt.eos_token_ids = reply_end_ids(*m->model, tok, tmpl, "kiln-lm chat", o.model);
   kiln::models::Generator gen(*m->model, *m->cpu, {.max_seq_len = ctx});
 
   Json messages = Json::array();

@@ -19,5 +19,8 @@ Command add_finetune(CLI::App& app);    // finetune.cpp
 Command add_quantize(CLI::App& app);    // quantize.cpp
 Command add_template(CLI::App& app);    // template.cpp
 Command add_chat(CLI::App& app);        // chat.cpp
+#if KILN_LM_HAVE_HTTPLIB
+Command add_serve(CLI::App& app);  // serve.cpp (needs cpp-httplib)
+#endif
 
 }  // namespace lm

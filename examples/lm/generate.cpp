@@ -21,7 +21,7 @@ struct GenerateOptions {
   std::string model, adapter, prompt, prompt_ids, precision = "f32";
   int64_t max_tokens = 128, ctx = 0;
   SamplingOptions sampling;
-  bool print_ids = false, ignore_eos = false;
+  bool print_ids = false, ignore_eos = false, no_echo = false;
   int threads = 0;
 };
 
@@ -67,7 +67,8 @@ int run(GenerateOptions& o) {
     std::printf("\nnew ids:");
   } else {
     dec = std::make_unique<kiln::StreamDecoder>(*m->tokenizer, true);
-    for (int32_t id : prompt) std::fputs(dec->push(id).c_str(), stdout);
+    if (!o.no_echo)
+      for (int32_t id : prompt) std::fputs(dec->push(id).c_str(), stdout);
   }
   std::fflush(stdout);
   kiln::models::GenerationResult r = gen.generate(prompt, opt, [&](int32_t id) {
@@ -109,6 +110,8 @@ Command add_generate(CLI::App& app) {
   s->add_option("--ctx", o->ctx, "positions of the KV cache (default: the model's context)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   s->add_flag("--print-ids", o->print_ids, "print token ids instead of text");
+  s->add_flag("--no-echo", o->no_echo,
+              "print only the new text, decoded on its own (as kiln-lm serve's replies)");
   s->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's end-of-sequence ids");
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));

@@ -3,13 +3,15 @@
 //   kiln-lm generate --model DIR|FILE.gguf --prompt TEXT|--prompt-ids 1,2,3 [--max-tokens N]
 //                    [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
 //                    [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=B]
-//                    [--stop TEXT] [--seed S] [--print-ids]
+//                    [--stop TEXT] [--seed S] [--print-ids] [--no-echo]
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
 //   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0
 //   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 //   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
+//   kiln-lm serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--parallel 4]
+//                 (built where cpp-httplib is installed: libcpp-httplib-dev)
 // Exit status: 0 on success, 1 on a kiln::Error (message on stderr), 2 on a bad
 // command line.
 #include <cstdio>
@@ -24,6 +26,9 @@ int main(int argc, char** argv) {
   std::vector<lm::Command> commands = {
       lm::add_tokenize(app), lm::add_generate(app), lm::add_perplexity(app), lm::add_pretrain(app),
       lm::add_finetune(app), lm::add_quantize(app), lm::add_template(app),   lm::add_chat(app)};
+#if KILN_LM_HAVE_HTTPLIB
+  commands.push_back(lm::add_serve(app));
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

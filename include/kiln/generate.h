@@ -20,10 +20,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,10 @@
 #include "kiln/graph_passes.h"
 #include "kiln/models.h"
 #include "kiln/sampling.h"
+
+namespace kiln {
+class GraphAllocator;  // kiln/ext/alloc.h
+}
 
 namespace kiln::models {
 
@@ -145,6 +151,88 @@ class Generator {
   std::unique_ptr<Buffer> cache_buf_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepGraph>> graphs_;
   std::vector<float> logits_;
+};
+
+// Several sequences decoded together (continuous batching; docs/design.md,
+// "Batched decoding"). Each sequence has its own key/value cache; step() runs
+// ONE forward pass over the next token of every sequence it is given, so each
+// weight is read once per step for all of them. A sequence joins with start()
+// (its prompt runs alone, in passes of prefill_chunk tokens) and leaves with
+// finish(), both between steps. The logits equal Generator's for the same
+// tokens up to float rounding (the products see B rows instead of one).
+//
+//   kiln::models::BatchGenerator batch(*model, cpu, 4);
+//   int64_t a = batch.start(prompt_a), b = batch.start(prompt_b);
+//   // sample ta from batch.logits(a), tb from batch.logits(b), then:
+//   batch.step({{a, ta}, {b, tb}});  // one pass: both advance one token
+//   batch.finish(a);                 // a's cache is free for the next start()
+//
+// Graphs: a decode pass over B sequences reading L cache rows each (L: the
+// longest one's length in Generator's buckets; shorter ones are masked) and a
+// prompt pass per shape, as Generator's. Not thread-safe: one thread drives it.
+class BatchGenerator {
+ public:
+  struct Token {
+    int64_t seq;  // a sequence start() returned
+    int32_t id;   // the token appended to it
+  };
+
+  // Caches for `max_sequences` sequences of GeneratorOptions::max_seq_len
+  // positions each, on `backend`; puts `model` in eval mode.
+  BatchGenerator(CausalLM& model, Backend& backend, int64_t max_sequences,
+                 const GeneratorOptions& opt = {});
+  ~BatchGenerator();
+  BatchGenerator(const BatchGenerator&) = delete;
+  BatchGenerator& operator=(const BatchGenerator&) = delete;
+
+  // A new sequence holding `prompt`, run now; returns its id (never reused).
+  // Errors: no free sequence (active() == max_sequences()), an empty prompt,
+  // an id outside the vocabulary, a prompt longer than capacity().
+  int64_t start(std::span<const int32_t> prompt);
+  // One forward pass appending tokens[i].id to sequence tokens[i].seq (each
+  // sequence at most once). Errors: an unknown or repeated sequence, a bad id,
+  // a sequence whose cache is full (position() == capacity()).
+  void step(std::span<const Token> tokens);
+  void step(std::initializer_list<Token> tokens) { step(std::span(tokens.begin(), tokens.size())); }
+  // The logits [vocab] after the sequence's last token (valid until the next
+  // start, step or finish).
+  std::span<const float> logits(int64_t seq) const;
+  // Frees the sequence's cache.
+  void finish(int64_t seq);
+
+  int64_t position(int64_t seq) const;  // tokens the sequence holds
+  int64_t active() const { return int64_t(rows_.size()); }
+  int64_t max_sequences() const { return max_seqs_; }
+  int64_t capacity() const { return capacity_; }  // positions per sequence
+  size_t graphs() const { return graphs_.size(); }
+
+ private:
+  struct Row {
+    int64_t seq = 0, pos = 0;
+    std::vector<float> logits;
+  };
+  struct PassGraph;
+  PassGraph& graph_for(int64_t row, int64_t tokens, int64_t cached);
+  void run(PassGraph& g);
+  size_t row_of(int64_t seq, const char* what) const;
+  int64_t cache_bucket(int64_t pos) const;
+  void append_kv(PassGraph& g, int64_t token, int64_t row, int64_t pos, int64_t n);
+
+  CausalLM& model_;
+  Backend& backend_;
+  GeneratorOptions opt_;
+  GraphPasses passes_;
+  KvLayout kv_;
+  int64_t max_seqs_ = 0, capacity_ = 0, next_seq_ = 0;
+  std::vector<Row> rows_;  // the active sequences; sequence rows_[r] lives in cache row r
+  std::vector<Tensor> k_cache_,
+      v_cache_;  // per layer [max_sequences, capacity, kv_heads, head_dim]
+  std::unique_ptr<Buffer> cache_buf_;
+  // (row, tokens, cached): a prompt pass of cache row `row`; row -1: a decode
+  // pass of `tokens` sequences.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<PassGraph>> graphs_;
+  std::unique_ptr<GraphAllocator> alloc_;  // one buffer for every graph (one runs at a time)
+  PassGraph* placed_ = nullptr;            // the graph alloc_ last placed
 };
 
 // Perplexity of `ids` under the model: the text is cut into consecutive windows

@@ -138,6 +138,11 @@ struct KvStep {
   int64_t cached = 0;  // cache rows the pass reads
   std::vector<Tensor> k_cache, v_cache;  // per layer [S, kv_heads, 1, head_dim]
   std::vector<Tensor> k_new, v_new;      // set by forward_cached: per layer [T, kv_heads, head_dim]
+  // Batched decoding (BatchGenerator): > 0 when the T = batch new tokens are
+  // one token of each of `batch` sequences. The caches are then per layer
+  // [sequences, S, kv_heads, head_dim], token b reads rows 0..cached-1 of
+  // sequence b's cache, and mask is [batch, 1, 1, cached + 1].
+  int64_t batch = 0;
 };
 
 // The shape of a model's key/value cache: per layer, kv_heads x head_dim per position.

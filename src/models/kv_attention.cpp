@@ -32,12 +32,36 @@ Tensor attend_one(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer
   return y.reshape({1, 1, H * D});
 }
 
+// One new token of each of B sequences: the same products as attend_one with
+// the sequences as a batch dim, each reading its own cache row [B, S, Hkv, D]
+// (the view [B, Hkv, L, D]). The row-wise parts of the layer (projections,
+// norms, MLP) see the B tokens as one matrix, so their weights are read once.
+Tensor attend_batch(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer, float scale) {
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1), G = H / Hkv;
+  const int64_t L = step.cached;
+  auto rows = [&](Tensor cache) {
+    return cache.narrow(0, 0, B).narrow(1, 0, L).permute({0, 2, 1, 3});
+  };
+  Tensor q4 = q.reshape({B, Hkv, G, D});
+  Tensor kn = k.reshape({B, Hkv, 1, D}), vn = v.reshape({B, Hkv, 1, D});
+  Tensor scores = matmul(q4, kn.T());  // [B, Hkv, G, 1]
+  if (L > 0) scores = concat({matmul(q4, rows(step.k_cache[layer]).T()), scores}, 3);
+  SoftmaxOptions so;
+  so.scale = scale;
+  so.mask = step.mask;                       // [B, 1, 1, L + 1]
+  Tensor p = softmax(scores, so);            // [B, Hkv, G, L + 1]
+  Tensor y = matmul(p.narrow(3, L, 1), vn);  // [B, Hkv, G, D]
+  if (L > 0) y = y + matmul(p.narrow(3, 0, L), rows(step.v_cache[layer]));
+  return y.reshape({1, B, H * D});
+}
+
 }  // namespace
 
 Tensor cached_attention(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer,
                         float scale) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1), G = H / Hkv;
   const int64_t L = step.cached;
+  if (step.batch > 0) return attend_batch(q, k, v, step, layer, scale);
   if (T == 1) return attend_one(q, k, v, step, layer, scale);
   // Rows g*T + t of key/value head j: query head j*G + g of token t.
   Tensor qg =

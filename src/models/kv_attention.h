@@ -15,6 +15,8 @@ Tensor rows_at(Tensor table, Tensor positions);
 // the caches are [S, Hkv, 1, D];
 // layer `layer`'s cache rows 0..step.cached-1 come first. Query head h reads
 // key/value head h / (H / Hkv). Returns [1, T, H * D].
+// With step.batch > 0, token t is the one new token of sequence t and reads its
+// own cache (KvStep::batch).
 Tensor cached_attention(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer,
                         float scale);
 

@@ -83,6 +83,10 @@ void matmul_quantized(TensorNode* dst, ThreadCtx& t) {
                });
 }
 
+// Rows of x (at most) that x @ W^T computes as dot products with W's rows as
+// stored (gemv.h) rather than through gemm: decoding's batch of sequences.
+constexpr int64_t kGemvRows = 8;
+
 // Work (multiply-adds) below which one thread does a whole batch by itself.
 constexpr int64_t kSmallGemm = int64_t(48) * 48 * 48;
 
@@ -148,36 +152,51 @@ void run_matmul(TensorNode* dst, const TensorNode* a, const TensorNode* b, bool 
                  });
   };
 
-  // One row times a transposed matrix (x @ W^T at batch 1, the decoding step):
-  // dot products of W's rows as stored with x (gemv.h), the rows split over the
-  // threads, instead of packing all of W for a single row. A bf16 dst takes the
-  // same path (the f32 row in scratch, then rounded): gemm would sum in another
-  // order, and the result must be the f32 product's, rounded as the COPY it
-  // replaces rounds it.
-  if (M == 1 && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
+  // A few rows times a transposed matrix (x @ W^T in decoding: one row per
+  // sequence, batch 1 or a few sequences decoded together): dot products of
+  // W's rows as stored with each row of x (gemv.h), W's rows split over the
+  // threads, instead of packing all of W for a few rows. W is read from memory
+  // once for all rows of x (gemv_rows_multi). A bf16 dst takes the same path
+  // (f32 rows in scratch, then rounded): gemm would sum in another order, and
+  // the result must be the f32 product's, rounded as the COPY it replaces
+  // rounds it.
+  if (M <= kGemvRows && N > 1 && K > 0 && g.A.cs == 1 && g.B.rs == 1) {
     const GemmOperand w{nullptr, g.B.type, g.B.cs, 1, g.B.round_bf16};
     const Range rows = split_range(N, t.ith, t.nth, 8);
-    // Scratch: x as f32 (K floats) and, for a bf16 dst, the f32 row (N floats).
-    float* xs = static_cast<float*>(t.scratch(size_t(K + (to_bf16 ? N : 0)) * sizeof(float)));
-    float* y32 = xs + K;
+    // Scratch: x as f32 (M x K floats) and, for a bf16 dst, the f32 rows (M x N).
+    float* xs =
+        static_cast<float*>(t.scratch(size_t(M * K + (to_bf16 ? M * N : 0)) * sizeof(float)));
+    float* y32 = xs + M * K;
     batches(0, nbatch, [&](const Ptrs<3>& p) {
-      const float* x = reinterpret_cast<const float*>(p[1]);
-      GemmOperand xa{p[1], g.A.type, K, 1, g.A.round_bf16};
-      if (xa.round_bf16) xa = rounded_bf16_copy(xa, 1, K, 0);
-      if (xa.type != GemmType::f32) {
-        for (int64_t k = 0; k < K; ++k) xs[k] = gemm_detail::load_as_f32(xa.data, xa.type, k);
-        x = xs;
+      GemmOperand xa{p[1], g.A.type, g.A.rs, 1, g.A.round_bf16};
+      if (xa.round_bf16) xa = rounded_bf16_copy(xa, M, K, 0);
+      const float* x[kGemvRows];
+      for (int64_t m = 0; m < M; ++m) {
+        if (xa.type == GemmType::f32) {
+          x[m] = static_cast<const float*>(xa.data) + m * xa.rs;
+          continue;
+        }
+        for (int64_t k = 0; k < K; ++k)
+          xs[m * K + k] = gemm_detail::load_as_f32(xa.data, xa.type, m * xa.rs + k);
+        x[m] = xs + m * K;
       }
       GemmOperand wb = w;
       wb.data = p[2];
       if (wb.round_bf16) wb = rounded_bf16_copy(wb, N, K, 1);
       float* y = to_bf16 ? y32 : reinterpret_cast<float*>(p[0]);
-      gemv_rows(wb, x, K, y, rows.begin, rows.end, accumulate);
-      if (bias)
-        for (int64_t j = rows.begin; j < rows.end; ++j) y[j] += bias[j];
-      if (to_bf16 && rows.end > rows.begin)
-        f32_to_bf16_n(y + rows.begin, reinterpret_cast<uint16_t*>(p[0]) + rows.begin,
-                      rows.end - rows.begin);
+      const int64_t ldy = to_bf16 ? N : g.ldc;
+      float* ys[kGemvRows];
+      for (int64_t m = 0; m < M; ++m) ys[m] = y + m * ldy;
+      if (M == 1) gemv_rows(wb, x[0], K, y, rows.begin, rows.end, accumulate);
+      else gemv_rows_multi(wb, x, M, K, ys, rows.begin, rows.end, accumulate);
+      for (int64_t m = 0; m < M; ++m) {
+        float* ym = y + m * ldy;
+        if (bias)
+          for (int64_t j = rows.begin; j < rows.end; ++j) ym[j] += bias[j];
+        if (to_bf16 && rows.end > rows.begin)
+          f32_to_bf16_n(ym + rows.begin, reinterpret_cast<uint16_t*>(p[0]) + m * g.ldc + rows.begin,
+                        rows.end - rows.begin);
+      }
     });
     return;
   }
