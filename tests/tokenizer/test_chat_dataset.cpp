@@ -15,12 +15,13 @@ namespace {
 using kiln::ChatExample;
 using kiln::TrainOn;
 
-// The Llama 3.2 chat template (tests/chat/fixtures/templates.json).
-kiln::chat::ChatTemplate llama32_template() {
+// A real chat template of tests/chat/fixtures/templates.json by name.
+kiln::chat::ChatTemplate fixture_template(const std::string& name) {
   const nlohmann::json fx = nlohmann::json::parse(
       kiln_test::read_bytes(kiln_test::source_dir() + "/tests/chat/fixtures/templates.json"));
-  return kiln::chat::ChatTemplate::from_config(fx["templates"]["llama3.2"]["config"].dump());
+  return kiln::chat::ChatTemplate::from_config(fx["templates"][name]["config"].dump());
 }
+kiln::chat::ChatTemplate llama32_template() { return fixture_template("llama3.2"); }
 
 struct Model {
   kiln::Tokenizer tok;
@@ -85,6 +86,16 @@ TEST(ChatDataset, Llama3TemplateThatAlwaysAppendsTheGenerationPrompt) {
             (std::vector<std::string>{"AE1 D IH0 S AH0 N<|eot_id|>", "Z IY1 B R AH0<|eot_id|>"}));
   EXPECT_EQ(m.tok.decode(std::span(e.ids).last(5)),
             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// ChatML (Qwen2.5's template, with the Qwen tokenizer of Qwen3: the same
+// vocabulary and special tokens): each reply with its <|im_end|> and newline.
+TEST(ChatDataset, Qwen25ChatMLTrainsExactlyTheAssistantTurns) {
+  const Model m("qwen3", fixture_template("qwen2.5"));
+  const ChatExample e = m.example(kMultiTurn);
+  EXPECT_EQ(trained_runs(m.tok, e), (std::vector<std::string>{"AE1 D IH0 S AH0 N<|im_end|>\n",
+                                                              "Z IY1 B R AH0<|im_end|>\n"}));
+  EXPECT_EQ(e.ids, m.tok.encode(m.tmpl.apply(kMultiTurn, false), false));
 }
 
 TEST(ChatDataset, Qwen3TrainsTheReplyOfASingleTurn) {
