@@ -7,24 +7,32 @@
 // the tokens before the first step and every --eval-every steps, a checkpoint
 // (trained weights, AdamW state, step) at every evaluation with --checkpoint,
 // exact --resume (the batches of step s depend only on --seed and s).
-//   kiln-lm finetune --model DIR --data FILE|DIR... --out DIR [--lora-r 8]
+//   kiln-lm finetune --model DIR --data FILE|DIR...|FILE.jsonl --out DIR [--lora-r 8]
+//       [--val FILE.jsonl] [--train-on assistant|all] [--truncate]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
 //       [--quantize q8_0|q4_0] [--precision f32|bf16]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
 //       [--grad-accum 1] [--checkpointing] [--lr 2e-4] [--warmup 10]
 //       [--eval-every 20] [--eval-batches 4] [--checkpoint PATH [--resume]]
 //       [--stop-after N] [--threads N]
+// Chat data: --data train.jsonl [--val val.jsonl] (finetune_chat.h): conversations
+// rendered with the model's chat template, the loss on the assistant's tokens
+// only (--train-on all: every token), batches padded to the longest example
+// (longer than --seq + 1 tokens: skipped and counted, or --truncate).
 // Ends with "val_loss_start=… val_loss=… trained_params=… train_tokens_per_s=…
-// train_time_s=… peak_rss_mb=…" (val_loss_start: the base model's).
+// train_time_s=… peak_rss_mb=…" (val_loss_start: the base model's); chat data
+// adds "trained_tokens=…" (of the training examples, one epoch).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "commands.h"
+#include "finetune_chat.h"
 #include "kiln/kiln.h"
 #include "kiln/token_train.h"
 #include "lm_model.h"
@@ -50,6 +58,9 @@ struct FinetuneOptions {
   int threads = 0;
   std::string quantize;           // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
   std::string precision = "f32";  // matmul precision (Context::set_matmul_precision)
+  std::string val;                // chat data: validation JSONL
+  std::string train_on = "assistant";
+  bool truncate = false;
 };
 
 constexpr const char* kCmd = "kiln-lm finetune";
@@ -110,6 +121,8 @@ std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM&
     << " seed=" << o.seed << " steps=" << o.steps << " lr=" << o.lr << " min_lr=" << o.min_lr
     << " warmup=" << o.warmup << " weight_decay=" << o.weight_decay << " clip=" << o.clip
     << " val_split=" << o.val_split << " base=" << kiln::models::config_json(model.config());
+  if (is_chat_data(o.data))
+    s << " chat train_on=" << o.train_on << " truncate=" << o.truncate << " val=" << o.val;
   return s.str();
 }
 
@@ -121,12 +134,32 @@ int run(const FinetuneOptions& o) {
                ">= 1");
   if (!(o.val_split > 0 && o.val_split < 1)) kiln::fail(kCmd, "--val-split must be in (0, 1)");
   if (o.resume && o.checkpoint.empty()) kiln::fail(kCmd, "--resume needs --checkpoint PATH");
-  kiln::TokenDataset data = tokens(o);
-  auto [train, val] = data.split(1.0 - o.val_split);
-  const int64_t B = o.batch, T = o.seq;
-  if (val.n_batches(B, T) < o.eval_batches || train.size() < T + 1)
+  const bool chat = is_chat_data(o.data);
+  if (!chat && (!o.val.empty() || o.truncate || o.train_on != "assistant"))
+    kiln::fail(kCmd, "--val, --truncate and --train-on take chat data (--data FILE.jsonl)");
+  if (chat && o.bytes)
+    kiln::fail(kCmd, "chat data (--data FILE.jsonl) needs a tokenizer, not --bytes");
+  kiln::TokenDataset data, train, val;
+  ChatData chat_data;
+  if (chat) {
+    ChatDataFlags f;
+    f.data = o.data;
+    f.val = o.val;
+    f.val_split = o.val_split;
+    f.tokenizer_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
+    f.train_on = o.train_on;
+    f.truncate = o.truncate;
+    f.max_tokens = o.seq + 1;
+    chat_data = load_chat_data(f, kCmd);
+  } else {
+    data = tokens(o);
+    std::tie(train, val) = data.split(1.0 - o.val_split);
+  }
+  const int64_t B = o.batch, T = chat ? chat_data.block : o.seq;
+  if (!chat && (val.n_batches(B, T) < o.eval_batches || train.size() < T + 1))
     kiln::fail(kCmd, "--data has ", data.size(), " tokens: too few for ", o.eval_batches,
                " validation batches of ", B, " x ", T, " (lower --eval-batches, --batch, --seq)");
+  const int64_t data_vocab = chat ? chat_data.vocab_size : data.vocab_size();
 
   kiln::Context ctx;
   // bf16: the products of the forward and backward passes (and of the
@@ -142,11 +175,14 @@ int run(const FinetuneOptions& o) {
     mo.weight_dtype = *kiln::models::quantized_weight_dtype_named(o.quantize);
   auto model = kiln::models::load_pretrained(ctx, cpu, o.model, mo);
   const int64_t V = model->vocab_size();
-  if (data.vocab_size() > V)
-    kiln::fail(kCmd, "the data's vocabulary (", data.vocab_size(), ") is larger than the model's (",
-               V, ")");
+  if (data_vocab > V)
+    kiln::fail(kCmd, "the data's vocabulary (", data_vocab, ") is larger than the model's (", V,
+               ")");
   if (T > model->max_seq_len())
-    kiln::fail(kCmd, "--seq ", T, " is longer than the model takes (", model->max_seq_len(), ")");
+    kiln::fail(
+        kCmd, chat ? "the longest example needs a window of " : "--seq ", T,
+        chat ? " positions, longer than the model takes (" : " is longer than the model takes (",
+        model->max_seq_len(), ")", chat ? "; lower --seq to skip or --truncate it" : "");
   if (!o.full) {
     kiln::nn::LoraConfig lc;
     lc.r = o.lora_r;
@@ -162,16 +198,18 @@ int run(const FinetuneOptions& o) {
   }
   std::fprintf(stderr, "%s: %lld of %lld params trained (%.2f%%), %lld train tokens\n", kCmd,
                (long long)trained, (long long)total, 100.0 * double(trained) / double(total),
-               (long long)train.size());
+               (long long)(chat ? chat_data.train.trained_tokens() : train.size()));
 
-  kiln::TokenLossEvaluator eval(*model, B, T, cpu);  // eval mode: no dropout
+  // Eval mode: no dropout. Chat data: labels kIgnoreIndex count for nothing.
+  kiln::TokenLossEvaluator eval(*model, B, T, {&cpu}, {}, chat);
   model->train();
   Tensor ids = ctx.input(kiln::i32, {B, T}, "ids");
   Tensor labels = ctx.input(kiln::i32, {B, T}, "labels");
   Tensor logits = (*model)(ids);
   kiln::OptimizerParams p;
   p.adamw.lr = o.lr;
-  kiln::OptConfig oc = kiln::next_token_opt_config(*model, ids, logits, labels, o.weight_decay);
+  kiln::OptConfig oc =
+      kiln::next_token_opt_config(*model, ids, logits, labels, o.weight_decay, chat);
   oc.schedule = kiln::schedule::cosine(p, o.warmup, o.min_lr, o.steps);
   oc.logical_batch = B * o.grad_accum;
   oc.checkpointing = o.checkpointing;
@@ -190,7 +228,10 @@ int run(const FinetuneOptions& o) {
   }
   // The base model's validation loss (the checkpoint is loaded afterwards).
   const int64_t windows = o.eval_batches * B;
-  const double start = eval.loss(val, windows);
+  auto val_loss = [&] {
+    return chat ? chat_data.val_loss(eval, o.eval_batches) : eval.loss(val, windows);
+  };
+  const double start = val_loss();
   std::fprintf(stderr, "finetune iter 0: val_loss %.4f\n", start);
 
   kiln::TokenTrainOptions to;
@@ -203,7 +244,15 @@ int run(const FinetuneOptions& o) {
   to.checkpoint_metadata = {{"kiln.lm.finetune", settings}};
   to.resume = o.resume;
   to.label = "finetune";
-  const kiln::TokenTrainResult r = kiln::train_on_tokens(opt, eval, train, val, to);
+  const int64_t per_step = opt.accumulation_steps();
+  const kiln::TokenTrainResult r =
+      chat ? kiln::train_on_batches(
+                 opt,
+                 [&](int64_t step, int64_t k, Tensor x, Tensor y) {
+                   chat_data.write_batch(o.seed, step, per_step, k, x, y);
+                 },
+                 val_loss, to)
+           : kiln::train_on_tokens(opt, eval, train, val, to);
   const double rss_mb = peak_rss_mb();  // before saving
 
   if (o.full) {
@@ -214,8 +263,10 @@ int run(const FinetuneOptions& o) {
   }
   std::printf(
       "val_loss_start=%.4f val_loss=%.4f trained_params=%lld train_tokens_per_s=%.0f "
-      "train_time_s=%.2f peak_rss_mb=%.1f\n",
+      "train_time_s=%.2f peak_rss_mb=%.1f",
       start, r.val_loss, (long long)trained, r.tokens_per_s, r.train_time_s, rss_mb);
+  if (chat) std::printf(" trained_tokens=%lld", (long long)chat_data.train.trained_tokens());
+  std::printf("\n");
   return 0;
 }
 
@@ -226,8 +277,18 @@ Command add_finetune(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "finetune", "fine-tune a Hugging Face model on texts: LoRA (PEFT files) or --full");
   c->add_option("--model", o->model, "Hugging Face model directory")->required();
-  c->add_option("--data", o->data, "text files and/or directories of *.txt (one document each)")
+  c->add_option("--data", o->data,
+                "text files and/or directories of *.txt (one document each), or one JSONL file "
+                "of chat examples (messages, prompt/completion or text)")
       ->required();
+  c->add_option("--val", o->val, "chat data: validation JSONL (default: --val-split of --data)");
+  c->add_option("--train-on", o->train_on,
+                "chat data: the tokens that get the loss: assistant (turns and completions) or "
+                "all")
+      ->check(CLI::IsMember({"assistant", "all"}))
+      ->capture_default_str();
+  c->add_flag("--truncate", o->truncate,
+              "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
   c->add_option("--out", o->out, "output: adapter directory (LoRA) or model directory (--full)")
       ->required();
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json (file or directory); default --model");
@@ -242,7 +303,10 @@ Command add_finetune(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
   c->add_option("--batch", o->batch, "sequences per physical batch")->capture_default_str();
-  c->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str();
+  c->add_option("--seq", o->seq,
+                "tokens per sequence (chat data: at most; windows are as long as the longest "
+                "example)")
+      ->capture_default_str();
   c->add_option("--grad-accum", o->grad_accum,
                 "physical batches per optimizer step (gradient accumulation)")
       ->capture_default_str();
@@ -256,7 +320,8 @@ Command add_finetune(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--clip", o->clip, "gradient clipping at this global norm (0: off)")
       ->capture_default_str();
-  c->add_option("--val-split", o->val_split, "fraction of the tokens held out for validation")
+  c->add_option("--val-split,--val-fraction", o->val_split,
+                "fraction of the tokens (chat data: the last examples) held out for validation")
       ->capture_default_str();
   c->add_option("--eval-every", o->eval_every, "steps between validation losses (and checkpoints)")
       ->capture_default_str();

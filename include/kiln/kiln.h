@@ -35,5 +35,6 @@
 #endif
 #if defined(KILN_HAVE_TOKENIZER)
 #include "kiln/chat.h"
+#include "kiln/chat_dataset.h"
 #include "kiln/tokenizer.h"
 #endif

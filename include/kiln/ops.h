@@ -110,6 +110,20 @@ struct AttentionOptions {
 [[nodiscard]] Tensor rope(Tensor x, Tensor cos, Tensor sin);
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
 [[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);
+// PyTorch's ignore_index default: the label of tokens that get no loss.
+inline constexpr int32_t kIgnoreIndex = -100;
+// cross_entropy over i32 labels with masking and weights. Rows whose label is
+// ignore_index count for nothing (no loss, no gradient); weight (f32 [N],
+// optional) weighs each row's loss: the result is sum(w * loss) / sum(w) over
+// the counted rows (w = 1 without weights). Where nothing counts (every label
+// ignored, or sum(w) = 0) the loss is 0 with a zero gradient, not PyTorch's
+// NaN: a batch of a trainer's that holds no trained token adds nothing. The
+// weights are constants: a weight that wants a gradient is an error.
+struct CrossEntropyOptions {
+  std::optional<int32_t> ignore_index;  // kIgnoreIndex for PyTorch's default
+  Tensor weight;                        // optional per-row weights [N]
+};
+[[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor labels, const CrossEntropyOptions& opt);
 [[nodiscard]] Tensor mse_loss(Tensor a, Tensor b);             // mean((a-b)^2)
 [[nodiscard]] Tensor one_hot(Tensor labels, int64_t classes);  // f32, no gradient
 // Over the last axis; weight and bias (shape [D]) are optional.

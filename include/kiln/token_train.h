@@ -36,13 +36,19 @@ class TokenLossEvaluator {
   // the CPU for what it lacks). `passes`: OptConfig::passes of its forward-only
   // context (unset: the inference defaults).
   TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
-                     std::vector<Backend*> backends, std::optional<GraphPasses> passes = {});
+                     std::vector<Backend*> backends, std::optional<GraphPasses> passes = {},
+                     bool masked_labels = false);
   ~TokenLossEvaluator();
   // Mean loss over the first `windows` windows of `data` (TokenDataset::get_batch
   // order). `windows` must be a positive multiple of batch() that `data` holds.
   double loss(const TokenDataset& data, int64_t windows);
   // Throws what loss() would for these windows, without computing.
   void check_windows(const TokenDataset& data, int64_t windows) const;
+  // One batch the caller wrote into inputs() and labels() (chat data): its mean
+  // loss over the labels that count (masked_labels: kIgnoreIndex labels do not).
+  Tensor inputs() const;
+  Tensor labels() const;
+  double batch_loss();
   int64_t batch() const { return batch_; }
   int64_t block() const { return block_; }
 
@@ -91,8 +97,10 @@ struct TokenTrainResult {
 // (LossKind::user), `weight_decay` on matrices only (weight_decay_groups) and the
 // model's trainable params (OptConfig::model). The caller sets the schedule,
 // clipping and backends.
+// masked_labels: targets equal to kIgnoreIndex (kiln/ops.h) get no loss, and the
+// loss is the mean over the others (chat data: only the assistant's tokens).
 OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
-                                float weight_decay);
+                                float weight_decay, bool masked_labels = false);
 
 // Trains `opt` (inputs and labels [B, T] i32) on random windows of `train`
 // from opt.step() (after resuming) to options.iters, evaluating on `val` with
@@ -103,5 +111,14 @@ OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logi
 TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
                                  const TokenDataset& train, const TokenDataset& val,
                                  const TokenTrainOptions& options);
+
+// The same loop over batches the caller makes: write_batch(step, k, inputs,
+// labels) writes physical batch k of optimizer step `step` (it must depend on
+// step and k alone for an exact resume); val_loss() is the validation loss at
+// each evaluation. TokenTrainOptions::seed and eval_windows are the caller's.
+using BatchWriter = std::function<void(int64_t step, int64_t k, Tensor inputs, Tensor labels)>;
+TokenTrainResult train_on_batches(OptContext& opt, const BatchWriter& write_batch,
+                                  const std::function<double()>& val_loss,
+                                  const TokenTrainOptions& options);
 
 }  // namespace kiln

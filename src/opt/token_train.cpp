@@ -11,15 +11,25 @@
 
 namespace kiln {
 
-OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
-                                float weight_decay) {
+namespace {
+// The mean next-token loss of logits [.., V] against targets; masked: over the
+// targets that are not kIgnoreIndex.
+Tensor next_token_loss(Tensor logits, Tensor targets, bool masked) {
   const int64_t N = targets.numel(), V = logits.size(logits.ndim() - 1);
+  CrossEntropyOptions o;
+  if (masked) o.ignore_index = kIgnoreIndex;
+  return cross_entropy(logits.reshape({N, V}), targets.reshape({N}), o);
+}
+}  // namespace
+
+OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logits, Tensor targets,
+                                float weight_decay, bool masked_labels) {
   OptConfig oc;
   oc.inputs = ids;
   oc.outputs = logits;
   oc.labels = targets;
   oc.loss = LossKind::user;
-  oc.user_loss = cross_entropy(logits.reshape({N, V}), targets.reshape({N}));
+  oc.user_loss = next_token_loss(logits, targets, masked_labels);
   oc.groups = weight_decay_groups(model, weight_decay);
   oc.model = &model;
   return oc;
@@ -38,7 +48,7 @@ TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t
 
 TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
                                        std::vector<Backend*> backends,
-                                       std::optional<GraphPasses> passes)
+                                       std::optional<GraphPasses> passes, bool masked_labels)
     : batch_(batch), block_(block) {
   if (batch < 1 || block < 1)
     fail("TokenLossEvaluator", "batch ", batch, " and block ", block, " must be >= 1");
@@ -51,14 +61,12 @@ TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t
   if (logits.ndim() != 3 || logits.size(0) != batch || logits.size(1) != block)
     fail("TokenLossEvaluator", "the model's output is ", logits.shape().str(), ", not [", batch,
          ", ", block, ", vocab]");
-  const int64_t V = logits.size(2);
   OptConfig oc;
   oc.inputs = ids;
   oc.outputs = logits;
   oc.labels = targets;
   oc.loss = LossKind::user;
-  oc.user_loss =
-      cross_entropy(logits.reshape({batch * block, V}), targets.reshape({batch * block}));
+  oc.user_loss = next_token_loss(logits, targets, masked_labels);
   oc.model = &model;
   oc.forward_only = true;
   oc.backends = std::move(backends);
@@ -88,11 +96,30 @@ double TokenLossEvaluator::loss(const TokenDataset& data, int64_t windows) {
   return sum / double(n);
 }
 
+Tensor TokenLossEvaluator::inputs() const { return opt_->inputs(); }
+Tensor TokenLossEvaluator::labels() const { return opt_->labels(); }
+double TokenLossEvaluator::batch_loss() { return opt_->eval_batch(); }
+
 TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
                                  const TokenDataset& train, const TokenDataset& val,
                                  const TokenTrainOptions& o) {
-  if (o.eval_interval < 1) fail("train_on_tokens", "eval interval ", o.eval_interval, " < 1");
   eval.check_windows(val, o.eval_windows);  // before any training
+  // The windows of iteration `it` depend only on (seed, it): a resumed run
+  // trains on exactly the batches the uninterrupted one would have. The K
+  // physical batches draw in turn, so they are the windows of one batch of K*B.
+  std::mt19937_64 rng;
+  auto write = [&](int64_t it, int64_t k, Tensor inputs, Tensor labels) {
+    if (k == 0) rng.seed(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
+    train.sample_batch(inputs, labels, rng);
+  };
+  return train_on_batches(
+      opt, write, [&] { return eval.loss(val, o.eval_windows); }, o);
+}
+
+TokenTrainResult train_on_batches(OptContext& opt, const BatchWriter& write_batch,
+                                  const std::function<double()>& val_loss,
+                                  const TokenTrainOptions& o) {
+  if (o.eval_interval < 1) fail("train_on_tokens", "eval interval ", o.eval_interval, " < 1");
   if (o.resume) {
     if (o.checkpoint.empty()) fail("train_on_tokens", "resume needs a checkpoint path");
     opt.load(o.checkpoint);  // params, optimizer state and the step counter
@@ -117,13 +144,9 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
   double last_val = NAN;
   for (int64_t it = r.first_iter; it < r.end_iter; ++it) {
     if (it - r.first_iter == 10) t_rate = Clock::now(), rate_start = it;
-    // The windows of iteration `it` depend only on (seed, it): a resumed run
-    // trains on exactly the batches the uninterrupted one would have. The K
-    // physical batches draw in turn, so they are the windows of one batch of K*B.
-    std::mt19937_64 rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(it));
     double loss = 0;
     for (int64_t k = 0; k < K; ++k) {
-      train.sample_batch(opt.inputs(), opt.labels(), rng);
+      write_batch(it, k, opt.inputs(), opt.labels());
       loss += opt.train_batch();
     }
     interval_loss += loss / double(K);
@@ -136,7 +159,7 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
                    rate / 1000, format_duration(since(t0)).c_str());
     }
     if ((it + 1) % o.eval_interval == 0 || it + 1 == r.end_iter) {
-      last_val = eval.loss(val, o.eval_windows);
+      last_val = val_loss();
       TokenTrainEval e{it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(),
                        since(t0)};
       if (o.progress)
@@ -154,7 +177,7 @@ TokenTrainResult train_on_tokens(OptContext& opt, TokenLossEvaluator& eval,
   const int64_t timed_from = rate_start < 0 ? r.first_iter : rate_start;
   const double timed_s = since(rate_start < 0 ? t0 : t_rate);
   r.tokens_per_s = timed_s > 0 ? double((r.end_iter - timed_from) * K * B * T) / timed_s : 0.0;
-  r.val_loss = std::isnan(last_val) ? eval.loss(val, o.eval_windows) : last_val;
+  r.val_loss = std::isnan(last_val) ? val_loss() : last_val;
   return r;
 }
 

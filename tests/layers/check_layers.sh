@@ -11,7 +11,7 @@
 #   5 io            src/io, kiln/{io,safetensors,state_dict}.h
 #   6 tokenizer     src/tokenizer, src/chat, kiln/{tokenizer,chat}.h (optional: KILN_TOKENIZER)
 #   7 nn            src/nn, kiln/nn.h, kiln/nn/*.h
-#   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset,token_train}.h
+#   8 training      src/opt, kiln/{opt,grad_store,dataset,token_dataset,token_train,chat_dataset}.h
 #   9 distributed   src/dist, kiln/dist.h
 #  10 models       src/models, kiln/models.h, kiln/generate.h, kiln/sampling.h
 #  11 programs      examples/ (user API only; kiln/kiln.h includes all of it)
@@ -62,7 +62,7 @@ public_layer() {
     io.h | safetensors.h | state_dict.h) echo 5 ;;
     tokenizer.h | chat.h) echo 6 ;;
     nn.h | nn/*) echo 7 ;;
-    opt.h | grad_store.h | dataset.h | token_dataset.h | token_train.h) echo 8 ;;
+    opt.h | grad_store.h | dataset.h | token_dataset.h | token_train.h | chat_dataset.h) echo 8 ;;
     dist.h) echo 9 ;;
     models.h | generate.h | sampling.h | lora.h) echo 10 ;;
     kiln.h) echo "$programs_layer" ;;

@@ -51,6 +51,19 @@ int range_error_checks(const BackendSpec& b) {
                             return cross_entropy(zeros(ctx, {2, 5}), l);
                           }),
                 "[cross_entropy]");
+  // ignore_index skips -100 only: another label out of range is still an error,
+  // and -100 is one when nothing is ignored.
+  expect_prefix(
+      run_error(b, DType::i32, {3}, {-100, 2, -1},
+                [](Context& ctx, Tensor l) {
+                  return cross_entropy(zeros(ctx, {3, 5}), l, {.ignore_index = kIgnoreIndex});
+                }),
+      "[cross_entropy] label -1 at position 2");
+  expect_prefix(run_error(b, DType::i32, {2}, {1, -100},
+                          [](Context& ctx, Tensor l) {
+                            return cross_entropy(zeros(ctx, {2, 5}), l);
+                          }),
+                "[cross_entropy] label -100 at position 1");
   expect_prefix(run_error(b, DType::i32, {4}, {0, 1, 6, 2},
                           [](Context& ctx, Tensor i) {
                             return embedding(zeros(ctx, {6, 3}), i);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error_check.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -223,6 +224,59 @@ TEST(OpsPytorchEdges, BF16AttentionHugeScoresAndTies) {
   r.cpu.compute(r.g);
   EXPECT_EQ(o.dtype(), f32);
   expect_floats(o.get<float>(), {1.5, -2, 0.875, 1, 0.875, 1}, 0);
+}
+
+// PyTorch's F.cross_entropy(logits, labels, ignore_index=-100): an ignored row
+// adds nothing to the loss or the denominator and gets an exactly zero
+// gradient, whatever its logits (NaN here). Two of three rows count.
+TEST(OpsPytorchEdges, CrossEntropyIgnoreIndexSkipsRowsEntirely) {
+  EdgeRun r;
+  Tensor logits = r.ctx.param(f32, {3, 2}, "logits");
+  Tensor labels = r.ctx.input(i32, {3}, "labels");
+  Tensor w = r.ctx.input(f32, {3}, "w");
+  Tensor loss = cross_entropy(logits, labels, {.ignore_index = kIgnoreIndex, .weight = w});
+  r.go(loss, {{logits, {1, 0, kNaN, kNaN, 0, 2}}, {w, {3, 5, 1}}});
+  labels.set(std::vector<int32_t>{0, kIgnoreIndex, 1});
+  r.g.reset_grads();
+  r.cpu.compute(r.g);
+  // Row losses: log(1 + e^-1) and log(1 + e^-2); weights 3 and 1: mean over 4.
+  const double l0 = std::log(1 + std::exp(-1.0)), l2 = std::log(1 + std::exp(-2.0));
+  EXPECT_NEAR(loss.item(), (3 * l0 + l2) / 4, 1e-6);
+  const double p0 = 1 / (1 + std::exp(-1.0)), p2 = 1 / (1 + std::exp(2.0));
+  expect_floats(r.g.grad(logits).get<float>(),
+                {3 * (p0 - 1) / 4, 3 * (1 - p0) / 4, 0, 0, p2 / 4, -p2 / 4}, 1e-6);
+}
+
+// Where nothing counts kiln returns 0 (PyTorch: 0 / 0 = NaN), so a micro-batch
+// of a trainer's with no trained token adds nothing instead of poisoning the step.
+TEST(OpsPytorchEdges, CrossEntropyWithEveryLabelIgnoredIsZero) {
+  EdgeRun r;
+  Tensor logits = r.ctx.param(f32, {2, 3}, "logits");
+  Tensor labels = r.ctx.input(i32, {2}, "labels");
+  Tensor loss = cross_entropy(logits, labels, {.ignore_index = kIgnoreIndex});
+  r.go(loss, {{logits, {1, 2, 3, 4, 5, 6}}});
+  labels.set(std::vector<int32_t>{kIgnoreIndex, kIgnoreIndex});
+  r.g.reset_grads();
+  r.cpu.compute(r.g);
+  EXPECT_EQ(loss.item(), 0.0f);
+  expect_floats(r.g.grad(logits).get<float>(), {0, 0, 0, 0, 0, 0}, 0);
+}
+
+TEST(OpsPytorchEdges, CrossEntropyOptionsRefuseWhatTheyCannotTake) {
+  Context ctx;
+  Tensor logits = ctx.param(f32, {4, 10}, "logits");
+  Tensor labels = ctx.input(i32, {4}, "labels");
+  EXPECT_KILN_ERROR(cross_entropy(logits, labels, {.weight = ctx.input(f32, {5}, "w")}),
+                    "cross_entropy", "weight", "'w'", "[5]", "[4]");
+  EXPECT_KILN_ERROR(cross_entropy(logits, labels, {.weight = ctx.input(i32, {4}, "w")}),
+                    "cross_entropy", "weight");
+  EXPECT_KILN_ERROR(cross_entropy(logits, ctx.input(f32, {4, 10}), {.ignore_index = kIgnoreIndex}),
+                    "cross_entropy", "i32 labels [4]", "f32 [4, 10]");
+  // Weights are constants: one that wants a gradient is refused by backward.
+  Tensor w = ctx.param(f32, {4}, "w");
+  Tensor loss = cross_entropy(logits, labels, {.weight = w});
+  Graph g = Graph::forward(loss);
+  EXPECT_KILN_ERROR(g.backward(loss), "cross_entropy", "weight", "'w'", "constants");
 }
 
 }  // namespace

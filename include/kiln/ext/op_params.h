@@ -67,6 +67,16 @@ struct OneHotParams {
   int64_t classes = 0;
   bool for_cross_entropy = false;  // range errors name cross_entropy instead of one_hot
 };
+// CROSS_ENTROPY and CROSS_ENTROPY_BACK. ignore: a label equal to ignore_index
+// counts for nothing (no loss, no gradient; PyTorch's ignore_index). has_weight:
+// f32 per-row weights [N] are the last source. Either one makes the result the
+// weighted mean over the counted rows, sum(w * loss) / sum(w), and 0 (gradient
+// 0) when that denominator is 0; with neither it is the plain mean over N.
+struct CrossEntropyParams {
+  int32_t ignore_index = -100;
+  bool ignore = false, has_weight = false;
+  bool masked() const { return ignore || has_weight; }
+};
 struct ScatterAddRowsParams {
   int64_t rows = 0;
 };
@@ -139,6 +149,8 @@ KILN_OP_PARAMS(SOFTMAX, SoftmaxParams)
 KILN_OP_PARAMS(LOG_SOFTMAX, SoftmaxParams)
 KILN_OP_PARAMS(ONE_HOT, OneHotParams)
 KILN_OP_PARAMS(SCATTER_ADD_ROWS, ScatterAddRowsParams)
+KILN_OP_PARAMS(CROSS_ENTROPY, CrossEntropyParams)
+KILN_OP_PARAMS(CROSS_ENTROPY_BACK, CrossEntropyParams)
 KILN_OP_PARAMS(CONCAT, ConcatParams)
 KILN_OP_PARAMS(PAD, PadParams)
 KILN_OP_PARAMS(LAYER_NORM, LayerNormParams)

@@ -19,9 +19,12 @@
 // Labels outside [0, C) are index errors: a row's warp or block records the
 // row in L.err (the smallest wins); the backend throws the CPU's message
 // "[cross_entropy] label v at position r is out of range [0, C)".
+// The masked forms (CrossEntropyParams: ignore_index, per-row weights) are
+// declined (loss_supports) and run on the CPU.
 #include <cmath>
 
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/params.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
@@ -169,6 +172,9 @@ __global__ void __launch_bounds__(1024)
 }
 
 bool loss_supports(const TensorNode* n) {
+  // Masked (ignore_index, per-row weights): not implemented here; the scheduler
+  // runs those nodes on the CPU.
+  if (prm::cross_entropy_masked(n)) return false;
   const TensorNode *x = n->src[0], *lab = n->src[1];
   if (!x || !lab || x->dtype != DType::f32 || x->shape.ndim() != 2) return false;
   if (lab->dtype != DType::i32 || lab->shape.ndim() != 1 || lab->shape[0] != x->shape[0])

@@ -37,6 +37,11 @@ inline int64_t one_hot_classes(const TensorNode* n) { return op_params<Op::ONE_H
 inline const char* one_hot_op_name(const TensorNode* n) {
   return op_params<Op::ONE_HOT>(*n).for_cross_entropy ? "cross_entropy" : "one_hot";
 }
+// ignore_index or per-row weights (CrossEntropyParams::masked): the CUDA loss
+// kernels implement the plain mean only and decline these nodes.
+inline bool cross_entropy_masked(const TensorNode* n) {
+  return op_params<CrossEntropyParams>(*n).masked();
+}
 inline int concat_dim(const TensorNode* n) { return int(op_params<Op::CONCAT>(*n).dim); }
 
 // IM2COL/COL2IM/CONV2D* (dilated) and pooling (dilation 1).
