@@ -1,7 +1,6 @@
 // BatchGenerator: several sequences' caches, prompt passes per sequence and
 // one decode pass over all of them (KvStep::batch).
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -9,6 +8,7 @@
 #include "kiln/ext/alloc.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/generate.h"
+#include "models/kv_attention.h"
 
 namespace kiln::models {
 
@@ -35,16 +35,6 @@ void copy_bytes(const TensorNode* src, size_t src_off, TensorNode* dst, size_t d
   src->buffer->get(src, tmp.data(), src_off, n);
   dst->buffer->set(dst, tmp.data(), dst_off, n);
 }
-
-// Tokens in the next prompt pass for `rem` left (as Generator's pass_tokens):
-// the chunk, else a power of two (padded up when that wastes at most a quarter).
-int64_t pass_tokens(int64_t rem, int64_t chunk) {
-  if (rem >= chunk) return chunk;
-  const auto u = uint64_t(rem);
-  const auto up = int64_t(std::bit_ceil(u)), down = int64_t(std::bit_floor(u));
-  return (up - rem) * 4 <= rem && up <= chunk ? up : down;
-}
-
 }  // namespace
 
 BatchGenerator::BatchGenerator(CausalLM& model, Backend& backend, int64_t max_sequences,
@@ -69,26 +59,14 @@ BatchGenerator::BatchGenerator(CausalLM& model, Backend& backend, int64_t max_se
     k_cache_.push_back(ctx.tensor(f32, s, "kvb.k." + std::to_string(l)));
     v_cache_.push_back(ctx.tensor(f32, s, "kvb.v." + std::to_string(l)));
   }
-  // Zero-filled: masked rows past a sequence's length then give 0 * value,
-  // never 0 * garbage (NaN).
-  BufferType& bt = backend_.buffer_type();
-  TensorAllocator measure(bt);
-  for (Tensor t : k_cache_) measure.alloc(t.node());
-  for (Tensor t : v_cache_) measure.alloc(t.node());
-  cache_buf_ = bt.alloc(std::max(measure.high_water(), bt.alignment()));
-  cache_buf_->clear(0);
-  TensorAllocator place(*cache_buf_);
-  for (Tensor t : k_cache_) place.place(t.node());
-  for (Tensor t : v_cache_) place.place(t.node());
-  alloc_ = std::make_unique<GraphAllocator>(bt);
+  cache_buf_ = detail::place_zeroed_caches(backend_.buffer_type(), k_cache_, v_cache_);
+  alloc_ = std::make_unique<GraphAllocator>(backend_.buffer_type());
 }
 
 BatchGenerator::~BatchGenerator() = default;
 
 int64_t BatchGenerator::cache_bucket(int64_t pos) const {
-  const int64_t b = pos <= 256 ? int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(pos, 16))))
-                               : (pos + 255) / 256 * 256;
-  return std::min(b, capacity_);
+  return detail::kv_cache_bucket(pos, capacity_);
 }
 
 size_t BatchGenerator::row_of(int64_t seq, const char* what) const {
@@ -183,7 +161,8 @@ int64_t BatchGenerator::start(std::span<const int32_t> prompt) {
   PassGraph* g = nullptr;
   int64_t pos = 0;
   for (int64_t done = 0; done < n;) {
-    const int64_t T = pass_tokens(n - done, opt_.prefill_chunk), real = std::min(T, n - done);
+    const int64_t T = detail::prefill_pass_tokens(n - done, opt_.prefill_chunk),
+                  real = std::min(T, n - done);
     const int64_t L = pos == 0 ? 0 : cache_bucket(pos);
     g = &graph_for(row, T, L);
     for (int64_t t = 0; t < T; ++t) {

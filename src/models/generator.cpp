@@ -1,6 +1,5 @@
 // Generator: KV-cache graphs per shape, prefill in passes, the decode loop.
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "kiln/ext/alloc.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/generate.h"
+#include "models/kv_attention.h"
 
 namespace kiln::models {
 
@@ -45,16 +45,6 @@ void copy_rows(const TensorNode* src, TensorNode* dst, int64_t at, int64_t rows)
   src->buffer->get(src, tmp.data(), 0, n);
   dst->buffer->set(dst, tmp.data(), off, n);
 }
-
-// Tokens in the next prefill pass for `rem` left: the chunk size, else a power
-// of two (padded up when that wastes at most a quarter), so few shapes occur.
-int64_t pass_tokens(int64_t rem, int64_t chunk) {
-  if (rem >= chunk) return chunk;
-  const auto u = uint64_t(rem);
-  const auto up = int64_t(std::bit_ceil(u)), down = int64_t(std::bit_floor(u));
-  return (up - rem) * 4 <= rem && up <= chunk ? up : down;
-}
-
 }  // namespace
 
 Generator::Generator(CausalLM& model, Backend& backend, const GeneratorOptions& opt)
@@ -76,25 +66,13 @@ Generator::Generator(CausalLM& model, Backend& backend, const GeneratorOptions& 
     k_cache_.push_back(ctx.tensor(f32, s, "kv.k." + std::to_string(l)));
     v_cache_.push_back(ctx.tensor(f32, s, "kv.v." + std::to_string(l)));
   }
-  // One zero-filled buffer for all caches: rows past the cached length are
-  // masked, and zero (not garbage) keeps 0 * value finite in the weighted sum.
-  BufferType& bt = backend_.buffer_type();
-  TensorAllocator measure(bt);
-  for (Tensor t : k_cache_) measure.alloc(t.node());
-  for (Tensor t : v_cache_) measure.alloc(t.node());
-  cache_buf_ = bt.alloc(std::max(measure.high_water(), bt.alignment()));
-  cache_buf_->clear(0);
-  TensorAllocator place(*cache_buf_);
-  for (Tensor t : k_cache_) place.place(t.node());
-  for (Tensor t : v_cache_) place.place(t.node());
+  cache_buf_ = detail::place_zeroed_caches(backend_.buffer_type(), k_cache_, v_cache_);
 }
 
 Generator::~Generator() = default;
 
 int64_t Generator::cache_bucket(int64_t pos) const {
-  const int64_t b = pos <= 256 ? int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(pos, 16))))
-                               : (pos + 255) / 256 * 256;
-  return std::min(b, capacity_);
+  return detail::kv_cache_bucket(pos, capacity_);
 }
 
 Generator::StepGraph& Generator::graph_for(int64_t tokens, int64_t cached) {
@@ -143,7 +121,8 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   const float ninf = -std::numeric_limits<float>::infinity();
   StepGraph* g = nullptr;
   for (int64_t done = 0; done < n;) {
-    const int64_t T = pass_tokens(n - done, opt_.prefill_chunk), real = std::min(T, n - done);
+    const int64_t T = detail::prefill_pass_tokens(n - done, opt_.prefill_chunk),
+                  real = std::min(T, n - done);
     const int64_t L = pos_ == 0 ? 0 : cache_bucket(pos_);
     g = &graph_for(T, L);
     for (int64_t t = 0; t < T; ++t) {

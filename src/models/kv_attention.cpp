@@ -5,6 +5,12 @@
 // the pass), so one softmax covers [cache | new].
 #include "models/kv_attention.h"
 
+#include <algorithm>
+#include <bit>
+
+#include "kiln/ext/alloc.h"
+#include "kiln/ext/tensor_node.h"
+
 namespace kiln::models::detail {
 
 Tensor rows_at(Tensor table, Tensor positions) { return embedding(table, positions); }
@@ -80,6 +86,32 @@ Tensor cached_attention(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t
   Tensor y = matmul(p.narrow(3, L, T), vn);  // [Hkv, 1, G*T, D]
   if (L > 0) y = y + matmul(p.narrow(3, 0, L), cache_rows(step.v_cache[layer], L));
   return y.reshape({Hkv, G, T, D}).permute({2, 0, 1, 3}).contiguous().reshape({1, T, H * D});
+}
+
+int64_t kv_cache_bucket(int64_t pos, int64_t capacity) {
+  const int64_t b = pos <= 256 ? int64_t(std::bit_ceil(uint64_t(std::max<int64_t>(pos, 16))))
+                               : (pos + 255) / 256 * 256;
+  return std::min(b, capacity);
+}
+
+int64_t prefill_pass_tokens(int64_t rem, int64_t chunk) {
+  if (rem >= chunk) return chunk;
+  const auto u = uint64_t(rem);
+  const auto up = int64_t(std::bit_ceil(u)), down = int64_t(std::bit_floor(u));
+  return (up - rem) * 4 <= rem && up <= chunk ? up : down;
+}
+
+std::unique_ptr<Buffer> place_zeroed_caches(BufferType& bt, const std::vector<Tensor>& k_cache,
+                                            const std::vector<Tensor>& v_cache) {
+  TensorAllocator measure(bt);
+  for (const Tensor& t : k_cache) measure.alloc(t.node());
+  for (const Tensor& t : v_cache) measure.alloc(t.node());
+  std::unique_ptr<Buffer> buf = bt.alloc(std::max(measure.high_water(), bt.alignment()));
+  buf->clear(0);
+  TensorAllocator place(*buf);
+  for (const Tensor& t : k_cache) place.place(t.node());
+  for (const Tensor& t : v_cache) place.place(t.node());
+  return buf;
 }
 
 }  // namespace kiln::models::detail

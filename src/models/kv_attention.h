@@ -2,7 +2,11 @@
 // Llama family and GPT-2. Composites of existing ops.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
+#include "kiln/backend.h"
 #include "kiln/models.h"
 
 namespace kiln::models::detail {
@@ -19,5 +23,21 @@ Tensor rows_at(Tensor table, Tensor positions);
 // own cache (KvStep::batch).
 Tensor cached_attention(Tensor q, Tensor k, Tensor v, const KvStep& step, size_t layer,
                         float scale);
+
+// The cache length a pass at position `pos` is built for: powers of two from
+// 16 to 256, then multiples of 256, at most `capacity`. Few graph shapes (one
+// per bucket), little attention over masked rows.
+int64_t kv_cache_bucket(int64_t pos, int64_t capacity);
+
+// Tokens in the next prefill pass with `rem` prompt tokens left: the chunk
+// size, else a power of two (padded up when that wastes at most a quarter), so
+// few pass shapes (graphs) occur.
+int64_t prefill_pass_tokens(int64_t rem, int64_t chunk);
+
+// One buffer holding every key and value cache tensor, placed in it and zeroed:
+// rows past a sequence's cached length are masked, and zero (not garbage) keeps
+// 0 * value finite in attention's weighted sum.
+std::unique_ptr<Buffer> place_zeroed_caches(BufferType& bt, const std::vector<Tensor>& k_cache,
+                                            const std::vector<Tensor>& v_cache);
 
 }  // namespace kiln::models::detail

@@ -33,6 +33,13 @@ inline float f16_bits_to_f32(uint16_t h) {
 #endif
 }
 
+// The f16 stored at p (a quantized block's scale; blocks are byte-aligned).
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_bits_to_f32(h);
+}
+
 inline float bf16_bits_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
 
 // f32 -> bf16 as vcvtneps2bf16 rounds (what the GEMM's round_bf16 operands

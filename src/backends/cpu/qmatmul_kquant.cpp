@@ -54,13 +54,7 @@ void quantize_q8k(const float* x, BlockQ8K* y, int64_t nb) {
 
 namespace {
 
-using gemm_detail::f16_bits_to_f32;
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_bits_to_f32(h);
-}
+using gemm_detail::f16_at;
 
 // Q4_K/Q5_K's 6-bit scale and min of group g (of 8) from the 12 scale bytes:
 // groups 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), groups

@@ -20,13 +20,7 @@ namespace kiln::cpu::qmatmul_detail {
 #if defined(__AVX2__)
 namespace {
 
-using gemm_detail::f16_bits_to_f32;
-
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_bits_to_f32(h);
-}
+using gemm_detail::f16_at;
 
 inline int32_t hsum(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

@@ -13,24 +13,18 @@
 namespace kiln::cpu::qmatmul_detail {
 namespace {
 
-using gemm_detail::f16_bits_to_f32;
-
-inline float scale_of(const uint8_t* block) {
-  uint16_t h;
-  std::memcpy(&h, block, 2);
-  return f16_bits_to_f32(h);
-}
+using gemm_detail::f16_at;
 
 // Block b of a row, as 32 f32 values.
 inline void dequant_block(DType f, const uint8_t* row, int64_t b, float* out) {
   if (f == DType::q8_0) {
     const uint8_t* blk = row + b * int64_t(sizeof(BlockQ8_0));
-    const float d = scale_of(blk);
+    const float d = f16_at(blk);
     const int8_t* qs = reinterpret_cast<const int8_t*>(blk + 2);
     for (int l = 0; l < 32; ++l) out[l] = d * float(qs[l]);
   } else {
     const uint8_t* blk = row + b * int64_t(sizeof(BlockQ4_0));
-    const float d = scale_of(blk);
+    const float d = f16_at(blk);
     const uint8_t* qs = blk + 2;
     for (int l = 0; l < 16; ++l) {
       out[l] = d * float(int(qs[l] & 15) - 8);
