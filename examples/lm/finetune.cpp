@@ -10,7 +10,7 @@
 //   kiln-lm finetune --model DIR --data FILE|DIR...|FILE.jsonl --out DIR [--lora-r 8]
 //       [--val FILE.jsonl] [--train-on assistant|all] [--truncate]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
-//       [--quantize q8_0|q4_0] [--precision f32|bf16]
+//       [--quantize q8_0|q4_0|q4_k|...] [--precision f32|bf16]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
 //       [--grad-accum 1] [--checkpointing] [--lr 2e-4] [--warmup 10]
 //       [--eval-every 20] [--eval-batches 4] [--checkpoint PATH [--resume]]
@@ -56,7 +56,8 @@ struct FinetuneOptions {
   float lr = 2e-4f, min_lr = 0, weight_decay = 0, clip = 0, val_split = 0.1f;
   uint64_t seed = 1;
   int threads = 0;
-  std::string quantize;           // q8_0 / q4_0: QLoRA, adapters on a quantized, frozen base
+  std::string
+      quantize;  // a block type (q8_0, q4_k, ...): QLoRA, adapters on a quantized, frozen base
   std::string precision = "f32";  // matmul precision (Context::set_matmul_precision)
   std::string val;                // chat data: validation JSONL
   std::string train_on = "assistant";

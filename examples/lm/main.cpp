@@ -7,7 +7,7 @@
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
-//   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0
+//   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0|q4_k|q6_k|... (quant_types.def)
 //   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 //   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
 //   kiln-lm serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--parallel 4]

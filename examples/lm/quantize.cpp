@@ -53,11 +53,15 @@ Command add_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
   CLI::App* s =
       app.add_subcommand("quantize",
-                         "write a GGUF file with Q8_0 / Q4_0 Linear weights and token embedding "
-                         "(llama.cpp's formats)");
+                         "write a GGUF file with quantized Linear weights and token embedding "
+                         "(llama.cpp's block formats)");
   s->add_option("in", o->in, "a Hugging Face model directory or a .gguf file")->required();
   s->add_option("out", o->out, "the .gguf file to write")->required();
-  s->add_option("--type", o->type, "q8_0 or q4_0")
+  std::string types;
+  for (const std::string& n : kiln::models::quantized_weight_dtype_names())
+    types += (types.empty() ? "" : ", ") + n;
+  s->add_option("--type", o->type,
+                "block type: " + types + " (a matrix whose rows are not whole blocks stays f32)")
       ->required()
       ->check(CLI::IsMember(kiln::models::quantized_weight_dtype_names()));
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
