@@ -22,22 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "kiln/kiln.h"
 #include "llama_shape.h"
 
 namespace {
 
-int64_t arg(int argc, char** argv, const char* name, int64_t def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return def;
-}
-
-std::string sarg(int argc, char** argv, const char* name, const char* def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return def;
-}
+using bench::arg;
+using bench::sarg;
 
 int32_t argmax(std::span<const float> v) {
   return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
