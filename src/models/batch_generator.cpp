@@ -100,14 +100,7 @@ BatchGenerator::PassGraph& BatchGenerator::graph_for(int64_t row, int64_t tokens
       s.v_cache.push_back(v_cache_[l].narrow(0, row, 1).reshape(one));
     }
   }
-  g->logits = model_.forward_cached(s);
-  if (int64_t(s.k_new.size()) != kv_.layers || int64_t(s.v_new.size()) != kv_.layers)
-    fail("generate", model_.type_name(), "::forward_cached gave ", s.k_new.size(),
-         " new key tensors for ", kv_.layers, " layers");
-  g->graph = Graph::forward(g->logits);
-  for (Tensor t : s.k_new) g->graph.expand(t);
-  for (Tensor t : s.v_new) g->graph.expand(t);
-  run_graph_passes(g->graph, passes_);
+  g->logits = detail::build_cached_forward(model_, s, kv_.layers, passes_, g->graph);
   g->mask.resize(size_t(s.mask.numel()));
   g->ids.resize(size_t(tokens));
   g->positions.resize(size_t(tokens));

@@ -88,16 +88,7 @@ Generator::StepGraph& Generator::graph_for(int64_t tokens, int64_t cached) {
   s.cached = cached;
   s.k_cache = k_cache_;
   s.v_cache = v_cache_;
-  g->logits = model_.forward_cached(s);
-  if (int64_t(s.k_new.size()) != kv_.layers || int64_t(s.v_new.size()) != kv_.layers)
-    fail("generate", model_.type_name(), "::forward_cached gave ", s.k_new.size(),
-         " new key tensors for ", kv_.layers, " layers");
-  g->graph = Graph::forward(g->logits);
-  for (Tensor t : s.k_new) g->graph.expand(t);
-  for (Tensor t : s.v_new) g->graph.expand(t);
-  // The new keys and values are outputs (read back after the run): no pass
-  // folds them away.
-  run_graph_passes(g->graph, passes_);
+  g->logits = detail::build_cached_forward(model_, s, kv_.layers, passes_, g->graph);
   g->alloc = std::make_unique<GraphAllocator>(backend_.buffer_type());
   g->alloc->alloc(g->graph);
   g->mask.resize(size_t(tokens * (cached + tokens)));

@@ -101,6 +101,19 @@ int64_t prefill_pass_tokens(int64_t rem, int64_t chunk) {
   return (up - rem) * 4 <= rem && up <= chunk ? up : down;
 }
 
+Tensor build_cached_forward(CausalLM& model, KvStep& step, int64_t layers, GraphPasses passes,
+                            Graph& graph) {
+  Tensor logits = model.forward_cached(step);
+  if (int64_t(step.k_new.size()) != layers || int64_t(step.v_new.size()) != layers)
+    fail("generate", model.type_name(), "::forward_cached gave ", step.k_new.size(),
+         " new key tensors for ", layers, " layers");
+  graph = Graph::forward(logits);
+  for (Tensor t : step.k_new) graph.expand(t);
+  for (Tensor t : step.v_new) graph.expand(t);
+  run_graph_passes(graph, passes);
+  return logits;
+}
+
 std::unique_ptr<Buffer> place_zeroed_caches(BufferType& bt, const std::vector<Tensor>& k_cache,
                                             const std::vector<Tensor>& v_cache) {
   TensorAllocator measure(bt);

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "kiln/backend.h"
+#include "kiln/graph.h"
+#include "kiln/graph_passes.h"
 #include "kiln/models.h"
 
 namespace kiln::models::detail {
@@ -33,6 +35,13 @@ int64_t kv_cache_bucket(int64_t pos, int64_t capacity);
 // size, else a power of two (padded up when that wastes at most a quarter), so
 // few pass shapes (graphs) occur.
 int64_t prefill_pass_tokens(int64_t rem, int64_t chunk);
+
+// model.forward_cached(step) as a graph whose outputs are the logits and every
+// layer's new keys and values (read back after the run, so no pass folds them
+// away), with `passes` applied. Fails when the model gives a key or value
+// tensor per layer other than `layers`. Returns the logits.
+Tensor build_cached_forward(CausalLM& model, KvStep& step, int64_t layers, GraphPasses passes,
+                            Graph& graph);
 
 // One buffer holding every key and value cache tensor, placed in it and zeroed:
 // rows past a sequence's cached length are masked, and zero (not garbage) keeps
