@@ -37,6 +37,17 @@ models::ModelConfig llama_256() {
 }
 
 // Logits of `model` (its params in ctx) for `ids` ([1, T]) on the CPU.
+// llama_256 with random weights (seeded) saved as an f32 GGUF file.
+void save_random_f32(const std::string& path, CpuBackend& cpu, uint64_t seed) {
+  Context ctx;
+  models::ModelOptions o;
+  o.max_seq_len = 32;
+  auto model = models::make_model(ctx, llama_256(), o);
+  model->allocate(cpu);
+  model->init(seed);
+  models::save_gguf(*model, path);
+}
+
 std::vector<float> logits_of(Context& ctx, models::CausalLM& model,
                              const std::vector<int32_t>& ids) {
   Tensor in = ctx.input(i32, {1, int64_t(ids.size())}, "input_ids");
@@ -54,13 +65,7 @@ std::vector<float> logits_of(Context& ctx, models::CausalLM& model,
 TEST(ModelGgufBlockTypes, KeptAsStoredDequantizedOrQuantizedAgain) {
   kiln_test::TempDir tmp;
   CpuBackend cpu(2);
-  Context c0;
-  models::ModelOptions o;
-  o.max_seq_len = 32;
-  auto src_model = models::make_model(c0, llama_256(), o);
-  src_model->allocate(cpu);
-  src_model->init(11);
-  models::save_gguf(*src_model, tmp.file("f32.gguf"));
+  save_random_f32(tmp.file("f32.gguf"), cpu, 11);
   GgufFile src(tmp.file("f32.gguf"));
   for (const QuantType& qt : kQuantTypes) {
     if (qt.dtype == q8_0 || qt.dtype == q4_0) continue;  // tests/models/test_quantized.cpp
@@ -131,13 +136,7 @@ TEST(ModelGgufBlockTypes, KeptAsStoredDequantizedOrQuantizedAgain) {
 TEST(ModelGgufBlockTypes, LoraTrainsOnKQuantBases) {
   kiln_test::TempDir tmp;
   CpuBackend cpu(2);
-  Context c0;
-  models::ModelOptions o;
-  o.max_seq_len = 32;
-  auto src_model = models::make_model(c0, llama_256(), o);
-  src_model->allocate(cpu);
-  src_model->init(12);
-  models::save_gguf(*src_model, tmp.file("f32.gguf"));
+  save_random_f32(tmp.file("f32.gguf"), cpu, 12);
   GgufFile src(tmp.file("f32.gguf"));
   for (DType qt : {q4_k, q6_k}) {
     GgufWriter quant;
