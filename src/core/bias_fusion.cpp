@@ -16,7 +16,7 @@ using detail::kRewritePinned;
 
 // n = ADD(s, bias) or ADD(bias, s): s a plain 2-D product [M, N] of 2-D float
 // operands, bias f32 [N] or [1, N] with contiguous elements.
-struct Candidate {
+struct BiasCandidate {
   TensorNode* n = nullptr;
   TensorNode* s = nullptr;
   TensorNode* bias = nullptr;
@@ -41,7 +41,7 @@ bool is_bias_row(const TensorNode* b, int64_t N) {
   return row && b->dtype == DType::f32 && b->is_contiguous();
 }
 
-bool candidate_of(TensorNode* n, Candidate& c) {
+bool bias_candidate_of(TensorNode* n, BiasCandidate& c) {
   if (n->op != Op::ADD || n->n_src != 2 || n->is_view() || n->dtype != DType::f32 ||
       n->shape.ndim() != 2 || !n->is_contiguous() || !n->src[0] || !n->src[1])
     return false;
@@ -59,11 +59,11 @@ bool candidate_of(TensorNode* n, Candidate& c) {
 
 size_t Graph::fuse_matmul_bias() {
   check_alive();
-  std::vector<Candidate> cands;
+  std::vector<BiasCandidate> cands;
   std::unordered_map<const TensorNode*, int> readers;  // of each product s
   for (TensorNode* n : nodes_) {
-    Candidate c;
-    if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
+    BiasCandidate c;
+    if (!bias_candidate_of(n, c) || !seen_.count(c.s)) continue;
     cands.push_back(c);
     readers[c.s] = 0;
   }
@@ -72,7 +72,7 @@ size_t Graph::fuse_matmul_bias() {
   const auto grad_nodes = detail::grad_node_set(grads_);  // Graph::grad must keep finding them
 
   std::unordered_set<const TensorNode*> gone;
-  for (const Candidate& c : cands) {
+  for (const BiasCandidate& c : cands) {
     if (readers[c.s] != 1 || grad_nodes.count(c.s)) continue;
     // The ADD node becomes the product with the bias as its third source; its
     // consumers, flags and memory stay as they were.

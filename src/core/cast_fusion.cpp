@@ -31,13 +31,13 @@ using detail::kRewritePinned;
 
 // A cast n = COPY to bf16 of the op's result s, directly or through
 // reshapes (detail::bf16_cast_source).
-struct Candidate {
+struct CastCandidate {
   TensorNode* n = nullptr;
   std::vector<TensorNode*> views;  // the reshapes between s and n (n's source first)
   TensorNode* s = nullptr;
 };
 
-bool candidate_of(TensorNode* n, Candidate& c) {
+bool cast_candidate_of(TensorNode* n, CastCandidate& c) {
   std::vector<TensorNode*> views;
   TensorNode* s = detail::bf16_cast_source(n, views);
   if (!s) return false;
@@ -73,11 +73,11 @@ bool candidate_of(TensorNode* n, Candidate& c) {
 
 size_t Graph::fuse_bf16_casts() {
   check_alive();
-  std::vector<Candidate> cands;
+  std::vector<CastCandidate> cands;
   std::unordered_map<const TensorNode*, int> readers;  // of each s and view
   for (TensorNode* n : nodes_) {
-    Candidate c;
-    if (!candidate_of(n, c) || !seen_.count(c.s)) continue;
+    CastCandidate c;
+    if (!cast_candidate_of(n, c) || !seen_.count(c.s)) continue;
     readers[c.s] = 0;
     for (const TensorNode* v : c.views) readers[v] = 0;
     cands.push_back(std::move(c));
@@ -88,7 +88,7 @@ size_t Graph::fuse_bf16_casts() {
   std::unordered_map<const TensorNode*, TensorNode*> became;  // s and its views -> the cast
   size_t fused = 0;
   std::unordered_map<const TensorNode*, std::vector<TensorNode*>> views_before;  // new views
-  for (const Candidate& c : cands) {
+  for (const CastCandidate& c : cands) {
     const bool viewed = !c.views.empty();
     // s is read by the first view (or n) and, through view_src, by every
     // view of a view (count_context_readers).

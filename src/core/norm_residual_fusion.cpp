@@ -22,7 +22,7 @@ using detail::kRewritePinned;
 // sources may be norm gradients (the last block's: x's gradient is ln_2's plus
 // ln_f's, which c_proj's products read too): s[0] and s[1] are the two ways
 // round, the second empty when only one fits.
-struct Candidate {
+struct NormResidualCandidate {
   TensorNode* n = nullptr;
   TensorNode* s[2] = {nullptr, nullptr};
   TensorNode* r[2] = {nullptr, nullptr};
@@ -39,7 +39,7 @@ bool is_norm_back(const TensorNode* s, const TensorNode* n) {
          s->ctx == n->ctx && s->n_src < kMaxSrc && !has_residual(s);
 }
 
-bool candidate_of(TensorNode* n, Candidate& c) {
+bool norm_residual_candidate_of(TensorNode* n, NormResidualCandidate& c) {
   if (n->op != Op::ADD || n->n_src != 2 || n->is_view() || n->dtype != DType::f32 ||
       !n->is_contiguous() || !n->src[0] || !n->src[1])
     return false;
@@ -59,11 +59,11 @@ bool candidate_of(TensorNode* n, Candidate& c) {
 
 size_t Graph::fuse_norm_residual() {
   check_alive();
-  std::vector<Candidate> cands;
+  std::vector<NormResidualCandidate> cands;
   std::unordered_map<const TensorNode*, int> readers;  // of each norm gradient s
   for (TensorNode* n : nodes_) {
-    Candidate c;
-    if (!candidate_of(n, c)) continue;
+    NormResidualCandidate c;
+    if (!norm_residual_candidate_of(n, c)) continue;
     cands.push_back(c);
     for (TensorNode* s : c.s)
       if (s) readers[s] = 0;
@@ -73,7 +73,7 @@ size_t Graph::fuse_norm_residual() {
   const auto grad_nodes = detail::grad_node_set(grads_);  // Graph::grad must keep finding them
 
   std::unordered_set<const TensorNode*> gone;
-  for (const Candidate& c : cands) {
+  for (const NormResidualCandidate& c : cands) {
     int k = 0;
     auto fits = [&](const TensorNode* s) {
       return s && seen_.count(s) && readers[s] == 1 && !grad_nodes.count(s) && !gone.count(s);

@@ -11,6 +11,7 @@
 #include "kiln/models.h"
 #include "kiln/safetensors.h"
 #include "models/convert.h"
+#include "models/file_text.h"
 #include "models/mapped_file.h"
 #include "models/weight_quant.h"
 
@@ -18,14 +19,6 @@ namespace kiln::models {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("models", path, ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A tensor of the directory: which file holds it.
 struct Located {
@@ -52,7 +45,7 @@ Weights open_weights(const std::string& dir) {
   }
   if (!fs::exists(index))
     fail("models", dir, ": neither model.safetensors nor model.safetensors.index.json is there");
-  const ShardIndex idx = parse_shard_index(slurp(index), index);
+  const ShardIndex idx = parse_shard_index(read_text_file(index), index);
   std::map<std::string, const SafetensorsFile*> by_name;
   for (const std::string& shard : idx.shards) {
     const std::string path = (fs::path(dir) / shard).string();
@@ -77,12 +70,6 @@ Weights open_weights(const std::string& dir) {
         fail("models", f->path(), ": tensor '", t.name, "' is not listed for this file in ", index);
   w.source = index;
   return w;
-}
-
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 // The size a safetensors file's header describes: its data section ends with
@@ -204,7 +191,7 @@ std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const 
   if (!fs::is_directory(dir)) fail("models", dir, ": not a directory");
   ModelConfig cfg = read_config((fs::path(dir) / "config.json").string());
   const std::string gen = (fs::path(dir) / "generation_config.json").string();
-  if (fs::exists(gen)) parse_generation_config(slurp(gen), gen, cfg.generation);
+  if (fs::exists(gen)) parse_generation_config(read_text_file(gen), gen, cfg.generation);
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
   load_into(*model, dir, &backend, opt);
   return model;

@@ -9,6 +9,7 @@
 #include "kiln/lora.h"
 #include "kiln/safetensors.h"
 #include "models/convert.h"
+#include "models/file_text.h"
 #include "models/json_fields.h"
 
 namespace kiln::models {
@@ -21,14 +22,6 @@ using detail::Json;
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
 constexpr const char* kPrefix = "base_model.model.";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("models", path, ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A field kiln does not implement: accepted only with PEFT's default (null,
 // false, empty list or object).
@@ -68,12 +61,6 @@ struct Target {
   nn::LinearBase* layer = nullptr;
   std::string name_a, name_b;  // the file's tensor names
 };
-
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
 
 void write_atomically(const fs::path& target, const std::string& text) {
   const fs::path tmp = target.string() + ".tmp";
@@ -175,7 +162,7 @@ LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& d
   if (!fs::exists(cfg_path)) fail("models", dir, ": ", kConfigFile, " is missing");
   if (!fs::exists(st_path))
     fail("models", dir, ": ", kWeightsFile, " is missing (kiln reads safetensors adapters)");
-  const LoraFileConfig cfg = parse_lora_config(slurp(cfg_path), cfg_path);
+  const LoraFileConfig cfg = parse_lora_config(read_text_file(cfg_path), cfg_path);
   SafetensorsFile file(st_path);
 
   // The layers the config targets, matched as PEFT matches them (by the HF

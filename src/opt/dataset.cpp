@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
+#include "opt/uniform_below.h"
 
 namespace kiln {
 
@@ -48,15 +49,6 @@ size_t storage_bytes(int64_t n, int64_t numel, DataType t, const char* what) {
       elems > std::numeric_limits<int64_t>::max() / int64_t(data_type_size(t)))
     fail("dataset", n, " samples of ", numel, " ", what, " elements are too many");
   return size_t(elems) * data_type_size(t);
-}
-
-// Uniform in [0, n) from raw 64-bit engine output (rejection, no modulo bias).
-uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
-  const uint64_t reject_below = (0 - n) % n;  // 2^64 mod n
-  for (;;) {
-    uint64_t x = rng();
-    if (x >= reject_below) return x % n;
-  }
 }
 
 }  // namespace
@@ -141,7 +133,7 @@ void Dataset::shuffle(std::mt19937_64& rng, SampleRange range) {
   int64_t* first = shard_order_.data() + range.begin / shard_size_;
   const int64_t count = range.size() / shard_size_;
   for (int64_t i = count - 1; i > 0; --i) {  // Fisher-Yates
-    int64_t j = int64_t(uniform_below(rng, uint64_t(i) + 1));
+    int64_t j = int64_t(detail::uniform_below(rng, uint64_t(i) + 1));
     std::swap(first[i], first[j]);
   }
 }

@@ -7,15 +7,11 @@
 #include "kiln/ext/tensor_node.h"
 #include "kiln/opt.h"
 #include "opt/opt_context_impl.h"
+#include "opt/seconds_since.h"
 
 namespace kiln {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Seed of epoch e's order: depends on (seed, e) only, so a resumed run shuffles
 // like an uninterrupted one.
@@ -66,14 +62,14 @@ Result run_phase(OptContext& opt, const Dataset& data, SampleRange range, int64_
   const int64_t total = n * B * N + rem;
   ProgressBar bar(train ? "train" : "val  ", total,
                   o.progress && rank(opt) == 0 && ProgressBar::stderr_is_tty());
-  const Clock::time_point t0 = Clock::now();
+  const detail::SteadyClock::time_point t0 = detail::SteadyClock::now();
   for (int64_t b = 0; b < n_all; ++b) {
     const int64_t mine = b < n ? B : std::clamp<int64_t>(rem - rank(opt) * B, 0, B);
     if (mine == 0) continue;
     data.get_batch(opt.inputs(), opt.labels(), b * N + rank(opt), range);
     const double l = train ? opt.train_batch(&r) : opt.eval_batch(&r, mine);
     bar.update(std::min((b + 1) * B * N, total), r);
-    if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n_all, train, l, &r, since(t0)});
+    if (o.on_batch) o.on_batch(BatchInfo{epoch, b, n_all, train, l, &r, detail::seconds_since(t0)});
   }
   reduce(opt, r);
   if (n_all > 0) bar.finish(total, r);
@@ -94,10 +90,10 @@ EpochResult epoch(OptContext& opt, Dataset& data, SampleRange train, SampleRange
          N > 1 ? " on each of " + std::to_string(N) + " ranks" : "");
   EpochResult e;
   e.epoch = opt.epoch();
-  const Clock::time_point t0 = Clock::now();
+  const detail::SteadyClock::time_point t0 = detail::SteadyClock::now();
   e.train = run_phase(opt, data, train, n_train, true, e.epoch, o);
   e.val = run_phase(opt, data, val, val.n_batches(B * N), false, e.epoch, o);
-  e.seconds = since(t0);
+  e.seconds = detail::seconds_since(t0);
   OptContextInternals::of(opt).epoch = e.epoch + 1;
   return e;
 }

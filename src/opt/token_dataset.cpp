@@ -11,32 +11,24 @@
 
 #include "kiln/error.h"
 #include "kiln/ext/tensor_node.h"
+#include "opt/uniform_below.h"
 
 namespace kiln {
 
 namespace {
 
-constexpr const char* kOp = "token_dataset";
+constexpr const char* kTokenDatasetOp = "token_dataset";
 
 std::string describe(const Tensor& t, const char* role) {
   return std::string(role) + " " + t.label() + " " + t.shape().str();
 }
 
-// Uniform in [0, n) from raw 64-bit engine output (rejection, no modulo bias).
-uint64_t uniform_below(std::mt19937_64& rng, uint64_t n) {
-  const uint64_t reject_below = (0 - n) % n;  // 2^64 mod n
-  for (;;) {
-    const uint64_t x = rng();
-    if (x >= reject_below) return x % n;
-  }
-}
-
 // Batch size and block of an inputs tensor: B = size(0), T = numel / B.
 std::pair<int64_t, int64_t> batch_and_block(const Tensor& inputs) {
-  if (!inputs.defined()) fail(kOp, "the inputs tensor is undefined");
+  if (!inputs.defined()) fail(kTokenDatasetOp, "the inputs tensor is undefined");
   if (inputs.ndim() < 1 || inputs.size(0) < 1 || inputs.numel() % inputs.size(0) != 0 ||
       inputs.numel() / inputs.size(0) < 1)
-    fail(kOp, describe(inputs, "inputs"), " must be [B, T] with B, T >= 1");
+    fail(kTokenDatasetOp, describe(inputs, "inputs"), " must be [B, T] with B, T >= 1");
   return {inputs.size(0), inputs.numel() / inputs.size(0)};
 }
 
@@ -44,11 +36,12 @@ std::pair<int64_t, int64_t> batch_and_block(const Tensor& inputs) {
 template <class T>
 void check_ids(const std::vector<T>& ids, int64_t vocab, int64_t max_vocab) {
   if (vocab < 1 || vocab > max_vocab)
-    fail(kOp, "vocab_size ", vocab, " is outside [1, ", max_vocab, "] for ", sizeof(T) * 8,
-         "-bit ids");
+    fail(kTokenDatasetOp, "vocab_size ", vocab, " is outside [1, ", max_vocab, "] for ",
+         sizeof(T) * 8, "-bit ids");
   for (size_t i = 0; i < ids.size(); ++i)
     if (int64_t(ids[i]) >= vocab)
-      fail(kOp, "id ", uint64_t(ids[i]), " at position ", i, " is not below vocab_size ", vocab);
+      fail(kTokenDatasetOp, "id ", uint64_t(ids[i]), " at position ", i,
+           " is not below vocab_size ", vocab);
 }
 
 // Rows of inputs (and labels, when y is not null) from the windows at `offsets`.
@@ -61,7 +54,7 @@ void copy_windows(const T* tok, std::span<const int64_t> offsets, int64_t block,
     if constexpr (sizeof(T) == 4)
       for (int64_t t = 0; t <= block; ++t)
         if (w[t] > kMaxI32)
-          fail(kOp, "id ", uint64_t(w[t]), " at token ", offsets[b] + t,
+          fail(kTokenDatasetOp, "id ", uint64_t(w[t]), " at token ", offsets[b] + t,
                " does not fit the i32 inputs (ids must be below 2^31 to be batched)");
     int32_t* xr = x + int64_t(b) * block;
     for (int64_t t = 0; t < block; ++t) xr[t] = int32_t(w[t]);
@@ -106,7 +99,7 @@ TokenDataset TokenDataset::range(int64_t begin, int64_t end) const {
 }
 
 uint32_t TokenDataset::id(int64_t i) const {
-  if (i < 0 || i >= size()) fail(kOp, "token ", i, " is outside [0, ", size(), ")");
+  if (i < 0 || i >= size()) fail(kTokenDatasetOp, "token ", i, " is outside [0, ", size(), ")");
   const int64_t at = begin_ + i;
   switch (width_) {
     case 1: return static_cast<const uint8_t*>(base_)[at];
@@ -117,24 +110,26 @@ uint32_t TokenDataset::id(int64_t i) const {
 
 std::span<const uint8_t> TokenDataset::tokens() const {
   if (width_ != 1)
-    fail(kOp, "tokens() is the byte view; this dataset holds ", width_ * 8, "-bit ids (use id())");
+    fail(kTokenDatasetOp, "tokens() is the byte view; this dataset holds ", width_ * 8,
+         "-bit ids (use id())");
   if (!base_) return {};
   return {static_cast<const uint8_t*>(base_) + begin_, size_t(end_ - begin_)};
 }
 
 std::pair<TokenDataset, TokenDataset> TokenDataset::split(double train_fraction) const {
   if (!(train_fraction >= 0.0 && train_fraction <= 1.0))
-    fail(kOp, "split: train_fraction must be in [0, 1], got ", train_fraction);
+    fail(kTokenDatasetOp, "split: train_fraction must be in [0, 1], got ", train_fraction);
   const int64_t n_train = int64_t(std::floor(double(size()) * train_fraction));
   const int64_t cut = begin_ + n_train;
   return {range(begin_, cut), range(cut, end_)};
 }
 
 int64_t TokenDataset::random_offset(std::mt19937_64& rng, int64_t block) const {
-  if (block < 1) fail(kOp, "block must be >= 1, got ", block);
+  if (block < 1) fail(kTokenDatasetOp, "block must be >= 1, got ", block);
   if (size() < block + 1)
-    fail(kOp, "a window of block+1 = ", block + 1, " tokens does not fit in ", size(), " tokens");
-  return int64_t(uniform_below(rng, uint64_t(size() - block)));
+    fail(kTokenDatasetOp, "a window of block+1 = ", block + 1, " tokens does not fit in ", size(),
+         " tokens");
+  return int64_t(detail::uniform_below(rng, uint64_t(size() - block)));
 }
 
 void TokenDataset::sample_batch(Tensor inputs, Tensor labels, std::mt19937_64& rng) const {
@@ -145,12 +140,12 @@ void TokenDataset::sample_batch(Tensor inputs, Tensor labels, std::mt19937_64& r
 }
 
 int64_t TokenDataset::n_windows(int64_t block) const {
-  if (block < 1) fail(kOp, "block must be >= 1, got ", block);
+  if (block < 1) fail(kTokenDatasetOp, "block must be >= 1, got ", block);
   return size() / (block + 1);
 }
 
 int64_t TokenDataset::n_batches(int64_t batch, int64_t block) const {
-  if (batch < 1) fail(kOp, "batch must be >= 1, got ", batch);
+  if (batch < 1) fail(kTokenDatasetOp, "batch must be >= 1, got ", batch);
   return n_windows(block) / batch;
 }
 
@@ -158,7 +153,7 @@ void TokenDataset::get_batch(Tensor inputs, Tensor labels, int64_t batch_index) 
   const auto [batch, block] = batch_and_block(inputs);
   const int64_t nb = n_batches(batch, block);
   if (batch_index < 0 || batch_index >= nb)
-    fail(kOp, "get_batch: batch ", batch_index, " is outside [0, ", nb, "): ", size(),
+    fail(kTokenDatasetOp, "get_batch: batch ", batch_index, " is outside [0, ", nb, "): ", size(),
          " tokens hold ", n_windows(block), " windows of ", block + 1, " tokens, batches of ",
          batch);
   std::vector<int64_t> offsets(static_cast<size_t>(batch));
@@ -169,21 +164,24 @@ void TokenDataset::get_batch(Tensor inputs, Tensor labels, int64_t batch_index) 
 void TokenDataset::write_windows(Tensor inputs, Tensor labels,
                                  std::span<const int64_t> offsets) const {
   const auto [batch, block] = batch_and_block(inputs);
-  if (inputs.dtype() != DType::i32) fail(kOp, describe(inputs, "inputs"), " must be i32");
+  if (inputs.dtype() != DType::i32)
+    fail(kTokenDatasetOp, describe(inputs, "inputs"), " must be i32");
   if (int64_t(offsets.size()) != batch)
-    fail(kOp, offsets.size(), " window offsets for ", describe(inputs, "inputs"), " (batch ", batch,
-         ")");
+    fail(kTokenDatasetOp, offsets.size(), " window offsets for ", describe(inputs, "inputs"),
+         " (batch ", batch, ")");
   if (labels.defined()) {
-    if (labels.dtype() != DType::i32) fail(kOp, describe(labels, "labels"), " must be i32");
+    if (labels.dtype() != DType::i32)
+      fail(kTokenDatasetOp, describe(labels, "labels"), " must be i32");
     if (labels.numel() != inputs.numel())
-      fail(kOp, describe(labels, "labels"), " must hold B*T = ", inputs.numel(), " elements like ",
-           describe(inputs, "inputs"));
-    if (!labels.has_data()) fail(kOp, describe(labels, "labels"), " has no memory yet");
+      fail(kTokenDatasetOp, describe(labels, "labels"), " must hold B*T = ", inputs.numel(),
+           " elements like ", describe(inputs, "inputs"));
+    if (!labels.has_data()) fail(kTokenDatasetOp, describe(labels, "labels"), " has no memory yet");
   }
-  if (!inputs.has_data()) fail(kOp, describe(inputs, "inputs"), " has no memory yet");
+  if (!inputs.has_data()) fail(kTokenDatasetOp, describe(inputs, "inputs"), " has no memory yet");
   for (int64_t o : offsets)
     if (o < 0 || o + block + 1 > size())
-      fail(kOp, "window [", o, ", ", o + block + 1, ") is outside the ", size(), " tokens");
+      fail(kTokenDatasetOp, "window [", o, ", ", o + block + 1, ") is outside the ", size(),
+           " tokens");
   std::vector<int32_t> x(size_t(batch * block)), y;
   if (labels.defined()) y.resize(x.size());
   int32_t* yp = labels.defined() ? y.data() : nullptr;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kiln/ops.h"
+#include "opt/seconds_since.h"
 
 namespace kiln {
 
@@ -35,12 +36,7 @@ OptConfig next_token_opt_config(const nn::Module& model, Tensor ids, Tensor logi
   return oc;
 }
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-}  // namespace
+namespace {}  // namespace
 
 TokenLossEvaluator::TokenLossEvaluator(nn::Module& model, int64_t batch, int64_t block,
                                        Backend& backend)
@@ -136,14 +132,14 @@ TokenTrainResult train_on_batches(OptContext& opt, const BatchWriter& write_batc
   TokenTrainResult r;
   r.first_iter = opt.step();
   r.end_iter = o.stop_after > 0 ? std::min(o.iters, r.first_iter + o.stop_after) : o.iters;
-  const auto t0 = Clock::now();
+  const auto t0 = detail::SteadyClock::now();
   auto t_rate = t0;  // tokens/s are counted from the 10th iteration on
   int64_t rate_start = -1;
   double interval_loss = 0;
   int64_t interval_n = 0;
   double last_val = NAN;
   for (int64_t it = r.first_iter; it < r.end_iter; ++it) {
-    if (it - r.first_iter == 10) t_rate = Clock::now(), rate_start = it;
+    if (it - r.first_iter == 10) t_rate = detail::SteadyClock::now(), rate_start = it;
     double loss = 0;
     for (int64_t k = 0; k < K; ++k) {
       write_batch(it, k, opt.inputs(), opt.labels());
@@ -152,16 +148,17 @@ TokenTrainResult train_on_batches(OptContext& opt, const BatchWriter& write_batc
     interval_loss += loss / double(K);
     ++interval_n;
     if (tty) {
-      const double rate =
-          rate_start < 0 ? 0.0 : double((it + 1 - rate_start) * K * B * T) / since(t_rate);
+      const double rate = rate_start < 0 ? 0.0
+                                         : double((it + 1 - rate_start) * K * B * T) /
+                                               detail::seconds_since(t_rate);
       std::fprintf(stderr, "\r%s iter %lld/%lld loss %.4f %.1fk tok/s %s   ", o.label.c_str(),
                    (long long)(it + 1), (long long)o.iters, interval_loss / double(interval_n),
-                   rate / 1000, format_duration(since(t0)).c_str());
+                   rate / 1000, format_duration(detail::seconds_since(t0)).c_str());
     }
     if ((it + 1) % o.eval_interval == 0 || it + 1 == r.end_iter) {
       last_val = val_loss();
       TokenTrainEval e{it + 1, interval_loss / double(interval_n), last_val, opt.last_params().lr(),
-                       since(t0)};
+                       detail::seconds_since(t0)};
       if (o.progress)
         std::fprintf(stderr, "%siter %lld: train_loss %.4f val_loss %.4f lr %.2e\n",
                      tty ? "\n" : "", (long long)e.iter, e.train_loss, e.val_loss, e.lr);
@@ -172,10 +169,10 @@ TokenTrainResult train_on_batches(OptContext& opt, const BatchWriter& write_batc
       if (o.on_eval) o.on_eval(e);
     }
   }
-  r.train_time_s = since(t0);
+  r.train_time_s = detail::seconds_since(t0);
   // A run too short to leave its first 10 iterations out is timed whole.
   const int64_t timed_from = rate_start < 0 ? r.first_iter : rate_start;
-  const double timed_s = since(rate_start < 0 ? t0 : t_rate);
+  const double timed_s = detail::seconds_since(rate_start < 0 ? t0 : t_rate);
   r.tokens_per_s = timed_s > 0 ? double((r.end_iter - timed_from) * K * B * T) / timed_s : 0.0;
   r.val_loss = std::isnan(last_val) ? val_loss() : last_val;
   return r;

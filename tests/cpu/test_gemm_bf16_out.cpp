@@ -24,7 +24,7 @@ using kiln::cpu::GemmType;
 enum class Operands { f32, bf16, f32_rounded };
 using Path = kiln_test::GemmPath;
 
-struct Case {
+struct Bf16OutCase {
   int64_t M, N, K;
   Operands ops = Operands::f32;
   bool bias = false;
@@ -32,7 +32,7 @@ struct Case {
   bool b_trans = true;  // B a W.T() view (rs = 1); small_m needs row-contiguous B
 };
 
-std::string describe(const Case& c, int threads) {
+std::string describe_bf16_out(const Bf16OutCase& c, int threads) {
   const char* ops[] = {"f32", "bf16", "f32 read rounded"};
   return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " " +
          ops[int(c.ops)] + (c.bias ? " bias" : "") + " threads=" + std::to_string(threads);
@@ -41,7 +41,7 @@ std::string describe(const Case& c, int threads) {
 constexpr uint16_t kGap = 0xABCD;  // between C's rows: must stay
 
 // C computed as bf16 by the GEMM, and in `want` the f32 GEMM's C rounded.
-std::vector<uint16_t> bf16_out(const Case& c, int threads, std::vector<uint16_t>& want) {
+std::vector<uint16_t> bf16_out(const Bf16OutCase& c, int threads, std::vector<uint16_t>& want) {
   // (A bias large enough to change the rounding.)
   const auto [rng, a32, b32, bias, a16, b16] = kiln_test::random_operands(c.M, c.N, c.K, 100.0f);
   const bool bf = c.ops == Operands::bf16, rounded = c.ops == Operands::f32_rounded;
@@ -52,7 +52,7 @@ std::vector<uint16_t> bf16_out(const Case& c, int threads, std::vector<uint16_t>
   const void* bp = bf ? static_cast<const void*>(b16.data()) : b32.data();
   g.B = c.b_trans ? GemmOperand{bp, t, 1, c.K, rounded} : GemmOperand{bp, t, c.N, 1, rounded};
   g.bias = c.bias ? bias.data() : nullptr;
-  kiln_test::expect_path(g, c.path, describe(c, threads));  // the path it is meant to test
+  kiln_test::expect_path(g, c.path, describe_bf16_out(c, threads));  // the path it is meant to test
   const int64_t ldc = c.N + 3;
   std::vector<float> c32(size_t(c.M * c.N));
   g.C = c32.data(), g.ldc = c.N;
@@ -67,34 +67,34 @@ std::vector<uint16_t> bf16_out(const Case& c, int threads, std::vector<uint16_t>
   return got;
 }
 
-void check(const Case& c) {
+void check_bf16_out(const Bf16OutCase& c) {
   std::vector<uint16_t> ref1;
   const std::vector<uint16_t> got1 = bf16_out(c, 1, ref1);
-  EXPECT_EQ(got1, ref1) << describe(c, 1);
+  EXPECT_EQ(got1, ref1) << describe_bf16_out(c, 1);
   for (int threads : {0, 2, 3}) {
     std::vector<uint16_t> ref;
     const std::vector<uint16_t> got = bf16_out(c, threads, ref);
-    EXPECT_EQ(got, ref) << describe(c, threads);
-    EXPECT_EQ(got, got1) << describe(c, threads) << " vs 1 thread";
+    EXPECT_EQ(got, ref) << describe_bf16_out(c, threads);
+    EXPECT_EQ(got, got1) << describe_bf16_out(c, threads) << " vs 1 thread";
   }
 }
 
 TEST(GemmBf16Out, Blocked) {
   for (Operands ops : {Operands::f32, Operands::bf16, Operands::f32_rounded})
     for (bool bias : {false, true}) {
-      check({77, 150, 100, ops, bias});   // one K block, edge tiles in M and N
-      check({300, 128, 600, ops, bias});  // several K blocks (f32; one or two in bf16)
-      check({20, 100, 1100, ops, bias});  // many K blocks, few rows
-      check({40, 700, 300, ops, bias});   // wide: threads split N
-      check({30, 40, 200, ops, bias});    // small enough to run solo
+      check_bf16_out({77, 150, 100, ops, bias});   // one K block, edge tiles in M and N
+      check_bf16_out({300, 128, 600, ops, bias});  // several K blocks (f32; one or two in bf16)
+      check_bf16_out({20, 100, 1100, ops, bias});  // many K blocks, few rows
+      check_bf16_out({40, 700, 300, ops, bias});   // wide: threads split N
+      check_bf16_out({30, 40, 200, ops, bias});    // small enough to run solo
     }
 }
 
 TEST(GemmBf16Out, SmallPaths) {
   for (Operands ops : {Operands::f32, Operands::bf16, Operands::f32_rounded})
     for (bool bias : {false, true}) {
-      check({3, 70, 30, ops, bias, Path::small_m, false});
-      check({50, 3, 70, ops, bias, Path::small_n});
+      check_bf16_out({3, 70, 30, ops, bias, Path::small_m, false});
+      check_bf16_out({50, 3, 70, ops, bias, Path::small_n});
     }
 }
 

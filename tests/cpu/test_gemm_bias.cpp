@@ -22,7 +22,7 @@ using kiln::cpu::GemmType;
 
 using Path = kiln_test::GemmPath;
 
-struct Case {
+struct BiasCase {
   int64_t M, N, K;
   bool bf16 = false;     // A and B bf16 (else f32)
   bool b_trans = false;  // B a transposed view (rs = 1), as a Linear's W.T()
@@ -30,7 +30,7 @@ struct Case {
   Path path = Path::blocked;
 };
 
-std::string describe(const Case& c, int threads) {
+std::string describe_bias(const BiasCase& c, int threads) {
   return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
          (c.bf16 ? " bf16" : " f32") + (c.b_trans ? " B^T" : "") + (c.accumulate ? " acc" : "") +
          " threads=" + std::to_string(threads);
@@ -39,7 +39,7 @@ std::string describe(const Case& c, int threads) {
 // Random operands (kiln_test::random_operands); returns C computed with the
 // bias in the GEMM and, in `want`, C computed without it and the bias added
 // afterwards.
-std::vector<float> with_bias(const Case& c, int threads, std::vector<float>& want) {
+std::vector<float> with_bias(const BiasCase& c, int threads, std::vector<float>& want) {
   auto [rng, a32, b32, bias, a16, b16] = kiln_test::random_operands(c.M, c.N, c.K);
   std::uniform_real_distribution<float> u(-1, 1);
   const GemmType t = c.bf16 ? GemmType::bf16 : GemmType::f32;
@@ -56,7 +56,7 @@ std::vector<float> with_bias(const Case& c, int threads, std::vector<float>& wan
   g.B = c.b_trans ? kiln::cpu::GemmOperand{bp, t, 1, c.K} : kiln::cpu::GemmOperand{bp, t, c.N, 1};
   g.ldc = ldc;
   g.accumulate = c.accumulate;
-  kiln_test::expect_path(g, c.path, describe(c, threads));  // the path it is meant to test
+  kiln_test::expect_path(g, c.path, describe_bias(c, threads));  // the path it is meant to test
   want = C0;
   g.C = want.data();
   kiln_test::run_gemm(g, threads);
@@ -73,15 +73,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-void check(const Case& c) {
+void check_bias(const BiasCase& c) {
   std::vector<float> ref1;
   const std::vector<float> got1 = with_bias(c, 1, ref1);
-  EXPECT_TRUE(same_bits(got1, ref1)) << describe(c, 1);
+  EXPECT_TRUE(same_bits(got1, ref1)) << describe_bias(c, 1);
   for (int threads : {0, 2, 3}) {
     std::vector<float> ref;
     const std::vector<float> got = with_bias(c, threads, ref);
-    EXPECT_TRUE(same_bits(got, ref)) << describe(c, threads);
-    EXPECT_TRUE(same_bits(got, got1)) << describe(c, threads) << " vs 1 thread";
+    EXPECT_TRUE(same_bits(got, ref)) << describe_bias(c, threads);
+    EXPECT_TRUE(same_bits(got, got1)) << describe_bias(c, threads) << " vs 1 thread";
   }
 }
 
@@ -90,35 +90,35 @@ TEST(GemmBias, BlockedOneAndSeveralKBlocks) {
   // K > KC: several, each tile's K blocks back to back (A packed for all of K).
   for (bool acc : {false, true})
     for (bool bt : {false, true}) {
-      check({77, 150, 100, false, bt, acc});   // edge tiles in M and N
-      check({300, 128, 600, false, bt, acc});  // 3 K blocks, 2+ threads split M
-      check({40, 700, 300, false, bt, acc});   // wide: threads split N
-      check({20, 100, 1100, false, bt, acc});  // 5 K blocks, few rows
-      check({30, 40, 200, false, bt, acc});    // small enough to run solo
+      check_bias({77, 150, 100, false, bt, acc});   // edge tiles in M and N
+      check_bias({300, 128, 600, false, bt, acc});  // 3 K blocks, 2+ threads split M
+      check_bias({40, 700, 300, false, bt, acc});   // wide: threads split N
+      check_bias({20, 100, 1100, false, bt, acc});  // 5 K blocks, few rows
+      check_bias({30, 40, 200, false, bt, acc});    // small enough to run solo
     }
 }
 
 TEST(GemmBias, BlockedBf16) {
   for (bool acc : {false, true}) {
-    check({77, 150, 100, true, true, acc});
-    check({130, 96, 1100, true, true, acc});  // K > KC_BF16: several K blocks
-    check({64, 384, 128, true, true, acc});   // a GPT layer's shape, scaled down
+    check_bias({77, 150, 100, true, true, acc});
+    check_bias({130, 96, 1100, true, true, acc});  // K > KC_BF16: several K blocks
+    check_bias({64, 384, 128, true, true, acc});   // a GPT layer's shape, scaled down
   }
 }
 
 TEST(GemmBias, SmallM) {
   for (bool acc : {false, true}) {
-    check({1, 200, 50, false, false, acc, Path::small_m});
-    check({3, 70, 30, true, false, acc, Path::small_m});
-    check({6, 130, 64, false, false, acc, Path::small_m});  // short K: up to 16 rows
+    check_bias({1, 200, 50, false, false, acc, Path::small_m});
+    check_bias({3, 70, 30, true, false, acc, Path::small_m});
+    check_bias({6, 130, 64, false, false, acc, Path::small_m});  // short K: up to 16 rows
   }
 }
 
 TEST(GemmBias, SmallN) {
   for (bool acc : {false, true}) {
-    check({50, 1, 40, false, false, acc, Path::small_n});
-    check({33, 3, 70, true, true, acc, Path::small_n});
-    check({30, 7, 500, false, true, acc, Path::small_n});  // small C, long K: dot products
+    check_bias({50, 1, 40, false, false, acc, Path::small_n});
+    check_bias({33, 3, 70, true, true, acc, Path::small_n});
+    check_bias({30, 7, 500, false, true, acc, Path::small_n});  // small C, long K: dot products
   }
 }
 

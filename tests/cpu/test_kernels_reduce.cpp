@@ -11,7 +11,7 @@
 namespace kiln::kernel_test {
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kReduceNaN = std::numeric_limits<float>::quiet_NaN();
 
 ReduceParams axis_params(int64_t axis, bool keepdim) { return {axis, keepdim}; }
 
@@ -80,7 +80,7 @@ TEST(KernelsReduce, AxisSumAndMaxMatchReference) {
 TEST(KernelsReduce, MaxPropagatesNaNAndArgmaxTakesFirst) {
   Nodes ns;
   TensorNode* x = ns.make(f32, {3, 5});
-  const float v[] = {1, 3, 3, 2, 0, kNaN, 1, 9, kNaN, 2, -1, -1, -1, -1, -1};
+  const float v[] = {1, 3, 3, 2, 0, kReduceNaN, 1, 9, kReduceNaN, 2, -1, -1, -1, -1, -1};
   for (int i = 0; i < 15; ++i) set(x, i, v[i]);
   TensorNode* m = ns.op(Op::MAX, f32, {3}, {x}, axis_params(1, false));
   run(cpu::kernel_MAX, m, 2);

@@ -176,18 +176,18 @@ void expect_close(const std::vector<float>& out, int64_t ld_out, int64_t rows, i
   EXPECT_EQ(bad, 0) << what;
 }
 
-struct Case {
+struct QmatmulCase {
   DType f;
   int64_t m, n, k;
 };
 
-std::string name(const char* fn, const Case& c) {
+std::string name(const char* fn, const QmatmulCase& c) {
   std::ostringstream os;
   os << fn << " " << kiln::dtype_name(c.f) << " m=" << c.m << " n=" << c.n << " k=" << c.k;
   return os.str();
 }
 
-void check_xwt(const Case& c, uint32_t seed) {
+void check_xwt(const QmatmulCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const QuantW w = random_w(c.f, c.n, c.k, 7, rng);
   const int64_t ldx = c.k + 5, ldy = c.n + 3;
@@ -256,7 +256,7 @@ void check_xwt(const Case& c, uint32_t seed) {
       << what << ": 1 and 2 threads differ";
 }
 
-void check_xw(const Case& c, uint32_t seed) {
+void check_xw(const QmatmulCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   const QuantW w = random_w(c.f, c.n, c.k, 11, rng);
   const int64_t lddy = c.n + 2, lddx = c.k + 9;
@@ -281,8 +281,8 @@ void check_xw(const Case& c, uint32_t seed) {
       << what << ": 1 and 2 threads differ";
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<QmatmulCase> cases() {
+  std::vector<QmatmulCase> out;
   for (DType f : {DType::q8_0, DType::q4_0})
     for (int64_t k : {32, 64, 576, 1536})
       for (int64_t m : {1, 3, 17, 512}) out.push_back({f, m, m == 512 ? 67 : 101, k});
@@ -299,12 +299,12 @@ std::vector<Case> cases() {
 
 TEST(QMatmul, XwtMatchesDequantizedProduct) {
   uint32_t seed = 1;
-  for (const Case& c : cases()) check_xwt(c, seed++);
+  for (const QmatmulCase& c : cases()) check_xwt(c, seed++);
 }
 
 TEST(QMatmul, XwMatchesDequantizedProduct) {
   uint32_t seed = 100;
-  for (const Case& c : cases()) check_xw(c, seed++);
+  for (const QmatmulCase& c : cases()) check_xw(c, seed++);
 }
 
 // dy @ W with more rows of W than one dequantized tile holds (the tiles' partial

@@ -14,10 +14,10 @@ namespace vm = kiln::cpu::vm;
 
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kVecNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
-float from_bits(uint32_t u) {
+float float_of_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
@@ -45,7 +45,7 @@ double max_rel_err(Fn fn, Ref ref, float lo, float hi, double floor = FLT_MIN) {
   };
   for (float sign : {1.0f, -1.0f})
     for (uint32_t u = 0; u < 0x7f800000u; u += 1031) {
-      float x = sign * from_bits(u);
+      float x = sign * float_of_bits(u);
       if (x < lo || x > hi) continue;
       buf[k++] = x;
       if (k == vm::kW) flush(k), k = 0;
@@ -110,8 +110,8 @@ TEST(VecMath, GeluGradAbsoluteError) {
     EXPECT_EQ(vm::gelu_tanh_grad(-x), 0.0f) << -x;
   }
   EXPECT_EQ(vm::gelu_erf_grad(-1e8f), 0.0f);
-  EXPECT_TRUE(std::isnan(vm::gelu_erf_grad(kNaN)));
-  EXPECT_TRUE(std::isnan(vm::gelu_tanh_grad(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::gelu_erf_grad(kVecNaN)));
+  EXPECT_TRUE(std::isnan(vm::gelu_tanh_grad(kVecNaN)));
 }
 
 TEST(VecMath, SinCosAbsoluteError) {
@@ -122,32 +122,32 @@ TEST(VecMath, SinCosAbsoluteError) {
 }
 
 TEST(VecMath, SpecialValues) {
-  EXPECT_TRUE(std::isnan(vm::exp(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::exp(kVecNaN)));
   EXPECT_EQ(vm::exp(kInf), kInf);
   EXPECT_EQ(vm::exp(-kInf), 0.0f);
   EXPECT_EQ(vm::exp(0.0f), 1.0f);
   EXPECT_EQ(vm::exp(-103.0f), float(expl(-103.0L)));  // denormal result
   EXPECT_TRUE(std::isnan(vm::log(-1.0f)));
-  EXPECT_TRUE(std::isnan(vm::log(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::log(kVecNaN)));
   EXPECT_EQ(vm::log(0.0f), -kInf);
   EXPECT_EQ(vm::log(kInf), kInf);
   EXPECT_EQ(vm::log(1.0f), 0.0f);
   EXPECT_NEAR(vm::log(1e-45f), logl((long double)1e-45f), 1e-5);  // denormal input
   EXPECT_EQ(vm::tanh(kInf), 1.0f);
   EXPECT_EQ(vm::tanh(-kInf), -1.0f);
-  EXPECT_TRUE(std::isnan(vm::tanh(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::tanh(kVecNaN)));
   EXPECT_EQ(vm::sigmoid(-kInf), 0.0f);
   EXPECT_EQ(vm::sigmoid(kInf), 1.0f);
   EXPECT_EQ(vm::erf(kInf), 1.0f);
   EXPECT_EQ(vm::erf(-kInf), -1.0f);
-  EXPECT_TRUE(std::isnan(vm::erf(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::erf(kVecNaN)));
   EXPECT_EQ(vm::erfc(kInf), 0.0f);
   EXPECT_EQ(vm::erfc(-kInf), 2.0f);
   EXPECT_EQ(vm::softplus(kInf), kInf);
   EXPECT_EQ(vm::softplus(-kInf), 0.0f);
   EXPECT_EQ(vm::softplus(100.0f), 100.0f);
   EXPECT_TRUE(std::isnan(vm::sin(kInf)));
-  EXPECT_TRUE(std::isnan(vm::cos(kNaN)));
+  EXPECT_TRUE(std::isnan(vm::cos(kVecNaN)));
   EXPECT_EQ(vm::gelu_erf(0.0f), 0.0f);
   EXPECT_EQ(vm::gelu_tanh(50.0f), 50.0f);
 }

@@ -22,15 +22,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // A fresh directory under the test's temp dir, removed at the end of the test.
-struct TempDir {
-  TempDir() {
+struct TokenDir {
+  TokenDir() {
     path = fs::temp_directory_path() /
            ("kiln_tokens_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~TokenDir() { fs::remove_all(path); }
   void write(const std::string& name, const std::string& text) const {
     std::ofstream(path / name, std::ios::binary) << text;
   }
@@ -58,7 +58,7 @@ struct Batch {
 }  // namespace
 
 TEST(TextCorpus, FilesInNameOrderEachFollowedByNewline) {
-  TempDir d;
+  TokenDir d;
   d.write("b_second.txt", "world");
   d.write("a_first.txt", "hello");
   d.write("B_upper.txt", "X");     // byte order: 'B' < 'a'
@@ -71,7 +71,7 @@ TEST(TextCorpus, FilesInNameOrderEachFollowedByNewline) {
 }
 
 TEST(TextCorpus, MissingDataNamesPathAndScript) {
-  TempDir d;
+  TokenDir d;
   const std::string missing = (d.path / "sotu").string();
   const std::string m =
       kiln_test::error_message([&] { load_text_corpus(missing, "bash scripts/get-sotu.sh"); });

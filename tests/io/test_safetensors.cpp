@@ -32,12 +32,12 @@ std::string write(const TempDir& dir, const std::vector<uint8_t>& bytes,
 }
 
 // One tensor of every kiln dtype, a scalar and a zero-size tensor, with values.
-struct Model {
+struct SafetensorsModel {
   Context ctx;
   Tensor a, h, b, i, s;
   CpuBackend cpu{1};
   std::unique_ptr<Buffer> buf;
-  Model() {
+  SafetensorsModel() {
     a = ctx.param(f32, {3, 4}, "a");
     h = ctx.param(f16, {2, 3, 5}, "h");
     b = ctx.param(bf16, {7}, "b");
@@ -62,7 +62,7 @@ struct Model {
     i.set(vi);
     s.set<float>({seed});
   }
-  bool same_values(const Model& o) const {
+  bool same_values(const SafetensorsModel& o) const {
     return a.get<float>() == o.a.get<float>() && h.get<uint16_t>() == o.h.get<uint16_t>() &&
            b.get<uint16_t>() == o.b.get<uint16_t>() && i.get<int32_t>() == o.i.get<int32_t>() &&
            s.get<float>() == o.s.get<float>();
@@ -74,7 +74,7 @@ struct Model {
 TEST(Safetensors, RoundTripsEveryKilnDtype) {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
-  Model m;
+  SafetensorsModel m;
   m.fill(2.5f);
   const auto sd = m.state();
   save_safetensors(path, sd, {{"format", "pt"}, {"note", "kiln \"test\" é"}});
@@ -96,10 +96,10 @@ TEST(Safetensors, RoundTripsEveryKilnDtype) {
   EXPECT_EQ(f.data_offsets("layers.0.h"), (std::pair<uint64_t, uint64_t>{48, 108}));
   EXPECT_EQ(f.tensors()[4].dims, std::vector<int64_t>{});
 
-  Model back;
+  SafetensorsModel back;
   for (const NamedTensor& t : back.state()) f.read(t.name, t.tensor);
   EXPECT_TRUE(back.same_values(m));
-  Model again;
+  SafetensorsModel again;
   EXPECT_TRUE(load_safetensors(path, again.state()).empty());
   EXPECT_TRUE(again.same_values(m));
 }
@@ -248,12 +248,12 @@ TEST(Safetensors, MoreThanFourDimsParsesButDoesNotLoad) {
 TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
-  Model m;
+  SafetensorsModel m;
   m.fill(1.0f);
   save_safetensors(path, m.state());
-  Model target;
+  SafetensorsModel target;
   target.fill(9.0f);
-  Model snapshot;
+  SafetensorsModel snapshot;
   snapshot.fill(9.0f);
   // Wrong shape for the last tensor: nothing is loaded, the error names it.
   Context ctx;
@@ -294,7 +294,7 @@ TEST(Safetensors, LoadChecksEveryTensorBeforeWritingAny) {
 TEST(Safetensors, SaveRefusesBadInputAndLeavesTheOldFile) {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
-  Model m;
+  SafetensorsModel m;
   m.fill(1.0f);
   save_safetensors(path, m.state());
   const std::vector<uint8_t> before = kiln_test::read_file(path);
@@ -320,7 +320,7 @@ TEST(StateDict, RoundTripsInBothFormats) {
   TempDir dir;
   for (const char* ext : {".safetensors", ".gguf", ".SafeTensors"}) {
     const std::string path = dir.file(std::string("m") + ext);
-    Model m;
+    SafetensorsModel m;
     m.fill(3.0f);
     save_state_dict(path, m.state(), {{"epoch", "3"}, {"model", "test"}});
     auto f = open_state_dict(path);
@@ -336,10 +336,10 @@ TEST(StateDict, RoundTripsInBothFormats) {
       EXPECT_TRUE(info->loadable());
     }
     EXPECT_EQ(f->find("nope"), nullptr);
-    Model back;
+    SafetensorsModel back;
     EXPECT_TRUE(load_state_dict(path, back.state()).empty()) << ext;
     EXPECT_TRUE(back.same_values(m)) << ext;
-    Model one;
+    SafetensorsModel one;
     one.fill(0.0f);
     f->check("layers.0.a", one.a);
     f->read("layers.0.a", one.a);
@@ -349,7 +349,7 @@ TEST(StateDict, RoundTripsInBothFormats) {
 }
 
 TEST(StateDict, UnknownExtensionNamesTheSupportedOnes) {
-  Model m;
+  SafetensorsModel m;
   const std::string want =
       "[state_dict] model.pt: unknown model file extension; kiln reads and writes .safetensors and "
       ".gguf";
@@ -361,7 +361,7 @@ TEST(StateDict, ErrorsNameTheFileAndTheTensor) {
   TempDir dir;
   for (const char* ext : {".safetensors", ".gguf"}) {
     const std::string path = dir.file(std::string("m") + ext);
-    Model m;
+    SafetensorsModel m;
     m.fill(1.0f);
     save_state_dict(path, m.state());
     auto f = open_state_dict(path);

@@ -15,14 +15,14 @@
 namespace kiln::test {
 namespace {
 
-const auto kFixtures = ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
-                                         "qwen3_qknorm_f16", "mistral_swa", "gpt2");
+const auto kGenerateFixtures = ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
+                                                 "qwen3_qknorm_f16", "mistral_swa", "gpt2");
 
-struct Loaded {
+struct LoadedFixture {
   Context ctx;
   CpuBackend cpu{1};
   std::unique_ptr<models::CausalLM> model;
-  explicit Loaded(const std::string& name)
+  explicit LoadedFixture(const std::string& name)
       : model(models::load_pretrained(ctx, cpu, fixture_dir(name))) {}
 };
 
@@ -35,7 +35,7 @@ models::GenerateOptions greedy(int64_t n) {
 }
 
 // kiln's full-sequence logits [T, V] for ids (batch 1, no cache).
-std::vector<float> full_logits(Loaded& m, const std::vector<int32_t>& ids) {
+std::vector<float> full_logits(LoadedFixture& m, const std::vector<int32_t>& ids) {
   Tensor in = m.ctx.input(i32, {1, int64_t(ids.size())});
   Tensor logits = (*m.model)(in);
   Graph g = Graph::forward(logits);
@@ -53,7 +53,7 @@ std::vector<float> row(const std::vector<float>& all, size_t r, size_t V) {
 class GenerateFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GenerateFixture, GreedyIdsEqualTheReference) {
-  Loaded m(GetParam());
+  LoadedFixture m(GetParam());
   Expected e(GetParam(), "generation.safetensors");
   models::Generator gen(*m.model, m.cpu);
   std::vector<int32_t> streamed;
@@ -77,7 +77,7 @@ TEST_P(GenerateFixture, GreedyIdsEqualTheReference) {
 // padded pass of 7 in 8, passes of 4 and 2 over cached rows, then single
 // tokens), equal the full-sequence logits of the same tokens.
 TEST_P(GenerateFixture, CachedLogitsEqualFullSequenceLogits) {
-  Loaded m(GetParam());
+  LoadedFixture m(GetParam());
   Expected e(GetParam(), "generation.safetensors");
   std::vector<int32_t> seq = e.ints("prompt_ids");
   for (int32_t id : e.ints("greedy_ids")) seq.push_back(id);
@@ -104,7 +104,7 @@ TEST_P(GenerateFixture, CachedLogitsEqualFullSequenceLogits) {
 }
 
 TEST_P(GenerateFixture, PerplexityEqualsTheReference) {
-  Loaded m(GetParam());
+  LoadedFixture m(GetParam());
   Expected e(GetParam(), "generation.safetensors");
   const std::vector<int32_t> ids = e.ints("ppl_ids");
   const int64_t window = e.ints("ppl_window")[0];
@@ -116,7 +116,7 @@ TEST_P(GenerateFixture, PerplexityEqualsTheReference) {
   EXPECT_NEAR(std::exp(r.mean_nll), r.perplexity, 1e-9 * r.perplexity);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixture, kFixtures);
+INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateFixture, kGenerateFixtures);
 
 // A model read back from GGUF (llama.cpp's q/k row order undone on load)
 // generates the reference's ids too, as does GPT-2's layout.
@@ -124,7 +124,7 @@ TEST(Generate, FromGguf) {
   for (const char* name : {"llama3_gqa", "gpt2"}) {
     kiln_test::TempDir tmp;
     {
-      Loaded m(name);
+      LoadedFixture m(name);
       models::save_gguf(*m.model, tmp.file("m.gguf"));
     }
     Context ctx;
@@ -137,7 +137,7 @@ TEST(Generate, FromGguf) {
 }
 
 TEST(Generate, StopsAtEos) {
-  Loaded m("llama3_gqa");
+  LoadedFixture m("llama3_gqa");
   Expected e("llama3_gqa", "generation.safetensors");
   const std::vector<int32_t> want = e.ints("greedy_ids");
   const int32_t stop = want[3];  // its first occurrence is the fourth token
@@ -158,7 +158,7 @@ TEST(Generate, StopsAtEos) {
 }
 
 TEST(Generate, CallbackStopsAndContextFullStops) {
-  Loaded m("llama3_gqa");
+  LoadedFixture m("llama3_gqa");
   Expected e("llama3_gqa", "generation.safetensors");
   const std::vector<int32_t> want = e.ints("greedy_ids");
   models::Generator gen(*m.model, m.cpu);
@@ -178,7 +178,7 @@ TEST(Generate, CallbackStopsAndContextFullStops) {
 }
 
 TEST(Generate, Errors) {
-  Loaded m("gpt2");
+  LoadedFixture m("gpt2");
   models::GeneratorOptions go;
   go.max_seq_len = 8;
   models::Generator gen(*m.model, m.cpu, go);
@@ -216,7 +216,7 @@ TEST(Generate, GraphPasses) {
   };
   for (const char* name : {"gpt2", "qwen2_bias"}) {
     SCOPED_TRACE(name);
-    Loaded plain(name), fused(name);
+    LoadedFixture plain(name), fused(name);
     Expected e(name, "generation.safetensors");
     models::GeneratorOptions go;
     go.passes = {GraphPass::fuse_bias};
@@ -241,7 +241,7 @@ TEST(Generate, GraphPasses) {
     EXPECT_EQ(biased_products(plain.ctx), 0);
     EXPECT_GT(biased_products(fused.ctx), 0);
   }
-  Loaded m("gpt2");
+  LoadedFixture m("gpt2");
   models::GeneratorOptions go;
   go.passes = {GraphPass::fuse_bias, GraphPass::fuse_residual};
   EXPECT_KILN_ERROR(models::Generator(*m.model, m.cpu, go), "generate", "graph pass fuse_residual",
@@ -254,7 +254,7 @@ TEST(Generate, GraphPasses) {
 // Decoding reuses one graph per (tokens, cache bucket): steps inside a bucket
 // add no tensors to the context.
 TEST(Generate, StepsReuseTheirGraph) {
-  Loaded m("llama3_gqa");
+  LoadedFixture m("llama3_gqa");
   models::Generator gen(*m.model, m.cpu);
   gen.prefill(std::vector<int32_t>{1, 2, 3});
   gen.step(4);  // position 3: the 16-row bucket
@@ -274,7 +274,7 @@ TEST(Generate, StepsReuseTheirGraph) {
 // text) runs only the tokens the cache lacks and gives what a fresh run gives;
 // a prompt that leaves the cached tokens midway keeps their common prefix.
 TEST_P(GenerateFixture, ReusedCacheRunsOnlyNewTokens) {
-  Loaded m(GetParam());
+  LoadedFixture m(GetParam());
   models::Generator gen(*m.model, m.cpu), fresh(*m.model, m.cpu);
   models::GenerateOptions o = greedy(6);
   o.reuse_cache = true;
@@ -306,7 +306,7 @@ TEST_P(GenerateFixture, ReusedCacheRunsOnlyNewTokens) {
 // Sampling: reproducible per seed, top-k and top-p keep what they say, and the
 // draws follow the softmax.
 TEST(Sampling, SeedsReproduce) {
-  Loaded m("qwen3_qknorm_f16");
+  LoadedFixture m("qwen3_qknorm_f16");
   models::Generator gen(*m.model, m.cpu);
   models::GenerateOptions o;
   o.max_new_tokens = 16;

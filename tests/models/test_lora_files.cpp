@@ -24,7 +24,7 @@ std::string slurp(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-void write_text(const std::string& path, const std::string& text) {
+void write_lora_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
 }
@@ -34,7 +34,7 @@ void copy_adapter(const std::string& fixture, const std::string& dir, const std:
   fs::create_directories(dir);
   fs::copy_file(fixture_dir(fixture) + "/adapter_model.safetensors",
                 dir + "/adapter_model.safetensors");
-  write_text(dir + "/adapter_config.json", config);
+  write_lora_text(dir + "/adapter_config.json", config);
 }
 
 std::vector<float> random_values(size_t n, uint64_t seed, double sd) {

@@ -65,7 +65,8 @@ std::unique_ptr<models::CausalLM> dequantized_copy(Context& ctx, Backend& be,
   return f;
 }
 
-std::vector<float> logits_of(Context& ctx, models::CausalLM& m, const std::vector<int32_t>& ids) {
+std::vector<float> embedding_logits_of(Context& ctx, models::CausalLM& m,
+                                       const std::vector<int32_t>& ids) {
   Tensor x = ctx.input(i32, {1, int64_t(ids.size())}, "ids");
   m.eval();
   Tensor y = m(x);
@@ -112,7 +113,8 @@ TEST(ModelQuantizedEmbedding, MakeModelQuantizesTheEmbeddingAndTheHead) {
       auto f = dequantized_copy(c2, cpu, a.cfg, *m);
       // More than 4 rows: the quantized matmul is exact to the dequantized
       // weights (qmatmul.h), and the embedding rows are the dequantized rows.
-      const std::vector<float> lq = logits_of(ctx, *m, prompt()), lf = logits_of(c2, *f, prompt());
+      const std::vector<float> lq = embedding_logits_of(ctx, *m, prompt()),
+                               lf = embedding_logits_of(c2, *f, prompt());
       EXPECT_LT(rel_error(lq, lf), 1e-5) << what;
       // The quantization did change the model: init's f32 values differ.
       Context c3;
@@ -121,7 +123,7 @@ TEST(ModelQuantizedEmbedding, MakeModelQuantizesTheEmbeddingAndTheHead) {
       auto orig = models::make_model(c3, a.cfg, o);
       orig->allocate(cpu);
       orig->init(3);
-      EXPECT_GT(rel_error(logits_of(c3, *orig, prompt()), lf), 1e-4) << what;
+      EXPECT_GT(rel_error(embedding_logits_of(c3, *orig, prompt()), lf), 1e-4) << what;
     }
 }
 
@@ -179,7 +181,7 @@ TEST(ModelQuantizedEmbedding, GgufKeepsTheEmbeddingsBlocks) {
       auto m = models::make_model(ctx, cfg, with_dtype(q));
       m->allocate(cpu);
       m->init(7);
-      const std::vector<float> want = logits_of(ctx, *m, prompt());
+      const std::vector<float> want = embedding_logits_of(ctx, *m, prompt());
       models::save_gguf(*m, tmp.file("q.gguf"));
       GgufFile f(tmp.file("q.gguf"));
       const std::string embed = cfg.gpt2 ? "wte.weight" : "model.embed_tokens.weight";
@@ -195,7 +197,7 @@ TEST(ModelQuantizedEmbedding, GgufKeepsTheEmbeddingsBlocks) {
       EXPECT_EQ(back->parameter(embed).get<uint8_t>(), blocks);
       EXPECT_FALSE(back->parameter(embed).requires_grad());
       // GPT-2's Conv1D weights are written transposed, so dequantized: f32 now.
-      EXPECT_LT(rel_error(logits_of(c2, *back, prompt()), want), 1e-5) << dtype_name(q);
+      EXPECT_LT(rel_error(embedding_logits_of(c2, *back, prompt()), want), 1e-5) << dtype_name(q);
     }
 }
 

@@ -12,10 +12,10 @@ namespace kiln::test {
 namespace {
 
 // fc1 -> fc2, optionally with an extra head (names the other model lacks).
-struct Net : nn::Module {
+struct StateDictNet : nn::Module {
   nn::Linear& fc1;
   nn::Linear& fc2;
-  Net(Context& ctx, int64_t hidden = 4, bool head = false)
+  StateDictNet(Context& ctx, int64_t hidden = 4, bool head = false)
       : Module(ctx),
         fc1(add<nn::Linear>("fc1", 3, hidden)),
         fc2(add<nn::Linear>("fc2", hidden, 2)) {
@@ -33,8 +33,8 @@ struct Models {
   Context ctx;
   CpuBackend cpu{1};
   template <class... A>
-  std::unique_ptr<Net> make(uint64_t seed, A... args) {
-    auto n = std::make_unique<Net>(ctx, args...);
+  std::unique_ptr<StateDictNet> make(uint64_t seed, A... args) {
+    auto n = std::make_unique<StateDictNet>(ctx, args...);
     n->allocate(cpu);
     n->init(seed);
     return n;
@@ -228,7 +228,7 @@ TEST_P(NnStateDict, BadUseFailsCleanly) {
               a->load(file("net") + ".bin");
             }).find("unknown model file extension"),
             std::string::npos);
-  Net unallocated(m.ctx);
+  StateDictNet unallocated(m.ctx);
   EXPECT_NE(kiln_test::error_message([&] { unallocated.load(file("net")); }).find("has no memory"),
             std::string::npos);
   EXPECT_NE(kiln_test::error_message([&] { unallocated.save(file("x")); }).find("has no memory"),

@@ -9,11 +9,11 @@
 namespace kiln::test {
 namespace {
 
-struct Net : nn::Module {
+struct TrainEvalNet : nn::Module {
   nn::Linear& fc1;
   nn::Dropout& drop;
   nn::Linear& fc2;
-  explicit Net(Context& ctx)
+  explicit TrainEvalNet(Context& ctx)
       : Module(ctx),
         fc1(add<nn::Linear>("fc1", 3, 16)),
         drop(add<nn::Dropout>("drop", 0.25f)),
@@ -21,7 +21,7 @@ struct Net : nn::Module {
   Tensor forward(Tensor x) override { return fc2(drop(relu(fc1(x)))); }
 };
 
-Values net_ref(const Net& n, const Values& x, int64_t rows) {
+Values net_ref(const TrainEvalNet& n, const Values& x, int64_t rows) {
   Values h = ref::linear(x, rows, 3, as_double(n.fc1.weight()), as_double(n.fc1.bias()), 16);
   for (double& v : h) v = std::max(v, 0.0);
   return ref::linear(h, rows, 16, as_double(n.fc2.weight()), as_double(n.fc2.bias()), 2);
@@ -29,7 +29,7 @@ Values net_ref(const Net& n, const Values& x, int64_t rows) {
 
 TEST(NnTrainEval, TrainingAndEvaluationGraphsShareTheWeights) {
   Context ctx;
-  Net net(ctx);
+  TrainEvalNet net(ctx);
   CpuBackend cpu(1);
   net.allocate(cpu);
   net.init(11);

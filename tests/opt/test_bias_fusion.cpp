@@ -36,7 +36,7 @@ int adds_of_products(const Graph& g) {
 // y = b2 + gelu(x W1^T + b1) W2^T, loss sum(y * t): the first bias [H] added
 // after the product, the second [1, O] before it. M = 1 takes the kernel's
 // matrix-vector path.
-struct Mlp {
+struct BiasMlp {
   static constexpr int64_t D = 70, H = 45, O = 19;
   int64_t M;
   Context ctx;
@@ -45,7 +45,7 @@ struct Mlp {
   std::unique_ptr<Buffer> buf;
   size_t fused = 0, casts = 0;
 
-  Mlp(DType precision, bool fuse, int64_t rows) : M(rows) {
+  BiasMlp(DType precision, bool fuse, int64_t rows) : M(rows) {
     ctx.set_matmul_precision(precision);
     x = ctx.param(f32, {M, D}, "x");
     w1 = ctx.param(f32, {H, D}, "w1");
@@ -75,7 +75,7 @@ TEST(BiasFusion, MlpValuesAndGradientsAreBitIdentical) {
       for (int threads : {1, 2}) {
         SCOPED_TRACE(std::string(dtype_name(precision)) + " M=" + std::to_string(rows) +
                      " threads=" + std::to_string(threads));
-        Mlp plain(precision, false, rows), fused(precision, true, rows);
+        BiasMlp plain(precision, false, rows), fused(precision, true, rows);
         EXPECT_EQ(adds_of_products(plain.graph), 2);
         EXPECT_EQ(fused.fused, 2u);
         EXPECT_EQ(adds_of_products(fused.graph), 0);
@@ -89,7 +89,7 @@ TEST(BiasFusion, MlpValuesAndGradientsAreBitIdentical) {
         fused.run(threads);
         EXPECT_TRUE(same_bits(plain.y.get<float>(), fused.y.get<float>()));
         EXPECT_TRUE(same_bits(plain.loss.get<float>(), fused.loss.get<float>()));
-        for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::b1, &Mlp::w2, &Mlp::b2})
+        for (auto p : {&BiasMlp::x, &BiasMlp::w1, &BiasMlp::b1, &BiasMlp::w2, &BiasMlp::b2})
           EXPECT_TRUE(same_bits(plain.graph.grad(plain.*p).get<float>(),
                                 fused.graph.grad(fused.*p).get<float>()))
               << (plain.*p).label();

@@ -33,7 +33,7 @@ int rounding_matmuls(const Graph& g) {
 }
 // y = tanh(x @ w1^T + b1) @ w2^T (+ with `dying_source`, a third product of
 // x * 2, whose cast's source nothing else reads), loss sum(y * t).
-struct Net {
+struct FoldNet {
   static constexpr int64_t M = 24, D = 40, H = 33, O = 17;
   Context ctx;
   Tensor x, w1, b1, w2, w3, t, y, loss;
@@ -41,7 +41,7 @@ struct Net {
   std::unique_ptr<Buffer> buf;
   size_t folded = 0;
 
-  Net(bool fold, bool dying_source = false) {
+  FoldNet(bool fold, bool dying_source = false) {
     ctx.set_matmul_precision(bf16);
     x = ctx.input(f32, {M, D}, "x");
     w1 = ctx.param(f32, {H, D}, "w1");
@@ -72,11 +72,11 @@ struct Net {
   }
 };
 
-void expect_identical(Net& a, Net& b, bool with_w3) {
+void expect_identical(FoldNet& a, FoldNet& b, bool with_w3) {
   EXPECT_TRUE(same_bits(a.y.get<float>(), b.y.get<float>()));
   EXPECT_TRUE(same_bits(a.loss.get<float>(), b.loss.get<float>()));
-  for (auto p : {&Net::w1, &Net::b1, &Net::w2, &Net::w3}) {
-    if (p == &Net::w3 && !with_w3) continue;
+  for (auto p : {&FoldNet::w1, &FoldNet::b1, &FoldNet::w2, &FoldNet::w3}) {
+    if (p == &FoldNet::w3 && !with_w3) continue;
     EXPECT_TRUE(same_bits(a.graph.grad(a.*p).get<float>(), b.graph.grad(b.*p).get<float>()))
         << (a.*p).label();
   }
@@ -84,7 +84,7 @@ void expect_identical(Net& a, Net& b, bool with_w3) {
 
 TEST(CastFolding, CastsReadOnlyByMatmulsAreFoldedWithIdenticalResults) {
   for (int threads : {1, 2}) {
-    Net plain(false), folded(true);
+    FoldNet plain(false), folded(true);
     // x, w1, the tanh result (its backward reads it later) and w2 in the
     // forward; the two products' output gradients in the backward.
     EXPECT_EQ(bf16_casts(plain.graph), 6);
@@ -100,7 +100,7 @@ TEST(CastFolding, CastsReadOnlyByMatmulsAreFoldedWithIdenticalResults) {
 }
 
 TEST(CastFolding, ForwardCastWhoseSourceWouldLiveLongerStays) {
-  Net plain(false, true), folded(true, true);
+  FoldNet plain(false, true), folded(true, true);
   // x * 2 is read by its cast alone; folding would keep it f32 until the
   // backward (w3's gradient), so that cast stays and the product reads bf16.
   EXPECT_EQ(bf16_casts(plain.graph), 9);

@@ -33,7 +33,7 @@ int casts_of(const Graph& g, Op op) {
 // `extra_reader`, the LayerNorm result is also summed into the loss. `batched`:
 // x is [B, T, D] and the norm and GELU run on [B, T, .], each reshaped to
 // [B*T, .] for the products (as nn::Linear does).
-struct Mlp {
+struct CastMlp {
   static constexpr int64_t B = 3, T = 5, M = B * T, D = 70, H = 45, O = 19;  // M * H > 256
   Context ctx;
   Tensor x, lw, lb, w1, w2, t, a, y, loss;
@@ -41,7 +41,7 @@ struct Mlp {
   std::unique_ptr<Buffer> buf;
   size_t fused = 0;
 
-  Mlp(bool fuse, bool extra_reader, GeluApprox approx, bool batched = false) {
+  CastMlp(bool fuse, bool extra_reader, GeluApprox approx, bool batched = false) {
     ctx.set_matmul_precision(bf16);
     x = batched ? ctx.param(f32, {B, T, D}, "x") : ctx.param(f32, {M, D}, "x");
     lw = ctx.param(f32, {D}, "ln.w");
@@ -74,10 +74,10 @@ struct Mlp {
   }
 };
 
-void expect_identical(Mlp& a, Mlp& b) {
+void expect_identical(CastMlp& a, CastMlp& b) {
   EXPECT_TRUE(same_bits(a.y.get<float>(), b.y.get<float>()));
   EXPECT_TRUE(same_bits(a.loss.get<float>(), b.loss.get<float>()));
-  for (auto p : {&Mlp::x, &Mlp::lw, &Mlp::lb, &Mlp::w1, &Mlp::w2})
+  for (auto p : {&CastMlp::x, &CastMlp::lw, &CastMlp::lb, &CastMlp::w1, &CastMlp::w2})
     EXPECT_TRUE(same_bits(a.graph.grad(a.*p).get<float>(), b.graph.grad(b.*p).get<float>()))
         << (a.*p).label();
 }
@@ -86,7 +86,7 @@ TEST(CastFusion, LayerNormAndGeluStoreBf16WithIdenticalResults) {
   for (GeluApprox approx : {GeluApprox::none, GeluApprox::tanh}) {
     const Op fwd = approx == GeluApprox::none ? Op::GELU_ERF : Op::GELU;
     const Op back = approx == GeluApprox::none ? Op::GELU_ERF_BACK : Op::GELU_BACK;
-    Mlp plain(false, false, approx), fused(true, false, approx);
+    CastMlp plain(false, false, approx), fused(true, false, approx);
     EXPECT_EQ(plain.fused, 0u);
     EXPECT_EQ(casts_of(plain.graph, Op::LAYER_NORM), 1);
     EXPECT_EQ(casts_of(plain.graph, fwd), 1);
@@ -107,7 +107,7 @@ TEST(CastFusion, LayerNormAndGeluStoreBf16WithIdenticalResults) {
 }
 
 TEST(CastFusion, ThroughReshapesOfBatchedActivations) {
-  Mlp plain(false, false, GeluApprox::none, true), fused(true, false, GeluApprox::none, true);
+  CastMlp plain(false, false, GeluApprox::none, true), fused(true, false, GeluApprox::none, true);
   EXPECT_EQ(casts_of(plain.graph, Op::RESHAPE), 3);  // LayerNorm, GELU, GELU gradient
   // All three fuse: the norm, GELU and GELU's gradient write [B*T, .] bf16.
   EXPECT_EQ(fused.fused, 3u);
@@ -248,7 +248,7 @@ TEST(CastFusion, CrossEntropyGradientStoresBf16) {
 }
 
 TEST(CastFusion, SourceWithAnotherReaderIsNotFused) {
-  Mlp plain(false, true, GeluApprox::none), fused(true, true, GeluApprox::none);
+  CastMlp plain(false, true, GeluApprox::none), fused(true, true, GeluApprox::none);
   // The LayerNorm result is also summed: it stays f32 and its cast stays.
   EXPECT_EQ(casts_of(fused.graph, Op::LAYER_NORM), 1);
   EXPECT_EQ(nodes_of(fused.graph, Op::LAYER_NORM, f32), 1);

@@ -21,7 +21,7 @@ namespace {
 using kiln_test::nodes_of;
 using kiln_test::same_bits;
 
-using Mlp = kiln_test::GeluMlp;
+using GeluInputMlp = kiln_test::GeluMlp;
 
 // With the CPU rewrites an OptContext makes, GELU reads the Linear's output a
 // as built (kOff), through a.to(bf16) written by hand (kHand), or as built
@@ -29,7 +29,7 @@ using Mlp = kiln_test::GeluMlp;
 enum Build { kOff, kHand, kPass };
 struct Built {
   size_t cast = 0;
-  Mlp m;
+  GeluInputMlp m;
   Built(Build b, GeluApprox approx, DType precision = bf16)
       : m(
             precision, approx, [b](Tensor a) { return b == kHand ? a.to(bf16) : a; },
@@ -71,13 +71,14 @@ TEST(Bf16GeluInputs, TheLinearStoresBf16AsTheCastByHandWould) {
     EXPECT_LT(pass.planned_bytes(), off.planned_bytes());
     for (Built* b : {&off, &hand, &pass}) b->m.run();
     EXPECT_TRUE(same_bits(hand.m.loss.get<float>(), pass.m.loss.get<float>()));
-    for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::b1, &Mlp::w2, &Mlp::b2})
+    for (auto p : {&GeluInputMlp::x, &GeluInputMlp::w1, &GeluInputMlp::b1, &GeluInputMlp::w2,
+                   &GeluInputMlp::b2})
       EXPECT_TRUE(same_bits(hand.m.grad(p), pass.m.grad(p))) << (hand.m.*p).label();
     // Against GELU on the f32 output: within the input's bf16 rounding.
     const float l0 = off.m.loss.get<float>()[0], l1 = pass.m.loss.get<float>()[0];
     EXPECT_NEAR(l1, l0, 1e-2 * std::fabs(l0));
     EXPECT_NE(l1, l0);
-    for (auto p : {&Mlp::w1, &Mlp::w2}) {
+    for (auto p : {&GeluInputMlp::w1, &GeluInputMlp::w2}) {
       const std::vector<float> g0 = off.m.grad(p), g1 = pass.m.grad(p);
       double diff = 0, mag = 0;
       for (size_t i = 0; i < g0.size(); ++i) {

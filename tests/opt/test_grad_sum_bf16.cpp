@@ -21,14 +21,14 @@ namespace {
 using kiln_test::nodes_of;
 using kiln_test::same_bits;
 
-using Mlp = kiln_test::GeluMlp;
+using GradSumMlp = kiln_test::GeluMlp;
 
 // The rewrites an OptContext makes: the bias fusion, then optionally this
 // pass, then the cast fusion.
-struct Built {
+struct GradSumBuilt {
   size_t repointed = 0;
-  Mlp m;
-  explicit Built(bool pass)
+  GradSumMlp m;
+  explicit GradSumBuilt(bool pass)
       : m(
             bf16, GeluApprox::none, [](Tensor a) { return a; },
             [&](Graph& g) {
@@ -39,8 +39,8 @@ struct Built {
 };
 
 TEST(Bf16GradSums, BiasSumsTheRoundedGradientAndGeluBackStoresBf16) {
-  Built off_build(false), on_build(true);
-  Mlp &off = off_build.m, &on = on_build.m;
+  GradSumBuilt off_build(false), on_build(true);
+  GradSumMlp &off = off_build.m, &on = on_build.m;
   EXPECT_EQ(on_build.repointed, 1u);  // b1's sum (b2's gradient is the loss's, never cast)
   // Without the pass the GELU gradient stays f32 (its sum reads it); with it,
   // GELU's backward stores bf16 and the sum reads that.
@@ -50,18 +50,18 @@ TEST(Bf16GradSums, BiasSumsTheRoundedGradientAndGeluBackStoresBf16) {
   off.run();
   on.run();
   EXPECT_TRUE(same_bits(off.loss.get<float>(), on.loss.get<float>()));
-  for (auto p : {&Mlp::x, &Mlp::w1, &Mlp::w2, &Mlp::b2})
+  for (auto p : {&GradSumMlp::x, &GradSumMlp::w1, &GradSumMlp::w2, &GradSumMlp::b2})
     EXPECT_TRUE(same_bits(off.grad(p), on.grad(p))) << (off.*p).label();
   // b1's gradient: the column sums of the f32 gradient of `a` (off) rounded
   // to bf16 term by term, and within bf16 rounding of the f32 sums.
-  const std::vector<float> ga = off.grad(&Mlp::a);
-  const std::vector<float> want32 = off.grad(&Mlp::b1);
-  const std::vector<float> got = on.grad(&Mlp::b1);
-  ASSERT_EQ(ga.size(), size_t(Mlp::M * Mlp::H));
-  for (int64_t j = 0; j < Mlp::H; ++j) {
+  const std::vector<float> ga = off.grad(&GradSumMlp::a);
+  const std::vector<float> want32 = off.grad(&GradSumMlp::b1);
+  const std::vector<float> got = on.grad(&GradSumMlp::b1);
+  ASSERT_EQ(ga.size(), size_t(GradSumMlp::M * GradSumMlp::H));
+  for (int64_t j = 0; j < GradSumMlp::H; ++j) {
     double rounded = 0, mag = 0;
-    for (int64_t i = 0; i < Mlp::M; ++i) {
-      const float g = ga[size_t(i * Mlp::H + j)];
+    for (int64_t i = 0; i < GradSumMlp::M; ++i) {
+      const float g = ga[size_t(i * GradSumMlp::H + j)];
       rounded += double(bf16_to_f32(f32_to_bf16(g)));
       mag += std::fabs(double(g));
     }

@@ -10,11 +10,11 @@
 namespace kiln::test {
 namespace {
 
-struct Net : nn::Module {
+struct ClipNet : nn::Module {
   nn::Linear& fc1;
   nn::LayerNorm& ln;
   nn::Linear& fc2;
-  explicit Net(Context& ctx)
+  explicit ClipNet(Context& ctx)
       : Module(ctx),
         fc1(add<nn::Linear>("fc1", 3, 6)),
         ln(add<nn::LayerNorm>("ln", 6)),
@@ -26,7 +26,7 @@ struct Net : nn::Module {
 // physical batch 4) built from `cfg` with the net as OptConfig::model.
 struct Fixture {
   Context ctx;
-  Net net{ctx};
+  ClipNet net{ctx};
   CpuBackend cpu{1};
   std::unique_ptr<OptContext> opt;
   explicit Fixture(OptConfig cfg) {
@@ -56,7 +56,7 @@ std::vector<double> get(Tensor t) {
 
 TEST(ParamGroups, NanoGptSplitByDims) {
   Context ctx;
-  Net net(ctx);
+  ClipNet net(ctx);
   nn::Embedding emb(ctx, 4, 2);
   const auto groups = weight_decay_groups(net, 0.1f);
   ASSERT_EQ(groups.size(), 2u);
@@ -75,7 +75,7 @@ TEST(ParamGroups, EachGroupStepsWithItsOwnWeightDecay) {
   OptConfig cfg;
   cfg.schedule = schedule::constant(OptimizerParams{.sgd = {.lr = lr, .weight_decay = 0.25f}});
   Context ctx;
-  Net net(ctx);
+  ClipNet net(ctx);
   CpuBackend cpu(1);
   net.allocate(cpu);
   net.init(3);

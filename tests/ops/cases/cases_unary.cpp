@@ -23,7 +23,7 @@ struct Un {
   std::function<double(double)> want;  // the API promise (for the spec)
 };
 
-SpecFn map_spec(std::function<double(double)> f) {
+SpecFn map_unary_spec(std::function<double(double)> f) {
   return [f](const std::vector<RefValue>& in, const RefValue& out) {
     RefValue w = in[0];
     for (double& v : w.v) v = f(v);
@@ -101,7 +101,7 @@ void add_unary_cases(std::vector<Case>& cs, Sz z) {
     UnFn f = u.f;
     Case c = make_case(
         u.name, {u.op}, {in("x", {R, C}, u.g)}, [f](Context&, X x) { return f(x[0]); }, true);
-    c.spec = map_spec(u.want);
+    c.spec = map_unary_spec(u.want);
     cs.push_back(c);
     // Strided source (transposed view): the kernel's generic path and the
     // view's backward rule.

@@ -13,15 +13,15 @@ namespace kiln::test {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kAttentionInf = std::numeric_limits<double>::infinity();
 
 // Softmax probabilities of one attention head: p[i][j] (0 for masked keys).
 std::vector<double> head_probs(const double* q, const double* k, int64_t tq, int64_t tk, int64_t e,
                                double scale, bool causal) {
   std::vector<double> p(size_t(tq * tk), 0.0);
   for (int64_t i = 0; i < tq; ++i) {
-    double m = -kInf;
-    std::vector<double> s(size_t(tk), -kInf);
+    double m = -kAttentionInf;
+    std::vector<double> s(size_t(tk), -kAttentionInf);
     for (int64_t j = 0; j < tk; ++j) {
       if (causal && j > i + (tk - tq)) continue;
       double acc = 0;
@@ -29,11 +29,12 @@ std::vector<double> head_probs(const double* q, const double* k, int64_t tq, int
       s[size_t(j)] = scale * acc;
       m = std::max(m, s[size_t(j)]);
     }
-    if (m == -kInf) continue;  // no visible key: zeros
+    if (m == -kAttentionInf) continue;  // no visible key: zeros
     double sum = 0;
-    for (int64_t j = 0; j < tk; ++j) sum += s[size_t(j)] == -kInf ? 0 : std::exp(s[size_t(j)] - m);
     for (int64_t j = 0; j < tk; ++j)
-      p[size_t(i * tk + j)] = s[size_t(j)] == -kInf ? 0 : std::exp(s[size_t(j)] - m) / sum;
+      sum += s[size_t(j)] == -kAttentionInf ? 0 : std::exp(s[size_t(j)] - m);
+    for (int64_t j = 0; j < tk; ++j)
+      p[size_t(i * tk + j)] = s[size_t(j)] == -kAttentionInf ? 0 : std::exp(s[size_t(j)] - m) / sum;
   }
   return p;
 }

@@ -12,7 +12,7 @@ using namespace ref_window;
 // IM2COL: x [N,C,H,W] -> [N, C*KH*KW, OH*OW]; row (c*KH+kh)*KW+kw, column oh*OW+ow.
 RefValue ref_IM2COL(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = conv_params(a.params<Conv2dParams>());
+  const RefWin w = conv_params(a.params<Conv2dParams>());
   check_win(a.node, w);
   if (x.shape.ndim() != 4) ref_fail(a.node, "input must be NCHW");
   const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
@@ -37,7 +37,7 @@ RefValue ref_IM2COL(const RefArgs& a) {
 // COL2IM: the adjoint of IM2COL; the image shape [N,C,H,W] is the node's shape.
 RefValue ref_COL2IM(const RefArgs& a) {
   const RefValue& col = a.in(0);
-  const Win w = conv_params(a.params<Conv2dParams>());
+  const RefWin w = conv_params(a.params<Conv2dParams>());
   check_win(a.node, w);
   const Shape& s = a.node->shape;
   if (s.ndim() != 4) ref_fail(a.node, "output must be NCHW");

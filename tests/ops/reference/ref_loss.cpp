@@ -10,10 +10,10 @@ namespace kiln::test {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kLossInf = std::numeric_limits<double>::infinity();
 
 std::vector<double> log_softmax_row(const double* x, int64_t c) {
-  double m = -kInf, s = 0;
+  double m = -kLossInf, s = 0;
   for (int64_t j = 0; j < c; ++j) m = std::max(m, x[j]);
   for (int64_t j = 0; j < c; ++j) s += std::exp(x[j] - m);
   std::vector<double> r(static_cast<size_t>(c));

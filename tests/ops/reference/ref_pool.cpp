@@ -13,7 +13,7 @@ namespace {
 
 // Calls f(n, c, oh, ow, h, w) for every in-image position of every window.
 template <class F>
-void for_windows(const Shape& x, const Win& w, int64_t OH, int64_t OW, F&& f) {
+void for_windows(const Shape& x, const RefWin& w, int64_t OH, int64_t OW, F&& f) {
   for (int64_t n = 0; n < x[0]; ++n)
     for (int64_t c = 0; c < x[1]; ++c)
       for (int64_t oh = 0; oh < OH; ++oh)
@@ -25,7 +25,7 @@ void for_windows(const Shape& x, const Win& w, int64_t OH, int64_t OW, F&& f) {
             }
 }
 
-Shape pool_shape(const TensorNode* node, const Shape& x, const Win& w) {
+Shape pool_shape(const TensorNode* node, const Shape& x, const RefWin& w) {
   check_win(node, w);
   if (x.ndim() != 4) ref_fail(node, "input must be NCHW");
   return Shape{x[0], x[1], out_size(x[2], w.KH, w.SH, w.PH, 1),
@@ -37,7 +37,7 @@ Shape pool_shape(const TensorNode* node, const Shape& x, const Win& w) {
 // MAX_POOL2D: padding is -inf.
 RefValue ref_MAX_POOL2D(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = pool_params(a.params<Pool2dParams>());
+  const RefWin w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   RefValue r = ref_out(a.node, s);
   for (double& e : r.v) e = -std::numeric_limits<double>::infinity();
@@ -53,7 +53,7 @@ RefValue ref_MAX_POOL2D(const RefArgs& a) {
 RefValue ref_MAX_POOL2D_BACK(const RefArgs& a) {
   const RefValue& x = a.in(0);
   const RefValue& g = a.in(1);
-  const Win w = pool_params(a.params<Pool2dParams>());
+  const RefWin w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   if (!(g.shape == s)) ref_fail(a.node, "grad is " + g.shape.str() + ", pool output is " + s.str());
   RefValue r = ref_out(a.node, x.shape);
@@ -76,7 +76,7 @@ RefValue ref_MAX_POOL2D_BACK(const RefArgs& a) {
 // AVG_POOL2D: padding counts as zeros; always divide by KH*KW.
 RefValue ref_AVG_POOL2D(const RefArgs& a) {
   const RefValue& x = a.in(0);
-  const Win w = pool_params(a.params<Pool2dParams>());
+  const RefWin w = pool_params(a.params<Pool2dParams>());
   const Shape s = pool_shape(a.node, x.shape, w);
   RefValue r = ref_out(a.node, s);
   const double inv = 1.0 / double(w.KH * w.KW);
@@ -89,7 +89,7 @@ RefValue ref_AVG_POOL2D(const RefArgs& a) {
 // AVG_POOL2D_BACK: adjoint of AVG_POOL2D; src0 = grad of the output, dst = x's shape.
 RefValue ref_AVG_POOL2D_BACK(const RefArgs& a) {
   const RefValue& g = a.in(0);
-  const Win w = pool_params(a.params<Pool2dParams>());
+  const RefWin w = pool_params(a.params<Pool2dParams>());
   const Shape& xs = a.node->shape;
   const Shape s = pool_shape(a.node, xs, w);
   if (!(g.shape == s)) ref_fail(a.node, "grad is " + g.shape.str() + ", pool output is " + s.str());

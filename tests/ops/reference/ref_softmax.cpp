@@ -8,7 +8,7 @@ namespace kiln::test {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kSoftmaxInf = std::numeric_limits<double>::infinity();
 
 // softmax / log_softmax over the last axis of scale*x (+ mask) with the causal rule.
 RefValue softmax_like(const RefArgs& a, bool log) {
@@ -38,12 +38,12 @@ RefValue softmax_like(const RefArgs& a, bool log) {
       rest /= s[d];
     }
     const int64_t rr = nd >= 2 ? idx[nd - 2] : 0;
-    double m = -kInf;
+    double m = -kSoftmaxInf;
     for (int64_t c = 0; c < C; ++c) {
       idx[nd - 1] = c;
       double v = scale * x.v[size_t(row * C + c)];
       if (mask) v += ref_bcast_at(*mask, idx, nd);
-      if (causal && c > rr + (C - R)) v = -kInf;
+      if (causal && c > rr + (C - R)) v = -kSoftmaxInf;
       z[size_t(c)] = v;
       m = std::max(m, v);
     }

@@ -8,20 +8,20 @@
 
 namespace kiln::test::ref_window {
 
-struct Win {
+struct RefWin {
   int64_t KH, KW, SH, SW, PH, PW, DH = 1, DW = 1;
 };
 
-inline Win conv_params(const Conv2dParams& p) {
+inline RefWin conv_params(const Conv2dParams& p) {
   return {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw};
 }
-inline Win pool_params(const Pool2dParams& p) { return {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw}; }
+inline RefWin pool_params(const Pool2dParams& p) { return {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw}; }
 
 inline int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
-inline void check_win(const TensorNode* n, const Win& w) {
+inline void check_win(const TensorNode* n, const RefWin& w) {
   if (w.KH < 1 || w.KW < 1 || w.SH < 1 || w.SW < 1 || w.PH < 0 || w.PW < 0 || w.DH < 1 || w.DW < 1)
     ref_fail(n, "bad window params");
 }
