@@ -1,6 +1,7 @@
 // kiln-lm finetune: fine-tunes a Hugging Face model directory on texts, with
-// LoRA adapters (default; saved in PEFT's layout) or every weight (--full;
-// saved as a Hugging Face directory with the tokenizer). The loop is
+// LoRA adapters (default; saved in PEFT's layout, or with --out FILE.gguf as
+// one GGUF adapter file in llama.cpp's format) or every weight (--full; saved
+// as a Hugging Face directory with the tokenizer). The loop is
 // kiln::train_on_tokens (kiln/token_train.h), as pretrain's: AdamW with linear
 // warm-up and cosine decay, gradient accumulation (--grad-accum), gradient
 // checkpointing (--checkpointing), validation loss on the last --val-split of
@@ -135,6 +136,10 @@ int run(const FinetuneOptions& o) {
                ">= 1");
   if (!(o.val_split > 0 && o.val_split < 1)) kiln::fail(kCmd, "--val-split must be in (0, 1)");
   if (o.resume && o.checkpoint.empty()) kiln::fail(kCmd, "--resume needs --checkpoint PATH");
+  const bool gguf_out = fs::path(o.out).extension() == ".gguf";
+  if (gguf_out && o.full)
+    kiln::fail(kCmd, "--out ", o.out, ": --full writes a Hugging Face directory (kiln-lm ",
+               "quantize converts it to GGUF); a .gguf --out is a LoRA adapter file");
   const bool chat = is_chat_data(o.data);
   if (!chat && (!o.val.empty() || o.truncate || o.train_on != "assistant"))
     kiln::fail(kCmd, "--val, --truncate and --train-on take chat data (--data FILE.jsonl)");
@@ -259,6 +264,8 @@ int run(const FinetuneOptions& o) {
   if (o.full) {
     kiln::models::save_pretrained(*model, o.out);
     if (!o.bytes) copy_tokenizer_files(o.tokenizer.empty() ? o.model : o.tokenizer, o.out);
+  } else if (gguf_out) {
+    kiln::models::save_lora_gguf(*model, o.out);  // llama.cpp's adapter format
   } else {
     kiln::models::save_lora(*model, o.out, "default", o.model);
   }
@@ -290,7 +297,9 @@ Command add_finetune(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--truncate", o->truncate,
               "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
-  c->add_option("--out", o->out, "output: adapter directory (LoRA) or model directory (--full)")
+  c->add_option("--out", o->out,
+                "output: PEFT adapter directory, or FILE.gguf for a GGUF LoRA adapter in "
+                "llama.cpp's format (LoRA); model directory (--full)")
       ->required();
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json (file or directory); default --model");
   c->add_flag("--bytes", o->bytes, "train on the text's bytes (ids 0..255), no tokenizer");

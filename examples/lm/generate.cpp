@@ -1,7 +1,8 @@
 // kiln-lm generate: text (or token ids) from a prompt with the KV-cache
 // Generator (kiln/generate.h), streamed as the tokens come; the prompt and
-// generation speeds go to stderr at the end. --adapter DIR adds a PEFT LoRA
-// adapter (kiln-lm finetune's output), merged into the weights.
+// generation speeds go to stderr at the end. --adapter DIR|FILE.gguf adds a
+// LoRA adapter (PEFT's directory or a GGUF adapter file: kiln-lm finetune's
+// output), merged into the weights.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -101,7 +102,8 @@ Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* s = app.add_subcommand("generate", "generate text with a KV cache");
   s->add_option("--model", o->model, "a Hugging Face model directory or a .gguf file")->required();
-  s->add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory (kiln-lm finetune --out)");
+  s->add_option("--adapter", o->adapter,
+                "a LoRA adapter: PEFT directory or GGUF file (kiln-lm finetune --out)");
   s->add_option("--prompt", o->prompt, "the prompt text (needs the model's tokenizer)");
   s->add_option("--prompt-ids", o->prompt_ids, "the prompt as token ids: 1,2,3");
   s->add_option("--max-tokens", o->max_tokens, "tokens to generate at most")

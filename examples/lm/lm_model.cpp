@@ -47,8 +47,9 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, in
     if (f.has("tokenizer.ggml.model")) m->tokenizer = kiln::Tokenizer::from_gguf(f);
   }
   if (!adapter.empty()) {
-    if (!fs::is_directory(adapter))
-      kiln::fail("kiln-lm", "--adapter ", adapter, " is not a directory (a PEFT LoRA adapter)");
+    if (!fs::exists(adapter))
+      kiln::fail("kiln-lm", "--adapter ", adapter,
+                 " does not exist (a PEFT LoRA directory or a GGUF adapter file)");
     kiln::models::load_lora(*m->model, *m->cpu, adapter);
     kiln::nn::merge_lora(*m->model);  // generation then runs the plain layers
   }

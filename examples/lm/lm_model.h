@@ -27,7 +27,8 @@ struct LoadedModel {
 };
 
 // `max_seq_len` 0: the model's default (ModelOptions::max_seq_len). `adapter`:
-// a PEFT LoRA adapter directory (kiln-lm finetune's --out) loaded onto the model
+// a PEFT LoRA adapter directory or a GGUF adapter file (kiln-lm finetune's
+// --out, or llama.cpp's convert_lora_to_gguf.py's) loaded onto the model
 // and merged into its weights; empty: none. `weights`: ModelOptions::weight_dtype;
 // a GGUF file with Q8_0/Q4_0 tensors keeps them quantized unless `weights` asks
 // for another quantized type.

@@ -6,7 +6,8 @@
 //                    [--stop TEXT] [--seed S] [--print-ids] [--no-echo]
 //   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
-//   kiln-lm finetune --model DIR --data FILE|DIR --out DIR [--full] [--lora-r 8] ...
+//   kiln-lm finetune --model DIR --data FILE|DIR --out DIR|FILE.gguf [--full] [--lora-r 8] ...
+//   kiln-lm export-adapter IN OUT --model BASE (PEFT directory <-> GGUF adapter file)
 //   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0|q4_k|q6_k|... (quant_types.def)
 //   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 //   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
@@ -24,8 +25,9 @@ int main(int argc, char** argv) {
   CLI::App app{"kiln-lm: language-model tools (docs/tokenizer.md, docs/models.md)"};
   app.require_subcommand(1);
   std::vector<lm::Command> commands = {
-      lm::add_tokenize(app), lm::add_generate(app), lm::add_perplexity(app), lm::add_pretrain(app),
-      lm::add_finetune(app), lm::add_quantize(app), lm::add_template(app),   lm::add_chat(app)};
+      lm::add_tokenize(app), lm::add_generate(app), lm::add_perplexity(app),
+      lm::add_pretrain(app), lm::add_finetune(app), lm::add_quantize(app),
+      lm::add_template(app), lm::add_chat(app),     lm::add_export_adapter(app)};
 #if KILN_LM_HAVE_HTTPLIB
   commands.push_back(lm::add_serve(app));
 #endif

@@ -51,7 +51,8 @@ Command add_perplexity(CLI::App& app) {
   auto o = std::make_shared<PerplexityOptions>();
   CLI::App* s = app.add_subcommand("perplexity", "perplexity of a model over a text");
   s->add_option("--model", o->model, "a Hugging Face model directory or a .gguf file")->required();
-  s->add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory (kiln-lm finetune --out)");
+  s->add_option("--adapter", o->adapter,
+                "a LoRA adapter: PEFT directory or GGUF file (kiln-lm finetune --out)");
   s->add_option("--text", o->text, "a text file (encoded with the model's tokenizer)");
   s->add_option("--ids", o->ids, "a file of token ids (separated by commas, spaces or lines)");
   s->add_option("--ctx", o->ctx, "window length in tokens (default: the model's context)")

@@ -5,11 +5,13 @@
 // biases, GPT-2's position embedding and matrices whose rows are not whole
 // 32-value blocks stay f32, as llama.cpp keeps norms and biases. Tensors the
 // input stores Q8_0/Q4_0 are kept as they are. The summary names the dtypes the
-// file holds for token_embd and output.
+// file holds for token_embd and output. --type f32 quantizes nothing: the
+// model as an f32 GGUF file (llama.cpp's convert_hf_to_gguf.py --outtype f32).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "kiln/error.h"
@@ -28,9 +30,10 @@ struct QuantizeOptions {
 
 int run(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
-  // --type is one of quantized_weight_dtype_names() (checked by the parser).
+  // --type is f32 or one of quantized_weight_dtype_names() (checked by the parser).
   const kiln::models::ModelOptions::WeightDType wd =
-      *kiln::models::quantized_weight_dtype_named(o.type);
+      o.type == "f32" ? kiln::models::ModelOptions::WeightDType::f32
+                      : *kiln::models::quantized_weight_dtype_named(o.type);
   std::unique_ptr<LoadedModel> m = load_model(o.in, o.threads, 0, "", wd);
   int64_t quantized = 0, kept = 0;
   for (const auto& [name, t] : m->model->named_base_parameters())
@@ -58,12 +61,16 @@ Command add_quantize(CLI::App& app) {
   s->add_option("in", o->in, "a Hugging Face model directory or a .gguf file")->required();
   s->add_option("out", o->out, "the .gguf file to write")->required();
   std::string types;
-  for (const std::string& n : kiln::models::quantized_weight_dtype_names())
-    types += (types.empty() ? "" : ", ") + n;
+  std::vector<std::string> names = kiln::models::quantized_weight_dtype_names();
+  for (const std::string& n : names) types += (types.empty() ? "" : ", ") + n;
+  names.push_back("f32");
   s->add_option("--type", o->type,
-                "block type: " + types + " (a matrix whose rows are not whole blocks stays f32)")
+                "block type: " + types +
+                    " (a matrix whose rows are not whole blocks stays f32), or f32: no "
+                    "quantization, the model as an f32 GGUF file (quantized GGUF inputs stay "
+                    "as stored)")
       ->required()
-      ->check(CLI::IsMember(kiln::models::quantized_weight_dtype_names()));
+      ->check(CLI::IsMember(names));
   s->add_option("--threads", o->threads, "CPU threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   return {s, [o] { return run(*o); }};

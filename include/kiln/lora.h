@@ -12,6 +12,13 @@
 //   kiln::nn::set_lora_adapter(*model, "other");                  // the base is not reloaded
 //   kiln::models::save_lora(*model, "out/adapter", "other", "meta-llama/Llama-3.2-1B");
 //
+// Or as one GGUF file in llama.cpp's adapter format (what its
+// convert_lora_to_gguf.py writes and `llama-cli --lora` / node-llama-cpp load):
+//
+//   kiln::models::save_lora_gguf(*model, "out/adapter.gguf");
+//   kiln::models::load_lora(*model, cpu, "out/adapter.gguf");  // by the extension
+//   kiln::models::convert_lora("my-adapter", "my-adapter.gguf", "Llama-3.2-1B");
+//
 // The adapters themselves (add_lora, merge_lora, ...) are kiln/nn/lora.h.
 #pragma once
 #include <string>
@@ -39,19 +46,48 @@ LoraFileConfig parse_lora_config(std::string_view json, const std::string& file)
 // The adapter_config.json text save_lora writes.
 std::string lora_config_json(const LoraFileConfig& cfg);
 
-// Loads the PEFT adapter in `dir` into `model` as adapter `name`: matches the
-// config's target_modules against the model's Linear-like layers (by Hugging
-// Face's module names and kiln's), checks every tensor of the file (name,
-// dtype F32/F16/BF16, shape [r, in] / [out, r]; nothing missing, nothing
-// extra) before anything is added, then adds the adapter (nn::add_lora_at:
-// it becomes active and trainable, the rest frozen) and reads it. Errors are
-// kiln::Error "[models] <file>: ..." naming the file and tensor or field.
-LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& dir,
+// Loads the adapter at `path` into `model` as adapter `name`: a PEFT
+// directory, or a GGUF adapter file (a path ending in .gguf; see
+// save_lora_gguf). PEFT: matches the config's target_modules against the
+// model's Linear-like layers (by Hugging Face's module names and kiln's) and
+// checks every tensor of the file (name, dtype F32/F16/BF16, shape [r, in] /
+// [out, r]; nothing missing, nothing extra). GGUF: checks general.type,
+// adapter.type and that general.architecture is the base's, and that every
+// tensor is one of a "<weight>.lora_a" / ".lora_b" pair for a Linear weight of
+// the model, of shapes [r, in] / [out, r] (one r). Only then is the adapter
+// added (nn::add_lora_at: it becomes active and trainable, the rest frozen)
+// and read. Errors are kiln::Error "[models] <file>: ..." naming the file and
+// tensor or field. A GGUF adapter's config: r from its shapes, lora_alpha
+// adapter.lora.alpha (r when it is 0 or absent: llama.cpp's scale 1),
+// target_modules the adapted layers' names, no dropout.
+LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& path,
                          const std::string& name = "default");
 
 // Writes adapter `name` of `model` to `dir` (created if needed) in PEFT's
 // layout, each file atomically: F32 tensors, the config as added.
 void save_lora(const CausalLM& model, const std::string& dir, const std::string& name = "default",
                const std::string& base_model_name_or_path = "");
+
+// Writes adapter `name` of `model` as one GGUF file (atomically) in llama.cpp's
+// adapter format: general.type "adapter", general.architecture the base's
+// ("llama", "qwen2", "qwen3", "gpt2"), adapter.type "lora", adapter.lora.alpha
+// (f32), and for each adapted layer F32 tensors "<GGUF weight name>.lora_a"
+// (A, [r, in]) and ".lora_b" (B, [out, r]), e.g. "blk.0.attn_q.weight.lora_a";
+// for the "llama" architecture B's rows of q and k in the order llama.cpp's
+// files store those weights. llama.cpp scales by alpha / r, so an rsLoRA
+// adapter (alpha / sqrt(r)) is written with alpha * sqrt(r). An adapter on a
+// head tied to the token embedding (which llama.cpp's files do not store
+// apart) is an error.
+void save_lora_gguf(const CausalLM& model, const std::string& path,
+                    const std::string& name = "default");
+
+// Converts an adapter between PEFT's directory and llama.cpp's GGUF file, the
+// direction by the paths (`out` ending in .gguf: GGUF; else a PEFT
+// directory). `base_model` is the base the adapter belongs to (a Hugging Face
+// directory or a GGUF file): only its config is read, for the layer names,
+// shapes and llama.cpp's q/k row order; no weights are loaded or allocated.
+// A PEFT directory written from a GGUF adapter names `base_model` as
+// base_model_name_or_path.
+void convert_lora(const std::string& in, const std::string& out, const std::string& base_model);
 
 }  // namespace kiln::models

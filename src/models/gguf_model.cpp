@@ -13,6 +13,7 @@
 #include "kiln/tokenizer.h"
 #endif
 #include "models/convert.h"
+#include "models/gguf_layout.h"
 #include "models/mapped_file.h"
 #include "models/rope.h"
 #include "models/weight_quant.h"
@@ -20,95 +21,12 @@
 namespace kiln::models {
 namespace {
 
-// general.architecture of a config.
-std::string arch_of(const ModelConfig& c) {
-  if (c.gpt2) return "gpt2";
-  const std::string& t = c.llama->model_type;
-  return t == "llama" || t == "mistral" ? "llama" : t;
-}
-
-// HF parameter name -> llama.cpp tensor name.
-std::string gguf_name(const std::string& hf, bool gpt2) {
-  static const std::map<std::string, std::string> llama_top = {
-      {"model.embed_tokens", "token_embd"}, {"model.norm", "output_norm"}, {"lm_head", "output"}};
-  static const std::map<std::string, std::string> llama_layer = {
-      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},      {"self_attn.v_proj", "attn_v"},
-      {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"},
-      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
-  static const std::map<std::string, std::string> gpt2_top = {
-      {"wte", "token_embd"}, {"wpe", "position_embd"}, {"ln_f", "output_norm"}};
-  static const std::map<std::string, std::string> gpt2_layer = {
-      {"ln_1", "attn_norm"}, {"attn.c_attn", "attn_qkv"}, {"attn.c_proj", "attn_output"},
-      {"ln_2", "ffn_norm"},  {"mlp.c_fc", "ffn_up"},      {"mlp.c_proj", "ffn_down"}};
-  const size_t dot = hf.rfind('.');
-  KILN_ASSERT(dot != std::string::npos);
-  const std::string module = hf.substr(0, dot), suffix = hf.substr(dot);  // ".weight"
-  const std::string layers = gpt2 ? "h." : "model.layers.";
-  if (module.rfind(layers, 0) == 0) {
-    const size_t end = module.find('.', layers.size());
-    KILN_ASSERT(end != std::string::npos);
-    const std::string n = module.substr(layers.size(), end - layers.size());
-    const auto& table = gpt2 ? gpt2_layer : llama_layer;
-    return "blk." + n + "." + table.at(module.substr(end + 1)) + suffix;
-  }
-  return (gpt2 ? gpt2_top : llama_top).at(module) + suffix;
-}
-
-// How a tensor's values differ between kiln (HF layout) and the GGUF file.
-enum class Layout { same, rope_pairs, transposed };
-
-// llama.cpp's "llama" architecture rotates adjacent pairs (dims 2j, 2j+1), HF the
-// two halves of each head (j, j + D/2), so its converter reorders the rows of q
-// and k (weights and biases): file row 2j + h of a head is HF row h * D/2 + j.
-// Qwen2 and Qwen3 keep HF's order (llama.cpp runs them with NeoX-style RoPE).
-Layout layout_of(const std::string& hf, const ModelConfig& c, int64_t* heads) {
-  if (c.gpt2) {
-    const bool conv = hf.find(".attn.c_attn.weight") != std::string::npos ||
-                      hf.find(".attn.c_proj.weight") != std::string::npos ||
-                      hf.find(".mlp.c_fc.weight") != std::string::npos ||
-                      hf.find(".mlp.c_proj.weight") != std::string::npos;
-    return conv ? Layout::transposed : Layout::same;
-  }
-  if (arch_of(c) != "llama") return Layout::same;
-  if (hf.find(".self_attn.q_proj.") != std::string::npos) {
-    *heads = c.llama->num_attention_heads;
-    return Layout::rope_pairs;
-  }
-  if (hf.find(".self_attn.k_proj.") != std::string::npos) {
-    *heads = c.llama->num_key_value_heads;
-    return Layout::rope_pairs;
-  }
-  return Layout::same;
-}
-
-// Reorders the rows of x ([heads * D, cols], row-major) between the two RoPE
-// layouts; to_file: HF -> llama.cpp, else back. T: the stored element (float, or
-// the 16 bits of f16/bf16: moving rows needs no conversion).
-template <class T>
-std::vector<T> reorder_rope_rows(const std::vector<T>& x, int64_t heads, int64_t rows,
-                                 bool to_file) {
-  const int64_t cols = int64_t(x.size()) / rows, D = rows / heads, half = D / 2;
-  std::vector<T> out(x.size());
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t j = 0; j < half; ++j)
-      for (int64_t s = 0; s < 2; ++s) {
-        const int64_t hf_row = h * D + s * half + j, file_row = h * D + 2 * j + s;
-        const int64_t src = to_file ? hf_row : file_row, dst = to_file ? file_row : hf_row;
-        std::copy_n(x.begin() + src * cols, cols, out.begin() + dst * cols);
-      }
-  return out;
-}
-
-template <class T>
-std::vector<T> transpose(const std::vector<T>& x, int64_t rows, int64_t cols) {
-  std::vector<T> out(x.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(c * rows + r)] = x[size_t(r * cols + c)];
-  return out;
-}
+using detail::arch_of;
+using detail::gguf_name;
+using detail::Layout;
+using detail::layout_of;
+using detail::reorder_rope_rows;
+using detail::transpose;
 
 // Puts a tensor's values (the file's layout) into its param in kiln's layout.
 template <class T>

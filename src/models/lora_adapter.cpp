@@ -6,11 +6,13 @@
 #include <map>
 #include <sstream>
 
+#include "kiln/cpu.h"
 #include "kiln/lora.h"
 #include "kiln/safetensors.h"
 #include "models/convert.h"
 #include "models/file_text.h"
 #include "models/json_fields.h"
+#include "models/lora_values.h"
 
 namespace kiln::models {
 namespace {
@@ -34,33 +36,20 @@ void must_be_default(Fields& f, const char* key) {
                           "null/false/empty) for it");
 }
 
-// The module path Hugging Face's model class gives a kiln module (GPT-2's
-// GPT2LMHeadModel puts its layers under "transformer.").
-std::string hf_path(const CausalLM& model, const std::string& path) {
-  if (path == "lm_head") return path;  // the head sits beside "transformer."
-  const std::string alt = model.alternate_name(path);
-  return alt.empty() ? path : alt;
-}
+struct Target {
+  std::string path;  // kiln's
+  const nn::LinearBase* layer = nullptr;
+  std::string name_a, name_b;  // the file's tensor names
+};
 
-// Every Linear-like layer outside adapters, with its kiln path, in tree order.
-void collect_linear(nn::Module& m, const std::string& path,
+// Every Linear-like layer outside adapters, in tree order.
+void collect_linear(const nn::Module& m, const std::string& path,
                     std::vector<std::pair<std::string, nn::LinearBase*>>& out) {
-  if (auto* l = dynamic_cast<nn::LinearBase*>(&m)) out.emplace_back(path, l);
+  if (auto* l = dynamic_cast<const nn::LinearBase*>(&m))
+    out.emplace_back(path, const_cast<nn::LinearBase*>(l));
   for (const auto& [n, c] : m.named_children())
     if (!c->is_adapter()) collect_linear(*c, path.empty() ? n : path + "." + n, out);
 }
-
-std::vector<std::pair<std::string, nn::LinearBase*>> linear_layers(nn::Module& model) {
-  std::vector<std::pair<std::string, nn::LinearBase*>> out;
-  collect_linear(model, "", out);
-  return out;
-}
-
-struct Target {
-  std::string path;  // kiln's
-  nn::LinearBase* layer = nullptr;
-  std::string name_a, name_b;  // the file's tensor names
-};
 
 void write_atomically(const fs::path& target, const std::string& text) {
   const fs::path tmp = target.string() + ".tmp";
@@ -154,15 +143,57 @@ std::string lora_config_json(const LoraFileConfig& c) {
   return j.dump(2) + "\n";
 }
 
-LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& dir,
-                         const std::string& name) {
+namespace detail {
+
+// The module path Hugging Face's model class gives a kiln module (GPT-2's
+// GPT2LMHeadModel puts its layers under "transformer.").
+std::string hf_path(const CausalLM& model, const std::string& path) {
+  if (path == "lm_head") return path;  // the head sits beside "transformer."
+  const std::string alt = model.alternate_name(path);
+  return alt.empty() ? path : alt;
+}
+
+std::vector<std::pair<std::string, nn::LinearBase*>> linear_layers(const CausalLM& model) {
+  std::vector<std::pair<std::string, nn::LinearBase*>> out;
+  collect_linear(model, "", out);
+  return out;
+}
+
+LoraValues lora_values(const CausalLM& model, const std::string& name) {
+  const auto layers = nn::lora_layers(model, name);
+  if (layers.empty()) fail("models", "the model has no adapter '", name, "' to save");
+  LoraValues v;
+  v.cfg.lora = nn::lora_config(model, name);
+  for (const auto& [p, l] : layers) {
+    const nn::LinearBase::Lora& a = *l->find_lora(name);
+    v.layers.push_back({p, l, a.A->weight().get<float>(), a.B->weight().get<float>()});
+    v.cfg.fan_in_fan_out |= l->fan_in_fan_out();
+  }
+  return v;
+}
+
+void add_lora_values(CausalLM& model, Backend& backend, const LoraValues& v,
+                     const std::string& name) {
+  std::vector<std::string> paths;
+  for (const LoraLayerValues& l : v.layers) paths.push_back(l.path);
+  nn::add_lora_at(model, backend, v.cfg.lora, paths, name);
+  for (const LoraLayerValues& l : v.layers) {
+    const nn::LinearBase::Lora& a = *l.layer->find_lora(name);
+    a.A->weight().set(l.a);
+    a.B->weight().set(l.b);
+  }
+}
+
+LoraValues read_peft_lora(const CausalLM& model, const std::string& dir) {
   if (!fs::is_directory(dir)) fail("models", dir, ": not a directory");
   const std::string cfg_path = (fs::path(dir) / kConfigFile).string();
   const std::string st_path = (fs::path(dir) / kWeightsFile).string();
   if (!fs::exists(cfg_path)) fail("models", dir, ": ", kConfigFile, " is missing");
   if (!fs::exists(st_path))
     fail("models", dir, ": ", kWeightsFile, " is missing (kiln reads safetensors adapters)");
-  const LoraFileConfig cfg = parse_lora_config(read_text_file(cfg_path), cfg_path);
+  LoraValues v;
+  v.cfg = parse_lora_config(read_text_file(cfg_path), cfg_path);
+  const LoraFileConfig& cfg = v.cfg;
   SafetensorsFile file(st_path);
 
   // The layers the config targets, matched as PEFT matches them (by the HF
@@ -182,7 +213,7 @@ LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& d
     fail("models", cfg_path, ": field 'target_modules' matches no Linear layer of the model (",
          model.type_name(), ")");
 
-  // Check every tensor before anything is added.
+  // Check every tensor before anything is read.
   std::map<std::string, bool> used;
   auto check = [&](const std::string& tname, int64_t rows, int64_t cols) {
     const TensorInfo* ti = file.find(tname);
@@ -206,40 +237,85 @@ LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& d
       fail("models", st_path, ": tensor '", ti.name, "' is not a LoRA weight of a layer ",
            kConfigFile, " targets (kiln loads lora_A / lora_B weights only)");
 
-  std::vector<std::string> paths;
-  for (const Target& t : targets) paths.push_back(t.path);
-  nn::add_lora_at(model, backend, cfg.lora, paths, name);
-  for (const Target& t : targets) {
-    const nn::LinearBase::Lora& a = *t.layer->find_lora(name);
-    for (auto [tname, dst] : {std::pair{t.name_a, a.A->weight()}, {t.name_b, a.B->weight()}}) {
-      const TensorInfo& ti = *file.find(tname);
-      if (ti.dtype == f32) file.read(tname, dst);
-      else dst.set(detail::to_f32(file.read_bytes(tname), ti.dtype));
-    }
-  }
-  return cfg;
+  auto values = [&](const std::string& tname) {
+    return detail::to_f32(file.read_bytes(tname), file.find(tname)->dtype);
+  };
+  for (const Target& t : targets)
+    v.layers.push_back({t.path, t.layer, values(t.name_a), values(t.name_b)});
+  return v;
 }
 
-void save_lora(const CausalLM& model, const std::string& dir, const std::string& name,
-               const std::string& base_model_name_or_path) {
-  const auto layers = nn::lora_layers(model, name);
-  if (layers.empty()) fail("models", "save_lora: the model has no adapter '", name, "'");
-  LoraFileConfig c;
-  c.lora = nn::lora_config(model, name);
-  c.base_model_name_or_path = base_model_name_or_path;
+void write_peft_lora(const CausalLM& model, const std::string& dir, const LoraValues& v) {
+  // Host tensors for the safetensors writer.
+  Context ctx;
   std::vector<NamedTensor> tensors;
-  for (const auto& [p, l] : layers) {
-    const nn::LinearBase::Lora& a = *l->find_lora(name);
-    const std::string base = kPrefix + hf_path(model, p);
-    tensors.push_back({base + ".lora_A.weight", a.A->weight()});
-    tensors.push_back({base + ".lora_B.weight", a.B->weight()});
-    c.fan_in_fan_out |= l->fan_in_fan_out();
+  const int64_t r = v.cfg.lora.r;
+  for (const LoraLayerValues& l : v.layers) {
+    const std::string base = kPrefix + hf_path(model, l.path);
+    tensors.push_back({base + ".lora_A.weight", ctx.tensor(f32, {r, l.layer->in_features()})});
+    tensors.push_back({base + ".lora_B.weight", ctx.tensor(f32, {l.layer->out_features(), r})});
+  }
+  CpuBackend cpu(1);
+  const auto buffer = allocate_tensors(ctx, cpu);
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    tensors[2 * i].tensor.set(v.layers[i].a);
+    tensors[2 * i + 1].tensor.set(v.layers[i].b);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("models", dir, ": cannot create the directory (", ec.message(), ")");
   save_safetensors((fs::path(dir) / kWeightsFile).string(), tensors, {{"format", "pt"}});
-  write_atomically(fs::path(dir) / kConfigFile, lora_config_json(c));
+  write_atomically(fs::path(dir) / kConfigFile, lora_config_json(v.cfg));
+}
+
+}  // namespace detail
+
+namespace {
+
+bool is_gguf_file(const std::string& path) {
+  return fs::path(path).extension() == ".gguf" && !fs::is_directory(path);
+}
+
+}  // namespace
+
+LoraFileConfig load_lora(CausalLM& model, Backend& backend, const std::string& path,
+                         const std::string& name) {
+  if (!fs::exists(path))
+    fail("models", path, ": no such adapter (a PEFT directory or a .gguf file)");
+  const detail::LoraValues v = is_gguf_file(path) ? detail::read_gguf_lora(model, path)
+                                                  : detail::read_peft_lora(model, path);
+  detail::add_lora_values(model, backend, v, name);
+  return v.cfg;
+}
+
+void save_lora(const CausalLM& model, const std::string& dir, const std::string& name,
+               const std::string& base_model_name_or_path) {
+  detail::LoraValues v = detail::lora_values(model, name);
+  v.cfg.base_model_name_or_path = base_model_name_or_path;
+  detail::write_peft_lora(model, dir, v);
+}
+
+void save_lora_gguf(const CausalLM& model, const std::string& path, const std::string& name) {
+  detail::write_gguf_lora(model, path, detail::lora_values(model, name));
+}
+
+void convert_lora(const std::string& in, const std::string& out, const std::string& base_model) {
+  if (!fs::exists(base_model))
+    fail("models", base_model, ": no such base model (a Hugging Face directory or a .gguf file)");
+  const ModelConfig cfg = fs::is_directory(base_model)
+                              ? read_config((fs::path(base_model) / "config.json").string())
+                              : read_gguf_config(base_model);
+  Context ctx;
+  const std::unique_ptr<CausalLM> model = make_model(ctx, cfg);  // layers only: no memory
+  if (!fs::exists(in)) fail("models", in, ": no such adapter (a PEFT directory or a .gguf file)");
+  detail::LoraValues v =
+      is_gguf_file(in) ? detail::read_gguf_lora(*model, in) : detail::read_peft_lora(*model, in);
+  if (fs::path(out).extension() == ".gguf") {
+    detail::write_gguf_lora(*model, out, v);
+  } else {
+    if (v.cfg.base_model_name_or_path.empty()) v.cfg.base_model_name_or_path = base_model;
+    detail::write_peft_lora(*model, out, v);
+  }
 }
 
 }  // namespace kiln::models

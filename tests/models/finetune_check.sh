@@ -6,7 +6,8 @@
 # accumulation and checkpointing; and --full) writes the same bytes as an
 # uninterrupted one; LoRA under --precision bf16 learns as f32 does; the
 # adapter lowers the perplexity kiln-lm perplexity computes with --adapter, and
-# kiln-lm generate runs with it; perplexity and generate --precision bf16 agree.
+# kiln-lm generate runs with it; perplexity and generate --precision bf16 agree;
+# the adapter as a GGUF file (finetune --out FILE.gguf, export-adapter) is the same.
 #   finetune_check.sh KILN_LM BASE_DIR TEXT OUT_DIR
 set -euo pipefail
 lm=$1 base=$2 text=$3 out=$4
@@ -96,4 +97,18 @@ awk -v a="$p0" -v b="$p0b" -v c="$p1" -v d="$p1b" 'BEGIN {
 "$lm" generate --model "$base" --adapter "$out/adapter" --prompt-ids 84,104,101 --print-ids \
   --temperature 0 --max-tokens 8 --threads 2 | grep -q "new ids: [0-9]" ||
   { echo "generate --adapter printed no ids"; exit 1; }
+# The adapter as one GGUF file in llama.cpp's format: finetune --out FILE.gguf
+# writes what export-adapter makes of the same run's PEFT directory, which
+# converts back to the same tensors; generate gives the same ids with either.
+"$lm" finetune --model "$base" --out "$out/adapter.gguf" --lora-r 8 --lora-alpha 16 \
+  --steps 30 --eval-every 15 --lr 1e-2 "${common[@]}" > /dev/null
+"$lm" export-adapter "$out/adapter" "$out/exported.gguf" --model "$base" > /dev/null
+cmp "$out/adapter.gguf" "$out/exported.gguf" || { echo "finetune's GGUF adapter differs"; exit 1; }
+"$lm" export-adapter "$out/adapter.gguf" "$out/adapter-back" --model "$base" > /dev/null
+cmp "$out/adapter/adapter_model.safetensors" "$out/adapter-back/adapter_model.safetensors" ||
+  { echo "GGUF -> PEFT changed the tensors"; exit 1; }
+gen_ids() { "$lm" generate --model "$base" --adapter "$1" --prompt-ids 84,104,101 --print-ids \
+  --temperature 0 --max-tokens 8 --threads 2 | sed -n 's/^new ids://p'; }
+[[ -n $(gen_ids "$out/adapter.gguf") && $(gen_ids "$out/adapter.gguf") == $(gen_ids "$out/adapter") ]] ||
+  { echo "generate --adapter FILE.gguf differs from the PEFT directory's ids"; exit 1; }
 echo "finetune_check: ok"

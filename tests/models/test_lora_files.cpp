@@ -271,7 +271,7 @@ TEST(LoraErrors, BadFilesAreRefusedAndChangeNothing) {
     EXPECT_TRUE(nn::lora_adapters(*model).empty()) << msg;
     EXPECT_EQ(model->named_parameters().size(), n_params);
   }
-  EXPECT_KILN_ERROR(models::load_lora(*model, cpu, tmp.file("none")), "models", "not a directory");
+  EXPECT_KILN_ERROR(models::load_lora(*model, cpu, tmp.file("none")), "models", "no such adapter");
   fs::create_directories(tmp.file("empty"));
   EXPECT_KILN_ERROR(models::load_lora(*model, cpu, tmp.file("empty")), "models",
                     "adapter_config.json is missing");
