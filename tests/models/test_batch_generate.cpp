@@ -3,6 +3,7 @@
 // greedy ids each would get alone.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "common/error_check.h"
@@ -16,8 +17,10 @@ struct Loaded {
   Context ctx;
   CpuBackend cpu{1};
   std::unique_ptr<models::CausalLM> model;
-  explicit Loaded(const std::string& name)
-      : model(models::load_pretrained(ctx, cpu, fixture_dir(name))) {}
+  // precision: the context's matmul precision, set before the model is built.
+  explicit Loaded(const std::string& name, DType precision = f32)
+      : model((ctx.set_matmul_precision(precision),
+               models::load_pretrained(ctx, cpu, fixture_dir(name)))) {}
 };
 
 int32_t argmax(std::span<const float> v) {
@@ -118,6 +121,48 @@ TEST(BatchGenerate, Errors) {
   EXPECT_KILN_ERROR(batch.logits(a), "generate", "sequence 0 is not active");
   EXPECT_EQ(batch.position(b), 2);
   EXPECT_KILN_ERROR(models::BatchGenerator(*m.model, m.cpu, 0), "generate", "max_sequences");
+}
+
+// GeneratorOptions::passes in batched decoding: the bit-identical inference
+// passes (fuse_bias, fuse_casts, fold_casts) under the bf16 policy give the
+// logits of the graphs without passes, bit for bit, for prompts and batched
+// steps; a training-only pass is an error naming it.
+TEST(BatchGenerate, GraphPasses) {
+  const GraphPasses exact =
+      GraphPasses::defaults(GraphKind::inference).without(GraphPass::bf16_gelu_inputs);
+  for (const char* name : {"qwen2_bias", "gpt2"}) {
+    SCOPED_TRACE(name);
+    Loaded plain(name, bf16), fused(name, bf16);
+    models::GeneratorOptions go;
+    go.passes = exact;
+    models::BatchGenerator b0(*plain.model, plain.cpu, 2), b1(*fused.model, fused.cpu, 2, go);
+    auto same = [&](int64_t s0, int64_t s1) {
+      const std::span<const float> l0 = b0.logits(s0), l1 = b1.logits(s1);
+      ASSERT_EQ(l0.size(), l1.size());
+      EXPECT_EQ(std::memcmp(l0.data(), l1.data(), l0.size() * sizeof(float)), 0);
+    };
+    const int64_t a0 = b0.start(std::vector<int32_t>{5, 9, 13, 2}),
+                  a1 = b1.start(std::vector<int32_t>{5, 9, 13, 2});
+    const int64_t c0 = b0.start(std::vector<int32_t>{7, 11}),
+                  c1 = b1.start(std::vector<int32_t>{7, 11});
+    same(a0, a1);
+    same(c0, c1);
+    for (int32_t t : {3, 8, 1}) {
+      b0.step({{a0, t}, {c0, int32_t(t + 1)}});
+      b1.step({{a1, t}, {c1, int32_t(t + 1)}});
+      same(a0, a1);
+      same(c0, c1);
+    }
+    int biased = 0;
+    for (size_t i = 0; i < fused.ctx.size(); ++i)
+      biased += fused.ctx.node(i)->op == Op::MATMUL && fused.ctx.node(i)->n_src == 3;
+    EXPECT_GT(biased, 0);
+  }
+  Loaded m("gpt2");
+  models::GeneratorOptions go;
+  go.passes = {GraphPass::bf16_grad_sums};
+  EXPECT_KILN_ERROR(models::BatchGenerator(*m.model, m.cpu, 2, go), "generate",
+                    "graph pass bf16_grad_sums", "not valid for inference graphs");
 }
 
 // x @ W^T for a few rows of x (a decoding batch) reads W once for all rows

@@ -9,6 +9,7 @@
 
 #include "common/error_check.h"
 #include "common/temp_dir.h"
+#include "kiln/ext/op_params.h"
 #include "kiln/generate.h"
 #include "models_test_util.h"
 
@@ -22,8 +23,10 @@ struct LoadedFixture {
   Context ctx;
   CpuBackend cpu{1};
   std::unique_ptr<models::CausalLM> model;
-  explicit LoadedFixture(const std::string& name)
-      : model(models::load_pretrained(ctx, cpu, fixture_dir(name))) {}
+  // precision: the context's matmul precision, set before the model is built.
+  explicit LoadedFixture(const std::string& name, DType precision = f32)
+      : model((ctx.set_matmul_precision(precision),
+               models::load_pretrained(ctx, cpu, fixture_dir(name)))) {}
 };
 
 models::GenerateOptions greedy(int64_t n) {
@@ -249,6 +252,64 @@ TEST(Generate, GraphPasses) {
   go.passes = {GraphPass::fold_casts};
   EXPECT_KILN_ERROR(models::Generator(*m.model, m.cpu, go), "generate",
                     "graph pass fold_casts needs fuse_casts");
+}
+
+// The inference passes on models under the bf16 policy (as kiln-lm generate
+// --precision bf16 builds them): fuse_bias, fuse_casts and fold_casts give the
+// logits of the graphs without passes bit for bit (the products round the same
+// operands, the norms and products store what their casts stored); with
+// bf16_gelu_inputs too (GPT-2's MLP) GELU reads its input rounded to bf16, so
+// the logits move by about that rounding (2^-9 relative) and stay within 1e-2.
+TEST(Generate, InferencePassesUnderTheBf16Policy) {
+  auto count = [](Context& ctx, auto pred) {
+    int n = 0;
+    for (size_t i = 0; i < ctx.size(); ++i) n += pred(*ctx.node(i));
+    return n;
+  };
+  auto biased = [](const TensorNode& t) { return t.op == Op::MATMUL && t.n_src == 3; };
+  auto rounding = [](const TensorNode& t) {
+    return (t.op == Op::MATMUL || t.op == Op::MATMUL_ACC) &&
+           op_params<MatmulParams>(t).round_bf16 != 0;
+  };
+  auto bf16_norm = [](const TensorNode& t) { return t.op == Op::LAYER_NORM && t.dtype == bf16; };
+  auto bf16_gelu = [](const TensorNode& t) {
+    return (t.op == Op::GELU || t.op == Op::GELU_ERF) && t.src[0]->dtype == bf16;
+  };
+  const GraphPasses all = GraphPasses::defaults(GraphKind::inference);
+  const GraphPasses exact = all.without(GraphPass::bf16_gelu_inputs);
+  for (const char* name : {"gpt2", "qwen2_bias", "llama3_gqa"}) {
+    SCOPED_TRACE(name);
+    LoadedFixture m[3] = {LoadedFixture(name, bf16), LoadedFixture(name, bf16), LoadedFixture(name, bf16)};
+    const GraphPasses passes[3] = {GraphPasses(), exact, all};
+    std::vector<std::unique_ptr<models::Generator>> gen;
+    for (int i = 0; i < 3; ++i) {
+      models::GeneratorOptions go;
+      go.passes = passes[i];
+      gen.push_back(std::make_unique<models::Generator>(*m[i].model, m[i].cpu, go));
+      EXPECT_EQ(gen.back()->graph_passes(), passes[i]);
+    }
+    const std::vector<int32_t> prompt = Expected(name, "generation.safetensors").ints("prompt_ids");
+    for (int32_t next : {-1, 3, 5}) {  // the prompt, then two steps
+      std::vector<float> l[3];
+      for (int i = 0; i < 3; ++i) {
+        const std::span<const float> s =
+            next < 0 ? gen[size_t(i)]->prefill(prompt) : gen[size_t(i)]->step(next);
+        l[i].assign(s.begin(), s.end());
+      }
+      ASSERT_EQ(l[0].size(), l[1].size());
+      EXPECT_EQ(std::memcmp(l[0].data(), l[1].data(), l[0].size() * sizeof(float)), 0) << next;
+      EXPECT_LT(rel_error(l[2], l[0]), 1e-2) << next;
+    }
+    const bool gpt2 = std::string(name) == "gpt2", has_bias = std::string(name) != "llama3_gqa";
+    EXPECT_EQ(count(m[0].ctx, rounding), 0);
+    EXPECT_GT(count(m[1].ctx, rounding), 0);  // the f32 weights, rounded as they are packed
+    EXPECT_EQ(count(m[0].ctx, biased), 0);
+    EXPECT_EQ(count(m[1].ctx, biased) > 0, has_bias);
+    EXPECT_EQ(count(m[0].ctx, bf16_norm), 0);
+    EXPECT_EQ(count(m[1].ctx, bf16_norm) > 0, gpt2);  // the Llamas' RMSNorm stores f32 only
+    EXPECT_EQ(count(m[1].ctx, bf16_gelu), 0);
+    EXPECT_EQ(count(m[2].ctx, bf16_gelu) > 0, gpt2);
+  }
 }
 
 // Decoding reuses one graph per (tokens, cache bucket): steps inside a bucket

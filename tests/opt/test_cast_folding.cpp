@@ -9,6 +9,7 @@
 
 #include "common/graph_checks.h"
 #include "common/random_values.h"
+#include "common/two_block_training.h"
 #include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/kiln.h"
@@ -158,6 +159,36 @@ TEST(CastFolding, CastOfAStridedViewStays) {
     y[fold] = p.get<float>();
   }
   EXPECT_TRUE(same_bits(y[0], y[1]));
+}
+
+// Two pre-LN transformer blocks under the bf16 policy trained by an OptContext:
+// the same losses and parameters, bit for bit, with the casts folded into the
+// products and without (GraphPass::fold_casts alone; the cast fusion runs in
+// both, GELU's bf16 input, which changes values, in neither).
+TEST(CastFolding, OptContextTrainsTransformerBlocksIdentically) {
+  using kiln_test::training_passes_without;
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    kiln_test::TwoBlockRun run[2];
+    int casts[2] = {0, 0}, rounding[2] = {0, 0};
+    for (int fold = 0; fold < 2; ++fold)
+      run[fold] = kiln_test::train_two_blocks(
+          bf16, threads,
+          fold ? training_passes_without({GraphPass::bf16_gelu_inputs})
+               : training_passes_without({GraphPass::bf16_gelu_inputs, GraphPass::fold_casts}),
+          [&](const Graph& g) {
+            casts[fold] = bf16_casts(g);
+            rounding[fold] = rounding_matmuls(g);
+          });
+    EXPECT_EQ(rounding[0], 0);
+    EXPECT_GT(rounding[1], 0);
+    EXPECT_LT(casts[1], casts[0]);
+    EXPECT_EQ(run[0].losses, run[1].losses);        // exact
+    EXPECT_NE(run[1].losses[0], run[1].losses[2]);  // it trained
+    ASSERT_EQ(run[0].params.size(), run[1].params.size());
+    for (size_t i = 0; i < run[0].params.size(); ++i)
+      EXPECT_TRUE(same_bits(run[0].params[i], run[1].params[i])) << "param " << i;
+  }
 }
 
 }  // namespace
