@@ -70,10 +70,8 @@ void ChatData::pack(int64_t window, const char* cmd) {
   std::fprintf(stderr,
                "%s: packed %lld examples into %lld windows of %lld positions: packing efficiency "
                "%.1f%% (real tokens per window position; padding to the longest example: "
-               "%.1f%%)
-               ",
-               cmd,
-               (long long)train.size(), (long long)packing->size(), (long long)window,
+               "%.1f%%)\n",
+               cmd, (long long)train.size(), (long long)packing->size(), (long long)window,
                100.0 * packing->efficiency(),
                padded > 0 ? 100.0 * double(packing->real_positions) / double(padded) : 0.0);
 }

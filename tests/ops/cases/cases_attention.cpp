@@ -355,8 +355,8 @@ void add_attention_segments(std::vector<Case>& cs) {
   for (const bool causal : {true, false}) {
     const std::string sfx = causal ? "_causal" : "_full";
     cs.push_back(make_case("attention_segments_small" + sfx, {Op::ATTENTION},
-                           {in("q", {2, 3, 13, 6}, g), in("k", {2, 3, 13, 6}, g),
-                            in("v", {2, 3, 13, 6}), in_i32("seg", {2, 13}, segment_runs(runs))},
+                           {in("q", {2, 1, 13, 6}, g), in("k", {2, 1, 13, 6}, g),
+                            in("v", {2, 1, 13, 6}), in_i32("seg", {2, 13}, segment_runs(runs))},
                            seg_attention(causal, 0.0f), true));
     // One row of ids for every head (S = 1), as a batch of one passes them.
     cs.push_back(no_fd(
@@ -368,7 +368,7 @@ void add_attention_segments(std::vector<Case>& cs) {
     // starting mid-chunk; the second row one run (no packing).
     cs.push_back(no_fd(make_case(
         "attention_segments_tiled" + sfx, {Op::ATTENTION},
-        {in("q", {2, 2, 300, 24}, g), in("k", {2, 2, 300, 24}, g), in("v", {2, 2, 300, 24}),
+        {in("q", {2, 1, 300, 16}, g), in("k", {2, 1, 300, 16}, g), in("v", {2, 1, 300, 16}),
          in_i32("seg", {2, 300}, segment_runs({{3, 270}, {300}}))},
         seg_attention(causal, 0.0f), true)));
     // Grouped heads (k and v broadcast over G): tiles of several heads.
