@@ -325,7 +325,8 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
   c->add_option("--batch", o->batch, "sequences per physical batch")->capture_default_str();
   c->add_option("--seq", o->seq,
-                "tokens per sequence (chat data: at most; windows are as long as the longest "
+                "tokens per sequence (chat data: a packed window's positions, examples of more "
+                "than N + 1 tokens skipped or cut; --no-packing: windows as long as the longest "
                 "example)")
       ->capture_default_str();
   c->add_option("--grad-accum", o->grad_accum,
