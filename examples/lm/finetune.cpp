@@ -305,11 +305,11 @@ Command add_finetune(CLI::App& app) {
                 "all")
       ->check(CLI::IsMember({"assistant", "all"}))
       ->capture_default_str();
-  c->add_flag("--truncate", o->truncate,
-              "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
   c->add_flag("--no-packing", o->no_packing,
               "chat data: one example per row, padded to the longest (default: examples packed "
               "into windows of --seq positions, none attending to another)");
+  c->add_flag("--truncate", o->truncate,
+              "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
   c->add_option("--out", o->out, "output: adapter directory (LoRA) or model directory (--full)")
       ->required();
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json (file or directory); default --model");
