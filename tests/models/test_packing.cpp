@@ -56,20 +56,20 @@ Tensor masked_loss(Tensor logits, Tensor labels) {
   return cross_entropy(logits.reshape({N, V}), labels.reshape({N}), o);
 }
 
-struct LossAndGrads {
+struct PackingLossAndGrads {
   double loss = 0;
   std::vector<std::vector<float>> grads;  // per param, in named_parameters order
 };
 
 // Computes g (its loss first) and reads the loss and the params' gradients.
-LossAndGrads run(Graph& g, Tensor loss, models::CausalLM& m, CpuBackend& cpu,
-                 const std::function<void()>& write) {
+PackingLossAndGrads run_packing_graph(Graph& g, Tensor loss, models::CausalLM& m, CpuBackend& cpu,
+                                      const std::function<void()>& write) {
   GraphAllocator galloc(cpu.buffer_type());
   galloc.alloc(g);
   g.reset_grads();
   write();
   cpu.compute(g);
-  LossAndGrads r;
+  PackingLossAndGrads r;
   r.loss = loss.item();
   for (const auto& [name, p] : m.named_parameters()) {
     Tensor gr = g.grad(p);
@@ -82,9 +82,10 @@ LossAndGrads run(Graph& g, Tensor loss, models::CausalLM& m, CpuBackend& cpu,
 // The windows' examples one at a time, each a batch of one unpacked sequence:
 // sum over examples of (loss x trained labels) / all trained labels, and the
 // gradients weighted the same way.
-LossAndGrads one_at_a_time(Context& ctx, models::CausalLM& m, CpuBackend& cpu, const ChatDataset& d,
-                           const ChatPacking& p, const std::vector<int64_t>& rows) {
-  LossAndGrads sum;
+PackingLossAndGrads one_at_a_time(Context& ctx, models::CausalLM& m, CpuBackend& cpu,
+                                  const ChatDataset& d, const ChatPacking& p,
+                                  const std::vector<int64_t>& rows) {
+  PackingLossAndGrads sum;
   double counted = 0;
   for (const int64_t w : rows)
     for (const int64_t i : p.windows[size_t(w)]) {
@@ -97,7 +98,7 @@ LossAndGrads one_at_a_time(Context& ctx, models::CausalLM& m, CpuBackend& cpu, c
       Tensor loss = masked_loss(m(ids), labels);
       Graph g = Graph::forward(loss);
       g.backward(loss);
-      const LossAndGrads r = run(g, loss, m, cpu, [&] {
+      const PackingLossAndGrads r = run_packing_graph(g, loss, m, cpu, [&] {
         const std::vector<int64_t> one = {i};
         d.write_batch(one, ids, labels);
       });
@@ -164,9 +165,9 @@ TEST(ModelPacking, PackedBatchEqualsItsExamplesOneAtATime) {
       Tensor loss = masked_loss(model->forward_packed(ids, seg, pos), labels);
       Graph g = Graph::forward(loss);
       g.backward(loss);
-      const LossAndGrads packed =
-          run(g, loss, *model, cpu, [&] { p.write_batch(d, rows, ids, labels, seg, pos); });
-      const LossAndGrads alone = one_at_a_time(ctx, *model, cpu, d, p, rows);
+      const PackingLossAndGrads packed = run_packing_graph(
+          g, loss, *model, cpu, [&] { p.write_batch(d, rows, ids, labels, seg, pos); });
+      const PackingLossAndGrads alone = one_at_a_time(ctx, *model, cpu, d, p, rows);
       EXPECT_NEAR(packed.loss, alone.loss, 1e-5 * alone.loss);
       ASSERT_EQ(packed.grads.size(), alone.grads.size());
       size_t k = 0;
