@@ -9,7 +9,7 @@
 // (trained weights, AdamW state, step) at every evaluation with --checkpoint,
 // exact --resume (the batches of step s depend only on --seed and s).
 //   kiln-lm finetune --model DIR --data FILE|DIR...|FILE.jsonl --out DIR [--lora-r 8]
-//       [--val FILE.jsonl] [--train-on assistant|all] [--truncate]
+//       [--val FILE.jsonl] [--train-on assistant|all] [--truncate] [--no-packing]
 //       [--lora-alpha 16] [--lora-dropout 0] [--targets q_proj,v_proj,...] [--full]
 //       [--quantize q8_0|q4_0|q4_k|...] [--precision f32|bf16]
 //       [--tokenizer FILE|DIR | --bytes] [--steps 100] [--batch 4] [--seq 64]
@@ -18,8 +18,10 @@
 //       [--stop-after N] [--threads N]
 // Chat data: --data train.jsonl [--val val.jsonl] (finetune_chat.h): conversations
 // rendered with the model's chat template, the loss on the assistant's tokens
-// only (--train-on all: every token), batches padded to the longest example
-// (longer than --seq + 1 tokens: skipped and counted, or --truncate).
+// only (--train-on all: every token), examples packed into windows of --seq
+// positions (attention within each example, positions from 0 in each;
+// --no-packing: one per row, padded to the longest); longer than --seq + 1
+// tokens: skipped and counted, or --truncate.
 // Ends with "val_loss_start=… val_loss=… trained_params=… train_tokens_per_s=…
 // train_time_s=… peak_rss_mb=…" (val_loss_start: the base model's); chat data
 // adds "trained_tokens=…" (of the training examples, one epoch).
@@ -63,6 +65,7 @@ struct FinetuneOptions {
   std::string val;                // chat data: validation JSONL
   std::string train_on = "assistant";
   bool truncate = false;
+  bool no_packing = false;  // chat data: pad each example instead of packing windows
 };
 
 constexpr const char* kCmd = "kiln-lm finetune";
@@ -124,7 +127,8 @@ std::string run_settings(const FinetuneOptions& o, const kiln::models::CausalLM&
     << " warmup=" << o.warmup << " weight_decay=" << o.weight_decay << " clip=" << o.clip
     << " val_split=" << o.val_split << " base=" << kiln::models::config_json(model.config());
   if (is_chat_data(o.data))
-    s << " chat train_on=" << o.train_on << " truncate=" << o.truncate << " val=" << o.val;
+    s << " chat train_on=" << o.train_on << " truncate=" << o.truncate << " val=" << o.val
+      << " packing=" << !o.no_packing;
   return s.str();
 }
 
@@ -141,8 +145,9 @@ int run(const FinetuneOptions& o) {
     kiln::fail(kCmd, "--out ", o.out, ": --full writes a Hugging Face directory (kiln-lm ",
                "quantize converts it to GGUF); a .gguf --out is a LoRA adapter file");
   const bool chat = is_chat_data(o.data);
-  if (!chat && (!o.val.empty() || o.truncate || o.train_on != "assistant"))
-    kiln::fail(kCmd, "--val, --truncate and --train-on take chat data (--data FILE.jsonl)");
+  if (!chat && (!o.val.empty() || o.truncate || o.train_on != "assistant" || o.no_packing))
+    kiln::fail(kCmd,
+               "--val, --truncate, --train-on and --no-packing take chat data (--data FILE.jsonl)");
   if (chat && o.bytes)
     kiln::fail(kCmd, "chat data (--data FILE.jsonl) needs a tokenizer, not --bytes");
   kiln::TokenDataset data, train, val;
@@ -208,10 +213,22 @@ int run(const FinetuneOptions& o) {
 
   // Eval mode: no dropout. Chat data: labels kIgnoreIndex count for nothing.
   kiln::TokenLossEvaluator eval(*model, B, T, {&cpu}, {}, chat);
+  // Chat data trains on windows of --seq positions packed with examples
+  // (validation stays padded: the same loss, one example per row).
+  const bool packed = chat && !o.no_packing && model->supports_packing();
+  if (chat && !o.no_packing && !packed)
+    std::fprintf(stderr, "%s: this model does not take packed examples: padding instead\n", kCmd);
+  if (packed) chat_data.pack(o.seq, kCmd);
+  const int64_t TT = packed ? o.seq : T;  // training window
   model->train();
-  Tensor ids = ctx.input(kiln::i32, {B, T}, "ids");
-  Tensor labels = ctx.input(kiln::i32, {B, T}, "labels");
-  Tensor logits = (*model)(ids);
+  Tensor ids = ctx.input(kiln::i32, {B, TT}, "ids");
+  Tensor labels = ctx.input(kiln::i32, {B, TT}, "labels");
+  Tensor segments, positions;
+  if (packed) {
+    segments = ctx.input(kiln::i32, {B, TT}, "segments");
+    positions = ctx.input(kiln::i32, {B, TT}, "positions");
+  }
+  Tensor logits = packed ? model->forward_packed(ids, segments, positions) : (*model)(ids);
   kiln::OptimizerParams p;
   p.adamw.lr = o.lr;
   kiln::OptConfig oc =
@@ -255,7 +272,7 @@ int run(const FinetuneOptions& o) {
       chat ? kiln::train_on_batches(
                  opt,
                  [&](int64_t step, int64_t k, Tensor x, Tensor y) {
-                   chat_data.write_batch(o.seed, step, per_step, k, x, y);
+                   chat_data.write_batch(o.seed, step, per_step, k, x, y, segments, positions);
                  },
                  val_loss, to)
            : kiln::train_on_tokens(opt, eval, train, val, to);
@@ -295,6 +312,9 @@ Command add_finetune(CLI::App& app) {
                 "all")
       ->check(CLI::IsMember({"assistant", "all"}))
       ->capture_default_str();
+  c->add_flag("--no-packing", o->no_packing,
+              "chat data: one example per row, padded to the longest (default: examples packed "
+              "into windows of --seq positions, none attending to another)");
   c->add_flag("--truncate", o->truncate,
               "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
   c->add_option("--out", o->out,
@@ -314,7 +334,8 @@ Command add_finetune(CLI::App& app) {
   c->add_option("--steps", o->steps, "optimizer steps")->capture_default_str();
   c->add_option("--batch", o->batch, "sequences per physical batch")->capture_default_str();
   c->add_option("--seq", o->seq,
-                "tokens per sequence (chat data: at most; windows are as long as the longest "
+                "tokens per sequence (chat data: a packed window's positions, examples of more "
+                "than N + 1 tokens skipped or cut; --no-packing: windows as long as the longest "
                 "example)")
       ->capture_default_str();
   c->add_option("--grad-accum", o->grad_accum,

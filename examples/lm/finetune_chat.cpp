@@ -64,9 +64,28 @@ ChatData load_chat_data(const ChatDataFlags& f, const char* cmd) {
   return d;
 }
 
+void ChatData::pack(int64_t window, const char* cmd) {
+  packing = kiln::pack_chat_examples(train, window);
+  const int64_t padded = train.size() * block;  // what padding to the longest would take
+  std::fprintf(stderr,
+               "%s: packed %lld examples into %lld windows of %lld positions: packing efficiency "
+               "%.1f%% (real tokens per window position; padding to the longest example: "
+               "%.1f%%)\n",
+               cmd, (long long)train.size(), (long long)packing->size(), (long long)window,
+               100.0 * packing->efficiency(),
+               padded > 0 ? 100.0 * double(packing->real_positions) / double(padded) : 0.0);
+}
+
 void ChatData::write_batch(uint64_t seed, int64_t step, int64_t per_step, int64_t k,
-                           kiln::Tensor inputs, kiln::Tensor labels) const {
-  train.write_batch(train.training_rows(seed, step, per_step, k, inputs.size(0)), inputs, labels);
+                           kiln::Tensor inputs, kiln::Tensor labels, kiln::Tensor segments,
+                           kiln::Tensor positions) const {
+  const int64_t B = inputs.size(0);
+  if (!packing) {
+    train.write_batch(train.training_rows(seed, step, per_step, k, B), inputs, labels);
+    return;
+  }
+  packing->write_batch(train, kiln::epoch_rows(packing->size(), seed, step, per_step, k, B), inputs,
+                       labels, segments, positions);
 }
 
 double ChatData::val_loss(kiln::TokenLossEvaluator& eval, int64_t batches) const {

@@ -8,6 +8,9 @@
 //   o.max_tokens = 257;  // a window of 256 inputs and their 256 next tokens
 //   kiln::ChatDataset train = kiln::load_chat_jsonl("train.jsonl", tok, &tmpl, o);
 //   train.write_batch(rows, ctx.inputs(), ctx.labels());  // labels -100 where untrained
+//   // or packed: several examples per window of 256 positions
+//   kiln::ChatPacking packed = kiln::pack_chat_examples(train, 256);
+//   packed.write_batch(train, rows, ids, labels, segments, positions);
 //
 // One JSON object per line (blank lines are skipped), each one of:
 // - {"messages": [{"role", "content", ...}, ...], "tools": [...]?}: rendered
@@ -84,6 +87,38 @@ struct ChatDataset {
   std::vector<int64_t> training_rows(uint64_t seed, int64_t step, int64_t per_step, int64_t k,
                                      int64_t batch) const;
 };
+
+// Examples packed into windows of T input positions (an example of n tokens
+// takes n - 1: its inputs, each with its next token as the label), several per
+// window, none split: first-fit decreasing (longest first, each into the first
+// window with room), so windows come out nearly full. Deterministic (ties keep
+// the dataset's order); examples lie in a window in the order they were
+// placed. write_batch fills a batch of windows with segment ids (the slot of
+// the example in its window, -1 for padding) and positions (from 0 in each
+// example), what CausalLM::forward_packed reads.
+struct ChatPacking {
+  int64_t window = 0;                         // T
+  std::vector<std::vector<int64_t>> windows;  // example indices per window
+  int64_t real_positions = 0;                 // positions holding an example's input
+  int64_t size() const { return int64_t(windows.size()); }
+  // Share of the windows' positions holding real tokens (1 - padding).
+  double efficiency() const;
+  // Writes windows[rows[b]] into row b (all i32 [B, T]; labels may be [B*T]):
+  // inputs and labels as ChatDataset::write_batch per example, segments and
+  // positions; padding: input 0, label kIgnoreIndex, segment -1, position 0.
+  // A row index of -1 is a row of padding only.
+  void write_batch(const ChatDataset& data, std::span<const int64_t> rows, Tensor inputs,
+                   Tensor labels, Tensor segments, Tensor positions) const;
+};
+// Packs `data` into windows of `window` positions; an example longer than
+// window + 1 tokens is a kiln::Error.
+ChatPacking pack_chat_examples(const ChatDataset& data, int64_t window);
+
+// Row indices of physical batch k of optimizer step `step` over n rows
+// (examples or packed windows): consecutive slices of a sequence of epochs,
+// each a permutation drawn from (seed, epoch) alone (exact resume).
+std::vector<int64_t> epoch_rows(int64_t n, uint64_t seed, int64_t step, int64_t per_step, int64_t k,
+                                int64_t batch);
 
 // Tokenizes one example (one JSONL line's text). `where` ("file:line") starts
 // its error messages. `tmpl` may be null for "text" and string prompt/completion

@@ -168,6 +168,14 @@ class CausalLM : public nn::Module {
   // the caller appends to the caches). Same weights and arithmetic as forward().
   virtual KvLayout kv_layout() const = 0;
   virtual Tensor forward_cached(KvStep& step) = 0;
+  // Packed examples (several sequences per row of ids [B, T], none seeing
+  // another): i32 [B, T] segment ids (a run of equal ids is one example,
+  // AttentionOptions::segments) and positions (each example's from 0, RoPE's
+  // angles). Logits [B, T, vocab]; each example's are those forward() gives
+  // for it alone. The Llama family packs (not with a sliding window or
+  // attention dropout); supports_packing() says whether forward_packed works.
+  virtual bool supports_packing() const { return false; }
+  virtual Tensor forward_packed(Tensor ids, Tensor segments, Tensor positions);
 
   // Params (Module::allocate) and the model's constant tables (RoPE's cos/sin,
   // positions), which get memory here and are filled: call before building graphs.

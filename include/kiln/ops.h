@@ -102,11 +102,18 @@ struct SoftmaxOptions {
 struct AttentionOptions {
   float scale = 0.0f;   // 0: 1/sqrt(E) (PyTorch's default)
   bool causal = false;  // key j masked for query i when j > i + (Tk - Tq), as softmax's
+  // Packed examples: i32 [S, T] segment ids (Tq = Tk = T; S divides the heads,
+  // the product of q's leading dims, and head h reads row h / (heads / S):
+  // [B, T] for q [B, H, T, E]). Query i sees key j only when both lie in one run
+  // of equal ids (one example), on top of causal. Undefined: no segments.
+  Tensor segments;
 };
 [[nodiscard]] Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
 // Rotary position embeddings (HF's rotate_half convention), one fused primitive:
 // x [B, T, H, D] -> x * cos + rotate_half(x) * sin, with cos/sin [T, D] (row t:
-// the angles of position t; narrow longer tables at a KV cache's offset).
+// the angles of position t; narrow longer tables at a KV cache's offset) or
+// [B, T, D] (per sequence: positions that restart per packed example, the
+// tables' rows gathered by embedding(positions, table)).
 [[nodiscard]] Tensor rope(Tensor x, Tensor cos, Tensor sin);
 // Mean cross-entropy of logits [N, C] with i32 labels [N] or f32 probabilities [N, C].
 [[nodiscard]] Tensor cross_entropy(Tensor logits, Tensor target);

@@ -15,7 +15,9 @@
 namespace kiln {
 
 inline constexpr int kMaxDims = 4;
-inline constexpr int kMaxSrc = 5;  // optimizer steps read param, grad, two moments, hyper-params
+// Optimizer steps read param, grad, two moments, hyper-params; ATTENTION_BACK
+// q, k, v, out, d out and packed examples' segment ids.
+inline constexpr int kMaxSrc = 6;
 
 enum class Op : uint8_t {
 #define KILN_OP(e, family, kind, inplace, grad) e,

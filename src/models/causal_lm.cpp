@@ -35,6 +35,12 @@ void CausalLM::check_allocated() const {
            "(or load_pretrained) before building graphs");
 }
 
+Tensor CausalLM::forward_packed(Tensor, Tensor, Tensor) {
+  fail("models", type_name(),
+       ": packed examples (forward_packed) are not supported; pad each example to its own row "
+       "instead (kiln-lm finetune --no-packing)");
+}
+
 std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
                                      const ModelOptions& opt) {
   if (cfg.llama) return make_llama(ctx, cfg, opt);

@@ -18,6 +18,13 @@ struct LlamaShared {
   Tensor cos, sin;   // [S, head_dim]
   Tensor positions;  // [S] 0, 1, ... (for the sliding-window mask)
   int64_t max_seq = 0;
+  // Packed examples, set while forward_packed builds its graph (undefined
+  // otherwise): segment ids [B, T] and the RoPE rows of each token's own
+  // position [B, T, head_dim].
+  struct Packing {
+    Tensor segments, cos, sin;
+  };
+  mutable Packing packing;
 };
 
 class LlamaAttention : public nn::Module {
@@ -51,8 +58,14 @@ class LlamaAttention : public nn::Module {
       q = (*q_norm)(q);
       k = (*k_norm)(k);
     }
-    q = detail::apply_rope(q, s_->cos, s_->sin);
-    k = detail::apply_rope(k, s_->cos, s_->sin);
+    const LlamaShared::Packing& pk = s_->packing;
+    if (pk.segments.defined()) {  // positions restart per packed example
+      q = rope(q, pk.cos, pk.sin);
+      k = rope(k, pk.cos, pk.sin);
+    } else {
+      q = detail::apply_rope(q, s_->cos, s_->sin);
+      k = detail::apply_rope(k, s_->cos, s_->sin);
+    }
     if (B == 1) {
       // Query head h = j * G + g reads key/value head j: q as [Hkv, G, T, D]
       // against k and v as [Hkv, 1, T, D], broadcast over G (views: nothing is
@@ -120,9 +133,15 @@ class LlamaAttention : public nn::Module {
     const bool window = c.sliding_window > 0 && c.sliding_window < T;
     const bool drop = training() && c.attention_dropout > 0.0f;
     if (!window && !drop) {
+      // Packed examples: segment ids [B, T] (or [1, T] for one row), one row
+      // per batch row of q's heads.
       const Shape grouped = q.shape();
-      return attention(q, k.expand(grouped), v.expand(grouped), {scale, true});
+      return attention(q, k.expand(grouped), v.expand(grouped),
+                       {scale, true, s_->packing.segments});
     }
+    if (s_->packing.segments.defined())
+      fail("models", "LlamaForCausalLM: packed examples take the fused attention, not a sliding ",
+           "window or attention dropout (pad the examples instead: --no-packing)");
     SoftmaxOptions so;
     so.scale = scale;
     so.causal = true;
@@ -224,6 +243,38 @@ class LlamaForCausalLM : public CausalLM {
            shared_->max_seq, " positions of its RoPE tables (ModelOptions::max_seq_len)");
     return lm_head(model(ids));
   }
+  bool supports_packing() const override {
+    const LlamaConfig& c = shared_->cfg;
+    return c.sliding_window <= 0 && c.attention_dropout <= 0.0f;
+  }
+
+  // forward() with the packing (segment ids, per-token RoPE rows) in the
+  // shared state while the layers build their nodes.
+  Tensor forward_packed(Tensor ids, Tensor segments, Tensor positions) override {
+    check_allocated();
+    if (ids.dtype() != i32 || ids.ndim() != 2)
+      fail("models", type_name(), ": input ids must be i32 [B, T], got ", ids.label(), " ",
+           dtype_name(ids.dtype()), " ", ids.shape().str());
+    for (const Tensor& t : {segments, positions})
+      if (!t.defined() || t.dtype() != i32 || t.shape() != ids.shape())
+        fail("models", type_name(), ": packed segment ids and positions must be i32 ",
+             ids.shape().str(), " like the ids, got ", t.defined() ? t.label() : "undefined", " ",
+             t.defined() ? t.shape().str() : "");
+    if (!supports_packing())
+      fail("models", type_name(), ": packed examples take the fused attention, not a sliding ",
+           "window or attention dropout (pad the examples instead: --no-packing)");
+    const int64_t B = ids.size(0), T = ids.size(1), D = shared_->cfg.head_dim;
+    // Each token's RoPE angles: rows of the tables at its position (a
+    // position past the tables is an index error of the gather).
+    auto rows = [&](Tensor table) { return embedding(table, positions).reshape({B, T, D}); };
+    shared_->packing = {segments, rows(shared_->cos), rows(shared_->sin)};
+    struct Clear {
+      LlamaShared& s;
+      ~Clear() { s.packing = {}; }
+    } clear{*shared_};
+    return lm_head(model(ids));
+  }
+
   KvLayout kv_layout() const override {
     const LlamaConfig& c = shared_->cfg;
     return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};

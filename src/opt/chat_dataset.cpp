@@ -276,26 +276,8 @@ void ChatDataset::write_batch(std::span<const int64_t> rows, Tensor inputs, Tens
 
 std::vector<int64_t> ChatDataset::training_rows(uint64_t seed, int64_t step, int64_t per_step,
                                                 int64_t k, int64_t batch) const {
-  const int64_t n = size();
-  if (n == 0) fail(kOp, file, ": no examples to draw batches from");
-  std::vector<int64_t> perm;
-  int64_t perm_epoch = -1;
-  std::vector<int64_t> rows(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t g = (step * per_step + k) * batch + b;  // position in the epoch sequence
-    const int64_t epoch = g / n;
-    if (epoch != perm_epoch) {
-      // Fisher-Yates from the engine's raw output (no std distribution): the
-      // same order on every platform.
-      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch));
-      perm.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i) perm[size_t(i)] = i;
-      for (int64_t i = n - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[rng() % uint64_t(i + 1)]);
-      perm_epoch = epoch;
-    }
-    rows[size_t(b)] = perm[size_t(g % n)];
-  }
-  return rows;
+  if (size() == 0) fail(kOp, file, ": no examples to draw batches from");
+  return epoch_rows(size(), seed, step, per_step, k, batch);
 }
 
 }  // namespace kiln

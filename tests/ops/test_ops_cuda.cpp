@@ -93,14 +93,16 @@ TEST(OpsCudaDevice, NoDevice) {
 // q8_0 / q4_0 is on the list for the same reason). What the rest lacks today:
 // conv2d's and embedding's f16/bf16 inputs (the fused transformer ops, layer
 // norm, attention and cross-entropy, have CUDA kernels since the first device
-// session), and cross_entropy's masked form (ignore_index, per-row weights),
-// which the CUDA backend declines: only the masked cases may miss it.
+// session), cross_entropy's masked form (ignore_index, per-row weights) and
+// attention's segmented form (packed examples), which the CUDA backend
+// declines: only the masked and segmented cases may miss them.
 // A new op (or dtype) without a CUDA kernel fails here by name; more cases of
 // a listed op (the CPU kernels' paths) do not.
 TEST(OpsCudaSupport, CasesCudaCannotRun) {
   const std::set<std::string> known = {
-      "conv2d f32", "conv2d_back_input f32", "conv2d_back_weight f32", "copy q4_0",
-      "copy q8_0",  "embedding f32",         "cross_entropy f32",      "cross_entropy_back f32",
+      "conv2d f32",    "conv2d_back_input f32", "conv2d_back_weight f32", "copy q4_0",
+      "copy q8_0",     "embedding f32",         "cross_entropy f32",      "cross_entropy_back f32",
+      "attention f32", "attention bf16",        "attention_back f32",
   };
   std::string list;
   std::set<std::string> missing;
@@ -118,6 +120,9 @@ TEST(OpsCudaSupport, CasesCudaCannotRun) {
       EXPECT_TRUE(c.name.find("ignore") != std::string::npos ||
                   c.name.find("weighted") != std::string::npos)
           << c.name << ": the plain cross_entropy has CUDA kernels (" << miss << ")";
+    if (miss.find("attention") != std::string::npos)
+      EXPECT_TRUE(c.name.find("segments") != std::string::npos)
+          << c.name << ": attention without segment ids has CUDA kernels (" << miss << ")";
     ++n;
     list += "  " + c.name + ": " + miss + "\n";
     std::stringstream ss(miss);  // "op dtype, op dtype, ..."

@@ -104,6 +104,7 @@ struct RmsNormParams {
 struct AttentionParams {
   float scale = 1;
   bool causal = false;
+  bool segmented = false;  // the last source is i32 segment ids [S, T] (AttentionOptions)
 };
 // IM2COL, COL2IM and the CONV2D ops: kernel, stride, padding, dilation (height, width).
 // MATMUL and MATMUL_ACC: a set bit means that f32 factor (bit 0 the left one,

@@ -662,11 +662,14 @@ void attention_ops(TensorNode* dst, const Launch& L) {
 static_assert(Smem<64, 64>::fwd() <= 99 * 1024 && Smem<128, 32>::fwd() <= 99 * 1024 &&
               Smem<64, 32>::dkv() <= 99 * 1024 && Smem<128, 16>::dkv() <= 99 * 1024);
 
-// q, k, v f32 or bf16 (one dtype), E <= 128, grids within CUDA's limits; the
+// q, k, v f32 or bf16 (one dtype), no segment ids, E <= 128, grids within CUDA's limits; the
 // backward's O and dO of any float dtype, and a packed result only as the
 // autodiff rule makes it (q, k, v views of one tensor).
 bool attention_supports(const TensorNode* n) {
   const TensorNode *q = n->src[0], *k = n->src[1], *v = n->src[2];
+  // Segment ids (packed examples): the CPU kernels only; the scheduler runs
+  // the node there.
+  if (op_params<AttentionParams>(*n).segmented) return false;
   if (q->dtype != DType::f32 && q->dtype != DType::bf16) return false;
   if (k->dtype != q->dtype || v->dtype != q->dtype) return false;
   const int nd = q->shape.ndim();
@@ -696,7 +699,8 @@ size_t attention_workspace(const TensorNode* n) {
 struct RopeGeom {
   int64_t T, H, half;
   int64_t xs[kMaxDims];  // x's byte strides
-  int64_t cs[2], ss[2];  // the tables' byte strides
+  int64_t cs[2], ss[2];  // the tables' byte strides (position, column)
+  int64_t cb, sb;        // their batch strides: [B, T, D] tables; 0 for [T, D]
 };
 
 template <bool kBack>
@@ -707,10 +711,11 @@ __global__ void k_rope(const char* x, const char* cos, const char* sin, RopeGeom
     const int64_t hh = row % g.H, t = row / g.H % g.T, b = row / (g.H * g.T);
     const int64_t xo = b * g.xs[0] + t * g.xs[1] + hh * g.xs[2];
     const float lo = ldf(x, xo + i * g.xs[3]), hi = ldf(x, xo + (i + g.half) * g.xs[3]);
-    const float c0 = ldf(cos, t * g.cs[0] + i * g.cs[1]);
-    const float c1 = ldf(cos, t * g.cs[0] + (i + g.half) * g.cs[1]);
-    const float s0 = ldf(sin, t * g.ss[0] + i * g.ss[1]);
-    const float s1 = ldf(sin, t * g.ss[0] + (i + g.half) * g.ss[1]);
+    const int64_t co = b * g.cb + t * g.cs[0], so = b * g.sb + t * g.ss[0];
+    const float c0 = ldf(cos, co + i * g.cs[1]);
+    const float c1 = ldf(cos, co + (i + g.half) * g.cs[1]);
+    const float s0 = ldf(sin, so + i * g.ss[1]);
+    const float s1 = ldf(sin, so + (i + g.half) * g.ss[1]);
     float* y = out + row * 2 * g.half;
     if (kBack) {
       y[i] = lo * c0 + hi * s1;
@@ -731,10 +736,13 @@ void rope_ops(TensorNode* dst, const Launch& L) {
   g.H = x->shape[2];
   g.half = x->shape[3] / 2;
   for (int d = 0; d < 4; ++d) g.xs[d] = x->stride[size_t(d)];
+  const int td = c->shape.ndim() - 2;  // [B, T, D] tables (per sequence): 1
   for (int d = 0; d < 2; ++d) {
-    g.cs[d] = c->stride[size_t(d)];
-    g.ss[d] = s->stride[size_t(d)];
+    g.cs[d] = c->stride[size_t(td + d)];
+    g.ss[d] = s->stride[size_t(td + d)];
   }
+  g.cb = td ? c->stride[0] : 0;
+  g.sb = td ? s->stride[0] : 0;
   const int64_t pairs = x->numel() / 2;
   if (pairs == 0) return;
   const char* xp = static_cast<const char*>(x->data);

@@ -5,7 +5,10 @@
 // [..., Tq, E], k and v [..., Tk, E] with identical leading dims (no broadcasting,
 // no grouped heads); scale 0 means 1/sqrt(E); causal masks key j for query i when
 // j > i + (Tk - Tq) (bottom-right aligned as softmax's causal flag, so one query
-// against a KV cache sees every key). A query row that sees no key gives zeros.
+// against a KV cache sees every key). Segment ids (packed examples) mask key j
+// for query i unless one run of equal ids holds both: an example is a run, so
+// the kernels see a key range [start of the run, causal limit) per row. A
+// query row that sees no key gives zeros.
 // q, k, v are all f32 or all bf16; the output has their dtype. bf16 inputs
 // multiply exactly with f32 accumulation; the CPU kernel rounds the softmax
 // weights to bf16 for PV where it runs vdpbf16ps (as FlashAttention does).
@@ -57,8 +60,26 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
   if (!std::isfinite(opt.scale) || opt.scale < 0)
     fail(op, "scale must be finite and >= 0 (0: 1/sqrt(E)), got ", opt.scale);
   const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(e > 0 ? e : 1));
-  return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(), {q.node(), k.node(), v.node()},
-                               AttentionParams{scale, opt.causal}));
+  if (!opt.segments.defined())
+    return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(),
+                                 {q.node(), k.node(), v.node()},
+                                 AttentionParams{scale, opt.causal}));
+  const Tensor seg = opt.segments;
+  detail::check_same_ctx(op, {q, seg});
+  const int64_t tq = q.shape()[nd - 2], tk = k.shape()[nd - 2];
+  if (tq != tk)
+    fail(op, "segments need as many queries as keys (packed training), got q ", q.shape().str(),
+         " and k ", k.shape().str());
+  int64_t heads = 1;
+  for (int d = 0; d < nd - 2; ++d) heads *= q.shape()[d];
+  if (seg.dtype() != i32 || seg.ndim() != 2 || seg.size(1) != tq || seg.size(0) < 1 ||
+      heads % seg.size(0) != 0)
+    fail(op, "segments ", seg.label(), " must be i32 [S, T] with T = ", tq, " and S dividing the ",
+         heads, " heads of q ", q.shape().str(), ", got ", dtype_name(seg.dtype()), " ",
+         seg.shape().str());
+  return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(),
+                               {q.node(), k.node(), v.node(), seg.node()},
+                               AttentionParams{scale, opt.causal, true}));
 }
 
 Tensor rope(Tensor x, Tensor cos, Tensor sin) {
@@ -71,11 +92,13 @@ Tensor rope(Tensor x, Tensor cos, Tensor sin) {
   if (x.ndim() != 4) fail(op, "x must be [B, T, H, D], got ", x.label(), " ", x.shape().str());
   const int64_t t = x.size(1), d = x.size(3);
   if (d % 2 != 0) fail(op, "the head dim D of x ", x.shape().str(), " must be even (rotate-half)");
-  const Shape want{t, d};
-  if (cos.shape() != want || sin.shape() != want)
+  const Shape want{t, d}, per_row{x.size(0), t, d};
+  if ((cos.shape() != want && cos.shape() != per_row) || sin.shape() != cos.shape())
     fail(op, "cos ", cos.shape().str(), " and sin ", sin.shape().str(),
-         " must be [T, D] = ", want.str(), " for x ", x.shape().str(),
-         " (narrow longer tables to the positions of x: table.narrow(0, start, T))");
+         " must both be [T, D] = ", want.str(), " or [B, T, D] = ", per_row.str(), " for x ",
+         x.shape().str(),
+         " (narrow longer tables to the positions of x: table.narrow(0, start, T), or gather "
+         "per-sequence positions: embedding(positions, table))");
   return Tensor(detail::new_op(Op::ROPE, f32, x.shape(), {x.node(), cos.node(), sin.node()}));
 }
 
@@ -92,7 +115,11 @@ void backward_ROPE(GradCtx& g) {
   if (!g.needs(1) && !g.needs(2)) return;
   Tensor x = g.src(0);
   const int64_t half = x.size(3) / 2;
-  auto over_batch_and_heads = [](Tensor p) { return sum(sum(p, 2), 0); };  // [T, D]
+  // [T, D] tables: summed over batch and heads; [B, T, D]: over heads.
+  const bool per_row = cos.ndim() == 3;
+  auto over_batch_and_heads = [per_row](Tensor p) {
+    return per_row ? sum(p, 2) : sum(sum(p, 2), 0);
+  };
   if (g.needs(1)) g.add(1, over_batch_and_heads(dy * x));
   if (g.needs(2)) {
     Tensor rotated = kiln::concat({neg(x.narrow(3, half, half)), x.narrow(3, 0, half)}, 3);
@@ -174,8 +201,11 @@ Tensor like(Tensor t, const Slice& s) {
 void backward_ATTENTION(GradCtx& g) {
   Tensor q = g.src(0), k = g.src(1), v = g.src(2);
   if (!g.needs(0) && !g.needs(1) && !g.needs(2)) return;
-  const std::initializer_list<TensorNode*> srcs = {q.node(), k.node(), v.node(), g.out().node(),
-                                                   g.grad().node()};
+  // Segment ids (packed examples) follow as a sixth source; none: nullptr,
+  // which new_op drops.
+  TensorNode* seg = g.params<Op::ATTENTION>().segmented ? g.src(3).node() : nullptr;
+  const std::initializer_list<TensorNode*> srcs = {q.node(),       k.node(),        v.node(),
+                                                   g.out().node(), g.grad().node(), seg};
   const Slice s[3] = {slice_of(q.node()), slice_of(k.node()), slice_of(v.node())};
   // Rows of unit column stride; strided views (a backend that copies a
   // source keeps a strided view a view of the copied tensor, at its offset,

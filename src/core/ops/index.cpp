@@ -12,7 +12,7 @@
 //   A quantized table is frozen: no gradient flows into it.
 // - concat (torch.cat): every tensor has the same ndim and dtype, sizes match
 //   except along `dim`; a one-element list returns that tensor itself. The
-//   primitive takes 2 to kMaxSrc (5) parts, so more tensors become a chain of
+//   primitive takes 2 to kMaxSrc (6) parts, so more tensors become a chain of
 //   CONCAT nodes (errors are checked up front and name the original
 //   positions). Any dtype.
 // - pad (F.pad, constant mode): pairs (before, after) from the LAST dim; fewer
@@ -71,11 +71,13 @@ Tensor concat_node(const Tensor* parts, int n, int dim) {
     if (i > 0) s[dim] += parts[i].shape()[dim];
     srcs[i] = parts[i].node();
   }
-  const std::initializer_list<TensorNode*> all[] = {{srcs[0], srcs[1]},
-                                                    {srcs[0], srcs[1], srcs[2]},
-                                                    {srcs[0], srcs[1], srcs[2], srcs[3]},
-                                                    {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]}};
-  static_assert(kMaxSrc == 5);
+  const std::initializer_list<TensorNode*> all[] = {
+      {srcs[0], srcs[1]},
+      {srcs[0], srcs[1], srcs[2]},
+      {srcs[0], srcs[1], srcs[2], srcs[3]},
+      {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]},
+      {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4], srcs[5]}};
+  static_assert(kMaxSrc == 6);
   return Tensor(detail::new_op(Op::CONCAT, parts[0].dtype(), s, all[n - 2], ConcatParams{dim}));
 }
 

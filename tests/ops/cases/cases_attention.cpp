@@ -1,7 +1,8 @@
 // Cases: the fused ATTENTION (causal or not, Tq != Tk as with a KV cache,
 // permuted q/k/v, 3-D, grouped heads through broadcast k/v) and ATTENTION_BACK on its own; ROPE
 // (tables of any values, strided x and tables, tables narrowed at a KV cache's offset, gradients of
-// x and of the tables) and ROPE_BACK on its own. Multi-threaded sizes run without finite
+// x and of the tables, per-sequence tables) and ROPE_BACK on its own; segment
+// ids (packed examples) through every kernel path. Multi-threaded sizes run without finite
 // differences (their grads are compared with the reference's).
 #include <array>
 #include <cmath>
@@ -311,6 +312,91 @@ void add_attention_small(std::vector<Case>& cs) {
   }
 }
 
+// Segment ids [rows, T]: row r is runs of the lengths runs[r % runs.size()]
+// (cut at T, the last run stretched to T), each run's id its index, but with
+// an id repeated by a later, separate run (a run is one example either way).
+Gen segment_runs(std::vector<std::vector<int64_t>> runs) {
+  return [runs](const Shape& s, Rng&) {
+    const int64_t rows = s[0], T = s[1];
+    std::vector<double> v(size_t(rows * T));
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<int64_t>& len = runs[size_t(r) % runs.size()];
+      int64_t t = 0;
+      for (size_t k = 0; t < T; ++k) {
+        const int64_t n = k < len.size() ? len[k] : T;
+        for (int64_t i = 0; i < n && t < T; ++i, ++t) v[size_t(r * T + t)] = double(k % 3);
+      }
+    }
+    return v;
+  };
+}
+
+// ATTENTION with segment ids (packed examples), against the reference's
+// pairwise masking: the small-head kernels (T <= 64) with finite
+// differences, the tiled kernels past them (runs longer than a 256-key block,
+// rows whose keys start mid-chunk, grouped heads), ATTENTION_BACK alone, bf16.
+void add_attention_segments(std::vector<Case>& cs) {
+  const Gen g = gen::uniform(-1.5, 1.5);
+  const std::vector<std::vector<int64_t>> runs = {{3, 1, 5}, {13}, {2, 2, 2}};
+  auto seg_attention = [](bool causal, float scale) {
+    return [causal, scale](Context&, X x) {
+      return attention(x[0], x[1], x[2], {scale, causal, x[3]});
+    };
+  };
+  auto back = [](bool causal, float scale) {
+    return [causal, scale](Context&, X x) {
+      Tensor o = attention(x[0], x[1], x[2], {scale, causal, x[4]});
+      const int64_t n = x[0].numel() + x[1].numel() + x[2].numel();
+      return detail::make_op(Op::ATTENTION_BACK, DType::f32, Shape{n},
+                             {x[0], x[1], x[2], o, x[3], x[4]},
+                             AttentionParams{scale, causal, true});
+    };
+  };
+  for (const bool causal : {true, false}) {
+    const std::string sfx = causal ? "_causal" : "_full";
+    cs.push_back(make_case("attention_segments_small" + sfx, {Op::ATTENTION},
+                           {in("q", {2, 1, 13, 6}, g), in("k", {2, 1, 13, 6}, g),
+                            in("v", {2, 1, 13, 6}), in_i32("seg", {2, 13}, segment_runs(runs))},
+                           seg_attention(causal, 0.0f), true));
+    // One row of ids for every head (S = 1), as a batch of one passes them.
+    cs.push_back(no_fd(
+        make_case("attention_segments_small_one_row" + sfx, {Op::ATTENTION},
+                  {in("q", {2, 4, 40, 32}, g), in("k", {2, 4, 40, 32}, g), in("v", {2, 4, 40, 32}),
+                   in_i32("seg", {1, 40}, segment_runs({{7, 20, 1, 5}}))},
+                  seg_attention(causal, 0.0f), true)));
+    // Runs of 3, 270 and the rest: a key block starting mid-run, a run
+    // starting mid-chunk; the second row one run (no packing).
+    cs.push_back(no_fd(make_case(
+        "attention_segments_tiled" + sfx, {Op::ATTENTION},
+        {in("q", {2, 1, 300, 16}, g), in("k", {2, 1, 300, 16}, g), in("v", {2, 1, 300, 16}),
+         in_i32("seg", {2, 300}, segment_runs({{3, 270}, {300}}))},
+        seg_attention(causal, 0.0f), true)));
+    // Grouped heads (k and v broadcast over G): tiles of several heads.
+    cs.push_back(no_fd(
+        make_case("attention_segments_gqa" + sfx, {Op::ATTENTION},
+                  {in("q", {2, 3, 90, 16}, g), expanded(in("k", {2, 3, 90, 16}, g), {2, 1, 90, 16}),
+                   expanded(in("v", {2, 3, 90, 16}), {2, 1, 90, 16}),
+                   in_i32("seg", {1, 90}, segment_runs({{17, 1, 40}}))},
+                  seg_attention(causal, 0.0f), true)));
+    Case bf = make_case(
+        "attention_segments_bf16" + sfx, {Op::ATTENTION},
+        {as(in("q", {1, 2, 80, 16}, g), DType::bf16), as(in("k", {1, 2, 80, 16}, g), DType::bf16),
+         as(in("v", {1, 2, 80, 16}), DType::bf16), in_i32("seg", {1, 80}, segment_runs({{30, 9}}))},
+        seg_attention(causal, 0.0f), false);
+    bf.tol = {8e-3, 8e-3};
+    cs.push_back(bf);
+    for (const int64_t t : {int64_t(29), int64_t(70)}) {  // small and tiled kernels
+      Case b =
+          make_case("attention_back_segments_t" + std::to_string(t) + sfx, {Op::ATTENTION_BACK},
+                    {in("q", {1, 2, t, 12}, g), in("k", {1, 2, t, 12}, g), in("v", {1, 2, t, 12}),
+                     in("dout", {1, 2, t, 12}), in_i32("seg", {1, t}, segment_runs({{5, 1, 14}}))},
+                    back(causal, 0.3f), false);
+      b.tol = {1e-5, 1e-5};
+      cs.push_back(b);
+    }
+  }
+}
+
 // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
 std::string rope_spec(const std::vector<RefValue>& in, const RefValue& out) {
   const RefValue &x = in[0], &c = in[1], &s = in[2];
@@ -364,6 +450,12 @@ void add_rope(std::vector<Case>& cs, Sz z) {
       "rope_mt", {Op::ROPE},
       {in("x", {B, TM, 8, 64}), constant(in("cos", {TM, 64})), constant(in("sin", {TM, 64}))},
       rope3, true)));
+  // Per-sequence tables [B, T, D] (packed examples' positions restart; the
+  // models gather rows of their tables): gradients of x and of the tables.
+  cs.push_back(make_case("rope_per_sequence_tables", {Op::ROPE},
+                         {in("x", {B, T, H, 12}), in("cos", {B, T, 12}),
+                          with(in("sin", {B, T, 12}), Layout::permuted)},
+                         rope3, true));
   // ROPE_BACK alone (no gradient rule of its own).
   cs.push_back(make_case(
       "rope_back", {Op::ROPE_BACK},
@@ -380,6 +472,7 @@ void add_rope(std::vector<Case>& cs, Sz z) {
 void add_attention_cases(std::vector<Case>& cs, Sz z) {
   add_attention(cs, z);
   add_attention_small(cs);
+  add_attention_segments(cs);
   add_rope(cs, z);
 }
 

@@ -148,14 +148,14 @@ void add_concat(std::vector<Case>& cs, Sz z) {
         return concat({x[0], x[1]}, 1);
       },
       true));
-  // Six parts, one strided and one twice: a node of five (the most sources a
-  // node has), then one of that and the sixth.
+  // Seven parts, one strided and two twice: a node of six (the most sources a
+  // node has), then one of that and the seventh.
   cs.push_back(make_case(
-      "concat_six_parts", {Op::CONCAT},
+      "concat_seven_parts", {Op::CONCAT},
       {in("a", {R, 2}), with(in("b", {R, 3}), Layout::narrowed), in("c", {R, 1}), in("d", {R, 4}),
        in("e", {R, 2})},
       [](Context&, X x) {
-        return concat(std::vector<Tensor>{x[0], x[1], x[2], x[3], x[4], x[0]}, 1);
+        return concat(std::vector<Tensor>{x[0], x[1], x[2], x[3], x[4], x[0], x[2]}, 1);
       },
       true));
 }

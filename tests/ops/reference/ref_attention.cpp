@@ -1,5 +1,6 @@
 // Reference: the fused ATTENTION and ATTENTION_BACK, in double, written from
-// their definitions in ops.def: the whole score matrix of a head; ROPE and
+// their definitions in ops.def: the whole score matrix of a head (segment ids
+// compared pairwise, not as the kernels' ranges); ROPE and
 // ROPE_BACK element by element.
 #include <algorithm>
 #include <cmath>
@@ -15,15 +16,25 @@ namespace {
 
 constexpr double kAttentionInf = std::numeric_limits<double>::infinity();
 
+// Whether query i and key j lie in one run of equal segment ids (seg: the
+// head's row of ids, T of them; null: no segments).
+bool same_run(const double* seg, int64_t i, int64_t j) {
+  if (!seg) return true;
+  for (int64_t t = std::min(i, j); t < std::max(i, j); ++t)
+    if (seg[t] != seg[t + 1]) return false;
+  return true;
+}
+
 // Softmax probabilities of one attention head: p[i][j] (0 for masked keys).
 std::vector<double> head_probs(const double* q, const double* k, int64_t tq, int64_t tk, int64_t e,
-                               double scale, bool causal) {
+                               double scale, bool causal, const double* seg) {
   std::vector<double> p(size_t(tq * tk), 0.0);
   for (int64_t i = 0; i < tq; ++i) {
     double m = -kAttentionInf;
     std::vector<double> s(size_t(tk), -kAttentionInf);
     for (int64_t j = 0; j < tk; ++j) {
       if (causal && j > i + (tk - tq)) continue;
+      if (!same_run(seg, i, j)) continue;
       double acc = 0;
       for (int64_t c = 0; c < e; ++c) acc += q[i * e + c] * k[j * e + c];
       s[size_t(j)] = scale * acc;
@@ -46,6 +57,16 @@ AttnDims attn_dims(const RefValue& q, const RefValue& k) {
   const int nd = q.shape.ndim();
   const int64_t tq = q.shape[nd - 2], e = q.shape[nd - 1];
   return {tq * e ? q.numel() / (tq * e) : 0, tq, k.shape[nd - 2], e};
+}
+
+// Head h's row of segment ids (the node's last source when segmented), or null.
+const double* head_segments(const RefArgs& a, const AttnDims& D, int64_t h) {
+  if (!a.params<AttentionParams>().segmented) return nullptr;
+  const RefValue& seg = a.in(a.node->n_src - 1);
+  const int64_t rows = seg.shape[0], t = seg.shape[1];
+  if (t != D.tq || t != D.tk || D.heads % rows != 0)
+    ref_fail(a.node, "segments " + seg.shape.str() + " do not fit the heads");
+  return seg.v.data() + h / (D.heads / rows) * t;
 }
 
 // ATTENTION_BACK's result shaped like the one tensor its q, k and v are
@@ -88,7 +109,8 @@ RefValue ref_ATTENTION(const RefArgs& a) {
     const double* qh = q.v.data() + h * D.tq * D.e;
     const double* kh = k.v.data() + h * D.tk * D.e;
     const double* vh = v.v.data() + h * D.tk * D.e;
-    const std::vector<double> pr = head_probs(qh, kh, D.tq, D.tk, D.e, double(p.scale), p.causal);
+    const std::vector<double> pr =
+        head_probs(qh, kh, D.tq, D.tk, D.e, double(p.scale), p.causal, head_segments(a, D, h));
     for (int64_t i = 0; i < D.tq; ++i)
       for (int64_t c = 0; c < D.e; ++c) {
         double acc = 0;
@@ -122,7 +144,8 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
     double* dq = grads.data() + h * D.tq * D.e;
     double* dk = grads.data() + nq + h * D.tk * D.e;
     double* dv = grads.data() + nq + nk + h * D.tk * D.e;
-    const std::vector<double> pr = head_probs(qh, kh, D.tq, D.tk, D.e, sc, p.causal);
+    const std::vector<double> pr =
+        head_probs(qh, kh, D.tq, D.tk, D.e, sc, p.causal, head_segments(a, D, h));
     for (int64_t i = 0; i < D.tq; ++i) {
       std::vector<double> dp(size_t(D.tk));
       double row = 0;
@@ -151,21 +174,24 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
 
 namespace {
 
-// x [B, T, H, D], tables [T, D]. Forward, i < h = D/2:
+// x [B, T, H, D], tables [T, D] or [B, T, D]. Forward, i < h = D/2:
 //   y[i] = x[i] c[i] - x[i+h] s[i],  y[i+h] = x[i+h] c[i+h] + x[i] s[i+h];
 // the adjoint (back): dx[i] = dy[i] c[i] + dy[i+h] s[i+h], dx[i+h] = dy[i+h] c[i+h] - dy[i] s[i].
 RefValue rope(const RefArgs& a, bool back) {
   const RefValue &x = a.in(0), &c = a.in(1), &s = a.in(2);
   RefValue r = ref_out(a.node, x.shape);
   const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3], h = D / 2;
-  if (c.shape != Shape{T, D} || s.shape != Shape{T, D}) ref_fail(a.node, "tables are not [T, D]");
+  const bool per_row = c.shape == Shape{B, T, D};  // per sequence (packed positions)
+  if ((c.shape != Shape{T, D} && !per_row) || s.shape != c.shape)
+    ref_fail(a.node, "tables are not [T, D] or [B, T, D]");
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t hh = 0; hh < H; ++hh) {
         const size_t base = size_t(((b * T + t) * H + hh) * D);
         const double* xr = x.v.data() + base;
-        const double* cr = c.v.data() + t * D;
-        const double* sr = s.v.data() + t * D;
+        const int64_t row = per_row ? b * T + t : t;
+        const double* cr = c.v.data() + row * D;
+        const double* sr = s.v.data() + row * D;
         for (int64_t i = 0; i < h; ++i) {
           const double lo = xr[i], hi = xr[i + h];
           r.v[base + size_t(i)] = back ? lo * cr[i] + hi * sr[i + h] : lo * cr[i] - hi * sr[i];

@@ -10,7 +10,9 @@
 // Per query tile, keys in one pass: the scores S = scale q k^T and
 // dp = dO v^T are recomputed for the tile's rows (kR x Tk), then p = softmax(S)
 // and D = dO . O give ds = p (dp - D); dq = scale ds k, and dk += scale ds^T q,
-// dv += p^T dO accumulate in the head's rows of the output.
+// dv += p^T dO accumulate in the head's rows of the output. Keys no row of a
+// tile sees are skipped: past the causal limit, and before the first key of
+// the tile's packed examples (segment ids).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -244,6 +246,7 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   float* gt = qt + kR * eb;
   float* obuf = gt + kR * eb;
   float* rbuf = obuf + eb;
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const HeadMat qh = head_of(q, h), kh = head_of(k, h), vh = head_of(v, h);
     const HeadMat oh = head_of(o, h), gh = head_of(dout, h);
@@ -260,43 +263,56 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
       float* dqi = dq.row(i0);  // the tile's rows of dq
       for (int r = 0; r < nr; ++r) std::fill(dqi + r * dq.ld, dqi + r * dq.ld + e, 0.0f);
-      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
+      // Row r sees keys [kr[r].lo, kr[r].hi); the tile's columns are the keys
+      // [j0, n_max) (j0 > 0 past earlier packed examples), P and dS hold key j
+      // at column j - j0.
+      KeyRange kr[kR];
+      int64_t n_max = 0, lo_min = D.tk;
+      for (int r = 0; r < nr; ++r) {
+        kr[r] = ranges.row(h, i0 + r);
+        n_max = std::max(n_max, kr[r].hi);
+        lo_min = std::min(lo_min, kr[r].lo);
+      }
       if (n_max == 0) continue;
+      const int64_t j0 = lo_min < n_max ? lo_min / kW * kW : 0, nc = n_max - j0;
       pack_tile(qh, i0, nr, e, qt);
       pack_tile(gh, i0, nr, e, gt);
       with_rows(nr, [&]<int R>() {
-        tile_scores<R>(qt, kt, ld, e, 0, n_max, p.scale, P, ld);
-        tile_scores<R>(gt, vt, ld, e, 0, n_max, 1.0f, dS, ld);  // dp[j] = dO . v_j
+        tile_scores<R>(qt, kt, ld, e, j0, n_max, p.scale, P, ld);
+        tile_scores<R>(gt, vt, ld, e, j0, n_max, 1.0f, dS, ld);  // dp[j] = dO . v_j
       });
-      // Per row: p = softmax over its visible keys (0 past them, and for a row
-      // with none); ds = p (dp - dO . O), times scale for dq and dk.
+      // Per row: p = softmax over its visible keys (0 outside them, and for a
+      // row with none); ds = p (dp - dO . O), times scale for dq and dk.
       for (int r = 0; r < nr; ++r) {
         float* pr = P + r * ld;
         float* dr = dS + r * ld;
-        const int64_t n = visible(i0 + r, D.tq, D.tk, p.causal);
-        const float m = row_max(pr, n);
+        const int64_t a = std::clamp(kr[r].lo - j0, int64_t(0), nc);
+        const int64_t n = std::max(a, kr[r].hi - j0);
+        const float m = row_max(pr + a, n - a);
         if (m == kNegInf) {
-          std::fill(pr, pr + n_max, 0.0f);
-          std::fill(dr, dr + n_max, 0.0f);
+          std::fill(pr, pr + nc, 0.0f);
+          std::fill(dr, dr + nc, 0.0f);
           continue;
         }
-        const float l = exp_store_sum(pr, n, m);
+        const float l = exp_store_sum(pr + a, n - a, m);
         const float dsum = dot(gt + r * e, oh.row(i0 + r, e, obuf), e);
         const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum);
         const VF vs = vm::c<VF>(p.scale);
-        for (int64_t j = 0; j < n; j += kW) {
+        for (int64_t j = a; j < n; j += kW) {
           const int mm = int(std::min(kW, n - j));
           const VF pj = vm::loadv<VF>(pr + j, mm) * inv;
           vm::store(pr + j, pj, mm);                                          // p
           vm::store(dr + j, pj * (vm::loadv<VF>(dr + j, mm) - vd) * vs, mm);  // scale * ds
         }
-        std::fill(pr + n, pr + n_max, 0.0f);
-        std::fill(dr + n, dr + n_max, 0.0f);
+        std::fill(pr, pr + a, 0.0f);
+        std::fill(dr, dr + a, 0.0f);
+        std::fill(pr + n, pr + nc, 0.0f);
+        std::fill(dr + n, dr + nc, 0.0f);
       }
       with_rows(nr, [&]<int R>() {
-        tile_weighted<R>(dS, ld, kp, 0, n_max, e, dqi, dq.ld);  // dq = scale ds k
-        tile_outer_acc<R>(dS, ld, qt, n_max, e, dk.p, dk.ld);   // dk += scale ds^T q
-        tile_outer_acc<R>(P, ld, gt, n_max, e, dv.p, dv.ld);    // dv += p^T dO
+        tile_weighted<R>(dS, ld, kp, j0, n_max, e, dqi, dq.ld);   // dq = scale ds k
+        tile_outer_acc<R>(dS, ld, qt, nc, e, dk.row(j0), dk.ld);  // dk += scale ds^T q
+        tile_outer_acc<R>(P, ld, gt, nc, e, dv.row(j0), dv.ld);   // dv += p^T dO
       });
     }
   }

@@ -15,7 +15,8 @@
 // to bf16 for the products that read them (as FlashAttention does); the row
 // max, sum, D = dO . O and every accumulator are f32. Results do not depend on
 // the thread count (each tile, or head backward, is computed the same way by
-// whichever thread owns it).
+// whichever thread owns it). Segment ids (packed examples) mask the keys of
+// earlier examples; unlike the f32 kernels, these paths do not skip them.
 #include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/attention_head.h"
 
@@ -54,6 +55,8 @@ using attn::Dims;
 using attn::dims_of;
 using attn::grad_head;
 using attn::GradRows;
+using attn::KeyRange;
+using attn::KeyRanges;
 using attn::round_up;
 using attn::visible;
 
@@ -322,6 +325,7 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
   float* orow = acc + kR * eb;
   char* out = static_cast<char*>(dst->data);
   const int64_t osz = int64_t(dtype_size(dst->dtype));
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   Head qh{};
   for (int64_t u = ur.begin, packed = -1; u < ur.end; ++u) {
     const int64_t h = u / tiles, i0 = u % tiles * kR;
@@ -333,13 +337,15 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
     }
     const int nr = int(std::min<int64_t>(kR, D.tq - i0));
     pack_rows_pairs(qh, i0, nr, e, q2, rows);
-    const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
     float m[kR], l[kR];
-    int64_t n_row[kR];
+    int64_t n_row[kR], lo_row[kR], n_max = 0;  // row r sees keys [lo_row, n_row)
     for (int r = 0; r < nr; ++r) {
       m[r] = kNegInf;
       l[r] = 0.0f;
-      n_row[r] = visible(i0 + r, D.tq, D.tk, p.causal);
+      const KeyRange kr = ranges.row(h, i0 + r);
+      n_row[r] = kr.hi;
+      lo_row[r] = kr.lo;
+      n_max = std::max(n_max, kr.hi);
     }
     std::fill(acc, acc + kR * eb, 0.0f);
     for (int64_t j0 = 0; j0 < n_max; j0 += kKeyBlock) {
@@ -349,7 +355,8 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
         float* sr = S + r * kKeyBlock;
         uint16_t* pr = reinterpret_cast<uint16_t*>(p2 + r * kPw);
         const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), nb);  // visible in block
-        const float bm = std::max(m[r], row_max(sr, n));
+        const int64_t a = std::min(n, std::clamp(lo_row[r] - j0, int64_t(0), nb));  // from
+        const float bm = std::max(m[r], row_max(sr + a, n - a));
         if (bm == kNegInf) {  // nothing visible yet: weight 0
           to_bf16(sr, 0, 2 * npb, pr);
           continue;
@@ -359,7 +366,8 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
         if (m[r] != kNegInf && corr != 1.0f)
           for (int64_t c = 0; c < e; ++c) acc[r * eb + c] *= corr;
         m[r] = bm;
-        l[r] += exp_store_sum(sr, n, bm);
+        l[r] += exp_store_sum(sr + a, n - a, bm);
+        std::fill(sr, sr + a, 0.0f);  // keys of an earlier packed example weigh 0
         to_bf16(sr, n, 2 * npb, pr);  // keys past the row's causal limit weigh 0
       }
       with_rows(nr, [&]<int R>() { weighted<R>(p2, kPw, v2 + j0 / 2 * eb, npb, eb, acc); });
@@ -415,6 +423,7 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
     const Head hx = head_of(x, h);
     return f32_row(hx.base + i * hx.rs, x->dtype, hx.cs, e, buf);
   };
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const Head qh = head_of(q, h), kh = head_of(k, h), gh = head_of(dout, h);
     pack_pairs_over_e(kh, D.tk, e, k2, ldk, rows);
@@ -425,7 +434,12 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
     const GradRows dqh = grad_head(dst, 0, h);
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
-      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
+      KeyRange kr[kR] = {};  // row r sees keys [lo, hi); rows past nr none
+      int64_t n_max = 0;
+      for (int r = 0; r < nr; ++r) {
+        kr[r] = ranges.row(h, i0 + r);
+        n_max = std::max(n_max, kr[r].hi);
+      }
       if (n_max == 0) {
         for (int r = 0; r < nr; ++r) std::fill(dqh.row(i0 + r), dqh.row(i0 + r) + e, 0.0f);
         continue;
@@ -444,24 +458,26 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
       for (int r = 0; r < kR; ++r) {
         float* pr = P + r * ldp;
         float* dr = dS + r * ldp;
-        const int64_t n = r < nr ? visible(i0 + r, D.tq, D.tk, p.causal) : 0;
-        const float m = row_max(pr, n);
+        const int64_t n = kr[r].hi, a = std::min(kr[r].lo, n);
+        const float m = row_max(pr + a, n - a);
         if (m == kNegInf) {
           std::fill(pr, pr + 2 * npm, 0.0f);
           std::fill(dr, dr + 2 * npm, 0.0f);
           continue;
         }
-        const float l = exp_store_sum(pr, n, m);
+        const float l = exp_store_sum(pr + a, n - a, m);
         const float* orow = row_f32(o, h, i0 + r, obuf);
         const float* grow = row_f32(dout, h, i0 + r, gbuf);
         float dsum = 0.0f;
         for (int64_t c = 0; c < e; ++c) dsum += grow[c] * orow[c];
         const float inv = 1.0f / l;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = a; j < n; ++j) {
           const float pj = pr[j] * inv;
           pr[j] = pj;
           dr[j] = pj * (dr[j] - dsum) * p.scale;
         }
+        std::fill(pr, pr + a, 0.0f);  // keys of an earlier packed example
+        std::fill(dr, dr + a, 0.0f);
         std::fill(pr + n, pr + 2 * npm, 0.0f);
         std::fill(dr + n, dr + 2 * npm, 0.0f);
       }

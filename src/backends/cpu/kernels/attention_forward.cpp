@@ -16,12 +16,15 @@
 // then each row's running max m, sum l and output accumulator are updated
 // (rescaled by exp(m_old - m_new) when the block raises the max), then
 // P V is a second micro-kernel (6 rows x up to 4 vectors of E). Key blocks
-// past a tile's last visible key are never computed (the causal triangle).
+// past a tile's last visible key are never computed (the causal triangle), nor
+// keys before its first (packed examples: segment ids), so packed attention
+// costs about the sum of its examples'.
 //
 // Threads take contiguous runs of (group, tile) units of about equal work
 // (a unit costs its rows times its visible keys). Every row's arithmetic
-// depends only on its own q row and the key blocks (fixed from key 0), never
-// on its tile-mates or the split: results are the same for any thread count.
+// depends only on its own q row and the key blocks (fixed from key 0; with
+// segment ids from the tile's first visible chunk, and tiles are fixed by the
+// shape), never on the split: results are the same for any thread count.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -109,13 +112,16 @@ void rows_pv(const float* P, const float* v, int64_t n, int64_t e, float* O) {
   }
 }
 
-// One row of a key block in the online softmax: sr[0, n) are its visible
+// One row of a key block in the online softmax: sr[a, n) are its visible
 // scores (of jw written); the running max m and sum l are updated (the
 // output accumulator o rescaled when the max rises), and sr becomes the
-// block's probabilities exp(s - m), 0 past n. Whole vectors throughout: the
-// invisible lanes of the last one are set to -inf first (exp gives 0).
-void block_softmax(float* sr, int64_t n, int64_t jw, float& m, float& l, float* o, int64_t e) {
+// block's probabilities exp(s - m), 0 outside [a, n). Whole vectors
+// throughout: the invisible lanes (before a: keys of an earlier packed
+// example) are set to -inf first (exp gives 0).
+void block_softmax(float* sr, int64_t a, int64_t n, int64_t jw, float& m, float& l, float* o,
+                   int64_t e) {
   const int64_t nv = (n + kW - 1) / kW;  // vectors holding visible scores
+  std::fill(sr, sr + std::min(a, n), kNegInf);
   std::fill(sr + n, sr + nv * kW, kNegInf);
   VF mx = vm::c<VF>(kNegInf);
   for (int64_t v = 0; v < nv; ++v) mx = vm::max(mx, vm::loadv<VF>(sr + v * kW));
@@ -241,6 +247,7 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   const int64_t blocks = D.heads / g.sub, tiles = (D.tq + g.pos - 1) / g.pos;
   const UnitRange ur = unit_range(t, blocks, tiles, g, D, p.causal);
   if (ur.end <= ur.begin) return;
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   const int64_t e = D.e, tkp = round_up(std::max<int64_t>(D.tk, 1), kChunk);
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(
@@ -266,30 +273,36 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
     const int64_t np = std::min(g.pos, D.tq - i0);
     const int rows = int(g.sub * g.pos);
     float m[kTileRows], l[kTileRows];
-    int64_t n_row[kTileRows];
-    int64_t n_max = 0;
+    int64_t n_row[kTileRows], lo_row[kTileRows];  // row r sees keys [lo_row, n_row)
+    int64_t n_max = 0, lo_min = D.tk;
     for (int r = 0; r < rows; ++r) {
       const int64_t s = r / g.pos, i = r % g.pos;
       m[r] = kNegInf;
       l[r] = 0.0f;
       float* qr = qt + r * e;
       if (i >= np) {
-        n_row[r] = 0;
+        n_row[r] = lo_row[r] = 0;
         std::fill(qr, qr + e, 0.0f);
         continue;
       }
-      n_row[r] = visible(i0 + i, D.tq, D.tk, p.causal);
+      const KeyRange kr = ranges.row(h0 + s, i0 + i);
+      n_row[r] = kr.hi;
+      lo_row[r] = kr.lo;
       n_max = std::max(n_max, n_row[r]);
+      lo_min = std::min(lo_min, kr.lo);
       const float* src = head_of(q, h0 + s).row(i0 + i, e, qr);
       if (src != qr) std::memcpy(qr, src, size_t(e) * sizeof(float));
     }
     const int prow = int(round_up(rows, kRowsPV));  // rows the kernels run (a multiple of 6)
     for (int r = rows; r < prow; ++r) {
-      m[r] = kNegInf, l[r] = 0.0f, n_row[r] = 0;
+      m[r] = kNegInf, l[r] = 0.0f, n_row[r] = lo_row[r] = 0;
       std::fill(qt + r * e, qt + (r + 1) * e, 0.0f);
     }
     std::fill(O, O + prow * e, 0.0f);
-    for (int64_t j0 = 0; j0 < n_max; j0 += kBlock) {
+    // Keys before every row's first visible one (earlier packed examples) are
+    // skipped from a whole chunk on.
+    const int64_t j_start = lo_min < n_max ? lo_min / kChunk * kChunk : 0;
+    for (int64_t j0 = j_start; j0 < n_max; j0 += kBlock) {
       const int64_t jn = std::min(n_max - j0, kBlock);  // keys in this block
       for (int64_t jc = 0; jc < jn; jc += kChunk) {
         const float* ktc = kt + (j0 + jc) / kChunk * e * kChunk;
@@ -301,8 +314,9 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
       }
       const int64_t jw = round_up(jn, kChunk);  // score columns written
       for (int r = 0; r < prow; ++r) {
-        const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), jn);  // visible in block
-        block_softmax(S + r * kBlock, n, jw, m[r], l[r], O + r * e, e);
+        const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), jn);   // visible in block
+        const int64_t a = std::clamp(lo_row[r] - j0, int64_t(0), jn);  // from here
+        block_softmax(S + r * kBlock, a, n, jw, m[r], l[r], O + r * e, e);
       }
       for (int r0 = 0; r0 < prow; r0 += kRowsPV)
         rows_pv(S + r0 * kBlock, vp + j0 * e, jn, e, O + r0 * e);

@@ -1,9 +1,11 @@
 // What the ATTENTION forward (attention_forward.cpp) and backward
 // (attention.cpp, attention_small.cpp) kernels share: one head of a [..., T, E]
-// operand, the causal visibility rule, the problem's dims and a vector dot.
+// operand, the causal and segment visibility rules, the problem's dims and a
+// vector dot.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/vec_math.h"
@@ -54,6 +56,54 @@ inline Dims dims_of(const TensorNode* q, const TensorNode* k) {
   return {q->numel() / std::max<int64_t>(1, q->shape[nd - 2] * q->shape[nd - 1]), q->shape[nd - 2],
           k->shape[nd - 2], q->shape[nd - 1]};
 }
+
+// The keys a query row sees: [lo, hi).
+struct KeyRange {
+  int64_t lo = 0, hi = 0;
+};
+
+// Which keys each query row of a head sees: the causal rule (visible) and,
+// with segment ids (packed examples: the node's last source, i32 [S, T],
+// Tq = Tk; head h reads row h / (heads / S)), only the keys of the row's own
+// run of equal ids. An example is a run, so a row's keys are one range. The
+// runs of a segment row are found once (O(T)) when a head of another row is
+// asked for; each thread keeps its own.
+class KeyRanges {
+ public:
+  KeyRanges(const TensorNode* dst, const Dims& D, bool causal, bool segmented)
+      : seg_(segmented ? dst->src[dst->n_src - 1] : nullptr), D_(D), causal_(causal) {
+    if (seg_) {
+      per_row_ = std::max<int64_t>(1, D.heads / seg_->shape[0]);
+      start_.resize(size_t(D.tk));
+      end_.resize(size_t(D.tk));
+    }
+  }
+  bool segmented() const { return seg_ != nullptr; }
+  KeyRange row(int64_t h, int64_t i) {
+    const int64_t hi = visible(i, D_.tq, D_.tk, causal_);
+    if (!seg_) return {0, hi};
+    const int64_t r = h / per_row_;
+    if (r != row_) runs_of(r);
+    return {start_[size_t(i)], std::min(hi, end_[size_t(i)])};
+  }
+
+ private:
+  void runs_of(int64_t r) {
+    const char* p = static_cast<const char*>(seg_->data) + r * seg_->stride[0];
+    auto id = [&](int64_t t) { return *reinterpret_cast<const int32_t*>(p + t * seg_->stride[1]); };
+    const int64_t T = D_.tk;
+    for (int64_t t = 0; t < T; ++t)
+      start_[size_t(t)] = t > 0 && id(t) == id(t - 1) ? start_[size_t(t - 1)] : t;
+    for (int64_t t = T - 1; t >= 0; --t)
+      end_[size_t(t)] = t + 1 < T && id(t) == id(t + 1) ? end_[size_t(t + 1)] : t + 1;
+    row_ = r;
+  }
+  const TensorNode* seg_;
+  Dims D_;
+  bool causal_;
+  int64_t per_row_ = 1, row_ = -1;
+  std::vector<int64_t> start_, end_;
+};
 
 // dot(a, b) over e contiguous floats, vector by vector (a masked tail).
 inline float dot(const float* a, const float* b, int64_t e) {

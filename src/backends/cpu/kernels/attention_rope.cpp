@@ -1,8 +1,8 @@
 // ROPE and ROPE_BACK: rotate-half rotary embeddings of x [B, T, H, D] with
 // cos/sin tables [T, D] (any strides, e.g. a narrow of longer tables at a KV
-// cache's offset). Rows (b, t, h) go to threads whole; each step loads the pair
-// of vectors x[j..], x[j+D/2..] and writes both results, so reading every element
-// before it is written makes in place safe.
+// cache's offset) or [B, T, D] (per sequence: packed examples' positions). Rows (b, t, h) go to
+// threads whole; each step loads the pair of vectors x[j..], x[j+D/2..] and writes both results, so
+// reading every element before it is written makes in place safe.
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/kernels.h"
 #include "backends/cpu/kernels/vec_math.h"
@@ -30,13 +30,19 @@ void rope_rows(TensorNode* dst, ThreadCtx& t) {
   const char* cp = static_cast<const char*>(ct->data);
   const char* sp = static_cast<const char*>(st->data);
   float* out = static_cast<float*>(dst->data);
+  // Tables [T, D], or [B, T, D] (per sequence): the byte offset of row (b, tt).
+  const bool per_row = ct->shape.ndim() == 3;
+  const int td = per_row ? 1 : 0;  // the tables' position dim
+  auto table_row = [&](const TensorNode* tab, int64_t bb, int64_t pos) {
+    return (per_row ? bb * tab->stride[0] : 0) + pos * tab->stride[size_t(td)];
+  };
   // Row i = (b, tt, hh), walked in order; the table rows change with tt only.
   int64_t b = r.begin / (T * H), tt = r.begin / H % T, hh = r.begin % H;
   const float *c = nullptr, *s = nullptr;
   for (int64_t i = r.begin; i < r.end; ++i) {
     if (c == nullptr || hh == 0) {
-      c = f32_row(cp + tt * ct->stride[0], ct->dtype, ct->stride[1], D, buf + D);
-      s = f32_row(sp + tt * st->stride[0], st->dtype, st->stride[1], D, buf + 2 * D);
+      c = f32_row(cp + table_row(ct, b, tt), ct->dtype, ct->stride[size_t(td + 1)], D, buf + D);
+      s = f32_row(sp + table_row(st, b, tt), st->dtype, st->stride[size_t(td + 1)], D, buf + 2 * D);
     }
     const char* xrow = xp + b * x->stride[0] + tt * x->stride[1] + hh * x->stride[2];
     const float* xr = f32_row(xrow, x->dtype, x->stride[3], D, buf);

@@ -11,7 +11,9 @@
 //   - per tile of kR query rows, the scores are a register-blocked micro-kernel
 //     (kR rows x up to kNV vectors of keys, FMA chains over E) over the key
 //     vectors the tile's last row can see (the causal triangle is skipped in
-//     whole vectors), then the softmax of the tile's rows together, then P V
+//     whole vectors; keys of earlier packed examples, segment ids, are masked,
+//     not skipped: at T <= 64 that costs little), then the softmax of the
+//     tile's rows together, then P V
 //     (forward) or dq = scale ds k (backward) as a second micro-kernel;
 //   - backward keeps the head's P and dS ([Tq, ldk], 32 KiB at T = 64) and
 //     forms dk = dS^T q and dv = P^T dO per tile of kRK keys over the rows
@@ -354,14 +356,25 @@ void weighted(const float* w, int64_t wr, int64_t wj, const float* x, int64_t ld
 alignas(64) constexpr float kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static_assert(kW <= 16);
 
+// Whether lanes j + 0, 1, ... lie in [lo, hi) (a row's visible keys).
+inline auto in_range(VF lanes, int64_t j, float lo, float hi) {
+  return [=](VF x, VF other) {
+    const float fj = float(j);
+    return vm::select(lanes >= vm::c<VF>(lo - fj), vm::select(lanes < vm::c<VF>(hi - fj), x, other),
+                      other);
+  };
+}
+
 // Rows r < R of S (lds apart), scores in [0, nw) (whole vectors) of which
-// the first n[r] are visible: each becomes exp(s - its max) there and 0 past
-// n[r]; inv[r] = 1 / its sum (0 when nothing is visible or every visible score
-// is -inf: weights 0). The rows go together so that their max, exp and sum
-// chains overlap (one row's alone is latency bound); each vector is loaded
-// once per pass and stored once.
+// [lo[r], n[r]) are visible: each becomes exp(s - its max) there and 0
+// elsewhere; inv[r] = 1 / its sum (0 when nothing is visible or every visible
+// score is -inf: weights 0). lo is 0 but for packed examples (segment ids).
+// The rows go together so that their max, exp and sum chains overlap (one
+// row's alone is latency bound); each vector is loaded once per pass and
+// stored once.
 template <int R>
-void softmax_rows(float* S, int64_t lds, const int64_t* n, int64_t nw, float* inv) {
+void softmax_rows(float* S, int64_t lds, const int64_t* lo, const int64_t* n, int64_t nw,
+                  float* inv) {
   const VF lanes = vm::loadv<VF>(kLanes), ninf = vm::c<VF>(kNegInf), zero = vm::c<VF>(0.0f);
   VF mx[R], vmx[R], sum[R];
   float lim[R];
@@ -371,7 +384,7 @@ void softmax_rows(float* S, int64_t lds, const int64_t* n, int64_t nw, float* in
     KILN_UNROLL
     for (int r = 0; r < R; ++r) {
       const VF x = vm::loadv<VF>(S + r * lds + j);
-      mx[r] = vm::max(mx[r], vm::select(lanes < vm::c<VF>(float(n[r] - j)), x, ninf));
+      mx[r] = vm::max(mx[r], in_range(lanes, j, float(lo[r]), float(n[r]))(x, ninf));
     }
   }
   KILN_UNROLL
@@ -386,8 +399,8 @@ void softmax_rows(float* S, int64_t lds, const int64_t* n, int64_t nw, float* in
     KILN_UNROLL
     for (int r = 0; r < R; ++r) {
       float* x = S + r * lds + j;
-      const VF p = vm::select(lanes < vm::c<VF>(lim[r] - float(j)),
-                              vm::exp(vm::loadv<VF>(x) - vmx[r]), zero);
+      const VF p =
+          in_range(lanes, j, float(lo[r]), lim[r])(vm::exp(vm::loadv<VF>(x) - vmx[r]), zero);
       vm::store(x, p);
       sum[r] = sum[r] + p;
     }
@@ -431,6 +444,7 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
   const bool f32_out = dst->dtype == DType::f32;
   const int64_t osz = int64_t(dtype_size(dst->dtype));
   char* out = static_cast<char*>(dst->data);
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // k^T as words of bf16 pairs (q read in place, v's row pairs interleaved)
     // or as f32.
@@ -447,7 +461,13 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
     for (int64_t i0 = 0; i0 < D.tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, D.tq - i0));
       char* orows = out + (h * D.tq + i0) * e * osz;
-      const int64_t n_max = visible(i0 + nr - 1, D.tq, D.tk, p.causal);
+      int64_t lo[kR], n[kR], n_max = 0;  // row r sees keys [lo[r], n[r])
+      for (int r = 0; r < nr; ++r) {
+        const KeyRange kr = ranges.row(h, i0 + r);
+        lo[r] = kr.lo;
+        n[r] = kr.hi;
+        n_max = std::max(n_max, kr.hi);
+      }
       if (n_max == 0) {  // no visible key: zeros (0 bits in f32 and bf16)
         std::memset(orows, 0, size_t(nr * e * osz));
         continue;
@@ -456,10 +476,7 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
       float* o = f32_out ? reinterpret_cast<float*>(orows) : obuf;
       with_rows(nr, [&]<int R>() {
         tile_scores<R>(pairs, qr.row(i0), qr.ld, kt, ldk, nvk, ew, p.scale, S, ldk);
-        int64_t n[R];
-        KILN_UNROLL
-        for (int r = 0; r < R; ++r) n[r] = visible(i0 + r, D.tq, D.tk, p.causal);
-        softmax_rows<R>(S, ldk, n, nvk * kW, inv);
+        softmax_rows<R>(S, ldk, lo, n, nvk * kW, inv);
         if (kHavePairs && pairs) {
           for (int r = 0; r < R; ++r) pairs_along(S + r * ldk, nvk * kW, P2 + r * ldp);
           weighted<R, true>(P2, ldp, 1, vbuf, e, 0, (n_max + 1) / 2, e, inv, o, e);
@@ -508,6 +525,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   float* ds2 = obuf + tq * e;         // kR x ldp: a tile's dS as pairs over keys
   float* dSp = ds2 + kR * ldp;        // tq2 x ldk: dS as pairs over rows
   float* Pp = dSp + tq2 * ldk;        // tq2 x ldk: P as pairs over rows
+  KeyRanges ranges(dst, D, p.causal, p.segmented);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // f32 rows, or for pairs k^T, v^T as words (q, dO read in place for the
     // scores) and the row pairs of k, q, dO interleaved for the other products.
@@ -537,12 +555,18 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
     }
     const GradRows dq = grad_head(dst, 0, h), dk = grad_head(dst, 1, h), dv = grad_head(dst, 2, h);
     // Per query tile: P and scale * ds = scale * p (dp - dO . O) of its rows
-    // (0 past each row's visible keys, up to ldk), and its rows of dq.
+    // (0 outside each row's visible keys, up to ldk), and its rows of dq.
     for (int64_t i0 = 0; i0 < tq; i0 += kR) {
       const int nr = int(std::min<int64_t>(kR, tq - i0));
       float* Pt = P + i0 * ldk;
       float* dSt = dS + i0 * ldk;
-      const int64_t n_max = visible(i0 + nr - 1, tq, tk, p.causal);
+      int64_t lo[kR], n[kR], n_max = 0;  // row r sees keys [lo[r], n[r])
+      for (int r = 0; r < nr; ++r) {
+        const KeyRange kr = ranges.row(h, i0 + r);
+        lo[r] = kr.lo;
+        n[r] = kr.hi;
+        n_max = std::max(n_max, kr.hi);
+      }
       if (n_max == 0) {
         std::fill(Pt, Pt + nr * ldk, 0.0f);
         std::fill(dSt, dSt + nr * ldk, 0.0f);
@@ -553,15 +577,13 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
       with_rows(nr, [&]<int R>() {
         tile_scores<R>(pairs, qs.row(i0), qs.ld, kt, ldk, nvk, ew, p.scale, Pt, ldk);
         tile_scores<R>(pairs, gs.row(i0), gs.ld, vt, ldk, nvk, ew, 1.0f, dSt, ldk);  // dp = dO v^T
-        int64_t n[R];
         float inv[R], dsum[R];
         KILN_UNROLL
         for (int r = 0; r < R; ++r) {
-          n[r] = visible(i0 + r, tq, tk, p.causal);
           dsum[r] = o_pairs ? dot_pairs(gs.row(i0 + r), orows.row(i0 + r), ew)  // dO . O
                             : dot(gr.row(i0 + r), orows.row(i0 + r), e);
         }
-        softmax_rows<R>(Pt, ldk, n, nw, inv);
+        softmax_rows<R>(Pt, ldk, lo, n, nw, inv);
         const VF lanes = vm::loadv<VF>(kLanes), vs = vm::c<VF>(p.scale), zero = vm::c<VF>(0.0f);
         for (int64_t j = 0; j < nw; j += kW) {
           KILN_UNROLL
@@ -571,8 +593,8 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
             const VF pj = vm::loadv<VF>(pr) * vm::c<VF>(inv[r]);
             const VF ds = pj * (vm::loadv<VF>(dr) - vm::c<VF>(dsum[r])) * vs;
             vm::store(pr, pj);
-            // p is 0 past the visible keys, where dp may be anything
-            vm::store(dr, vm::select(lanes < vm::c<VF>(float(n[r] - j)), ds, zero));
+            // p is 0 outside the visible keys, where dp may be anything
+            vm::store(dr, in_range(lanes, j, float(lo[r]), float(n[r]))(ds, zero));
           }
         }
         for (int r = 0; r < R; ++r)
