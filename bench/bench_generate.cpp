@@ -34,6 +34,7 @@
 #include "bench_args.h"
 #include "kiln/kiln.h"
 #include "llama_shape.h"
+#include "placeholder_vocab.h"
 
 namespace {
 
@@ -41,45 +42,6 @@ using bench::arg;
 using bench::sarg;
 
 }  // namespace
-
-// save_gguf, plus a placeholder SentencePiece vocabulary of vocab tokens
-// (<unk>, <s>, </s>, the 256 byte tokens, then "t<i>"), which llama.cpp needs
-// to load a file; the benchmark passes token ids, never text.
-void save_with_placeholder_vocab(const kiln::models::CausalLM& model, const std::string& path,
-                                 int64_t vocab) {
-  kiln::models::save_gguf(model, path + ".novocab");
-  {
-    const kiln::GgufFile f(path + ".novocab");
-    kiln::GgufWriter w;
-    for (const auto& [k, v] : f.metadata())
-      if (k.rfind("tokenizer.", 0) != 0) w.set(k, v);
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    for (int64_t i = 0; i < vocab; ++i) {
-      char b[16];
-      if (i < 3) tokens.emplace_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-      else if (i < 259)
-        std::snprintf(b, sizeof b, "<0x%02X>", unsigned(i - 3)), tokens.emplace_back(b);
-      else tokens.push_back("t" + std::to_string(i));
-      scores.push_back(-float(i));
-      types.push_back(i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1);  // unknown, control, byte, normal
-    }
-    w.set("tokenizer.ggml.model", "llama");
-    w.set("tokenizer.ggml.tokens", std::move(tokens));
-    w.set("tokenizer.ggml.scores", scores);
-    w.set("tokenizer.ggml.token_type", types);
-    w.set("tokenizer.ggml.bos_token_id", uint32_t(1));
-    w.set("tokenizer.ggml.eos_token_id", uint32_t(2));
-    for (const kiln::GgufTensorInfo& t : f.tensors()) {
-      const std::vector<uint8_t> raw = f.read_bytes(t.name);
-      if (t.quantized()) w.add_tensor_quantized(t.name, t.ggml_type, t.shape, raw);
-      else w.add_tensor_data(t.name, t.dtype, t.shape, raw);
-    }
-    w.save(path);
-  }
-  std::remove((path + ".novocab").c_str());
-}
 
 int main(int argc, char** argv) {
   const int64_t tokens = arg(argc, argv, "--tokens", 64), prompt = arg(argc, argv, "--prompt", 32);
@@ -113,7 +75,7 @@ int main(int argc, char** argv) {
   model->init(1);
   const int64_t weight_bytes = bench::param_bytes(*model);  // read once per token
   if (const std::string save = sarg(argc, argv, "--save", ""); !save.empty())
-    save_with_placeholder_vocab(*model, save, c.vocab_size);
+    bench::save_with_placeholder_vocab(*model, save, c.vocab_size);
 
   kiln::models::Generator gen(*model, cpu);
   std::vector<int32_t> ids(static_cast<size_t>(prompt));

@@ -4,11 +4,11 @@
 //                    [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]
 //                    [--presence-penalty P] [--frequency-penalty F] [--logit-bias ID=B]
 //                    [--stop TEXT] [--seed S] [--print-ids] [--no-echo]
-//   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N]
+//   kiln-lm perplexity --model DIR|FILE.gguf --text FILE|--ids FILE [--ctx N] [--kl-base MODEL]
 //   kiln-lm pretrain [--tokenizer DIR --data DIR --out DIR --iters N ...]
 //   kiln-lm finetune --model DIR --data FILE|DIR --out DIR|FILE.gguf [--full] [--lora-r 8] ...
 //   kiln-lm export-adapter IN OUT --model BASE (PEFT directory <-> GGUF adapter file)
-//   kiln-lm quantize IN OUT.gguf --type q8_0|q4_0|q4_k|q6_k|... (quant_types.def)
+//   kiln-lm quantize IN OUT.gguf --type q4_k_m|q6_k|q8_0|...|f32 [--pure] (llama.cpp's recipes)
 //   kiln-lm template --tokenizer DIR --messages FILE.json [--add-generation-prompt]
 //   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
 //   kiln-lm serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--parallel 4]

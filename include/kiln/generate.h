@@ -249,4 +249,21 @@ struct PerplexityResult {
 PerplexityResult perplexity(CausalLM& model, Backend& backend, std::span<const int32_t> ids,
                             int64_t window = 0);
 
+// How far `model`'s next-token distributions are from `base`'s over `ids` (a
+// quantized model against the one it was made from; llama-perplexity
+// --kl-divergence's figures), in the windows perplexity() uses: at every
+// predicted position, KL(base || model) = sum_v p_base(v) (log p_base(v) - log
+// p_model(v)) in nats, averaged, and the share of positions whose most likely
+// token is the same. The two models need the same vocabulary size.
+struct KlDivergenceResult {
+  double mean_kl = 0;                          // nats per predicted token
+  double max_kl = 0;                           // the largest at one position
+  double top1_agreement = 0;                   // in [0, 1]
+  double base_perplexity = 0, perplexity = 0;  // of ids under base and model
+  int64_t predicted = 0;
+  double seconds = 0;
+};
+KlDivergenceResult kl_divergence(CausalLM& model, CausalLM& base, Backend& backend,
+                                 std::span<const int32_t> ids, int64_t window = 0);
+
 }  // namespace kiln::models

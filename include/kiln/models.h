@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend.h"
@@ -258,6 +259,38 @@ struct ModelOptions {
 std::optional<ModelOptions::WeightDType> quantized_weight_dtype_named(std::string_view name);
 std::vector<std::string> quantized_weight_dtype_names();
 
+// llama.cpp's quantization recipes (llama-quantize's file types, lower case):
+// q2_k, q3_k_m, q4_0, q4_1, q4_k_s, q4_k_m, q5_0, q5_1, q5_k_s, q5_k_m, q6_k,
+// q8_0. A recipe gives most matrices its base type and some more bits: the
+// head (and a tied embedding) Q6_K (Q8_0 when its rows are not whole blocks of
+// the base type), attn_v / ffn_down of the layers llama.cpp picks (Q4_K_M and
+// Q5_K_M: Q6_K in the first and last eighth and every third layer between),
+// and so on (src/models/quant_recipe.cpp, one comment per rule). A row that is
+// not whole blocks of the type picked falls back to a 32-value type (Q2_K,
+// Q3_K -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0), or F16 when it is
+// not whole blocks of 32 either. 1-D tensors (norms, biases), norms and
+// position embeddings stay f32.
+struct RecipeTensor {
+  std::string name;  // its GGUF name: "token_embd.weight", "blk.3.attn_v.weight", ...
+  Shape shape;       // kiln's order: the last dim is the row (ggml's ne[0])
+};
+// What a recipe reads of the model besides its tensors.
+struct RecipeModel {
+  int64_t n_layer = 0;  // block_count
+  int64_t n_gqa = 1;    // attention heads per key-value head
+  bool is_70b = false;  // what llama.cpp sizes as 70B (80 layers; Llama with grouped-query)
+};
+std::vector<std::string> quant_recipe_names();
+bool is_quant_recipe(std::string_view name);
+// general.file_type of a recipe's files (llama.cpp's LLAMA_FTYPE_MOSTLY_*), its base type.
+uint32_t quant_recipe_file_type(std::string_view recipe);
+DType quant_recipe_base_type(std::string_view recipe);
+// The type of each tensor under `recipe`, in the order given: a block type, f16
+// (rows not whole blocks of 32), or f32 (kept). The model is tied when no tensor
+// is "output.weight". An unknown recipe is an error naming it.
+std::vector<DType> quant_recipe_types(std::string_view recipe, const RecipeModel& model,
+                                      const std::vector<RecipeTensor>& tensors);
+
 // The Llama-family model (LlamaForCausalLM's layout and names).
 std::unique_ptr<CausalLM> make_llama(Context& ctx, const ModelConfig& cfg,
                                      const ModelOptions& opt = {});
@@ -304,8 +337,17 @@ ModelConfig read_gguf_config(const std::string& path);
 // exactly the model's vocab_size tokens; the model's generation config, when it
 // names bos/eos ids, overrides the tokenizer's. Without one, only the bos/eos ids
 // of the generation config are written.
-void save_gguf(const CausalLM& model, const std::string& path,
-               const Tokenizer* tokenizer = nullptr);
+// With a `recipe` (quant_recipe_names()), the tensors get the recipe's types
+// (quant_recipe_types for this model), quantized from the params' values (f32,
+// or dequantized; a param already of the type picked is written as it is), and
+// general.file_type is the recipe's; GPT-2's file then has no output.weight
+// (llama.cpp reads the head from token_embd), so the tied table is the head's
+// type once.
+void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* tokenizer = nullptr,
+               std::string_view recipe = {});
+// The GGUF tensors save_gguf writes for `model` with `recipe`, each with its type.
+std::vector<std::pair<std::string, DType>> quant_recipe_types(std::string_view recipe,
+                                                              const CausalLM& model);
 
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
 // model.safetensors in the params' dtypes: f32, or f16/bf16 kept), each file

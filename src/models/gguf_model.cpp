@@ -267,7 +267,93 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   return model;
 }
 
-void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* tokenizer) {
+namespace {
+
+// A param as save_gguf writes it: its GGUF name, its shape in the file and how
+// its values are laid out there.
+struct SavedTensor {
+  std::string gguf;
+  Tensor param;
+  Shape shape;
+  Layout layout;
+  int64_t heads = 0;
+};
+
+// The tensors save_gguf writes (rope_freqs aside). GPT-2's tied table goes in
+// twice (token_embd and output, as llama.cpp's converter writes it) unless
+// `recipe`: its file then has token_embd alone, which llama.cpp reads as the head.
+std::vector<SavedTensor> saved_tensors(const CausalLM& model, bool recipe) {
+  const ModelConfig& cfg = model.config();
+  std::vector<SavedTensor> out;
+  for (const auto& [name, t] : model.named_base_parameters()) {
+    SavedTensor s{gguf_name(name, bool(cfg.gpt2)), t, t.shape(), Layout::same};
+    s.layout = layout_of(name, cfg, &s.heads);
+    if (s.layout == Layout::transposed) s.shape = Shape({t.size(1), t.size(0)});
+    out.push_back(s);
+    if (cfg.gpt2 && !recipe && s.gguf == "token_embd.weight") {
+      s.gguf = "output.weight";
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+// What llama.cpp's recipes read of a model (RecipeModel): its layer count, query
+// heads per key-value head, and whether llama.cpp sizes it as 70B (the Llama
+// architecture with 80 layers and grouped-query attention, Qwen2 with 80).
+RecipeModel recipe_model(const ModelConfig& cfg) {
+  RecipeModel m;
+  if (cfg.gpt2) {
+    m.n_layer = cfg.gpt2->n_layer;
+    return m;
+  }
+  const LlamaConfig& c = *cfg.llama;
+  m.n_layer = c.num_hidden_layers;
+  m.n_gqa = c.num_attention_heads / c.num_key_value_heads;
+  const std::string arch = arch_of(cfg);
+  m.is_70b =
+      c.num_hidden_layers == 80 &&
+      ((arch == "llama" && c.num_attention_heads != c.num_key_value_heads) || arch == "qwen2");
+  return m;
+}
+
+std::vector<DType> recipe_types(std::string_view recipe, const CausalLM& model,
+                                const std::vector<SavedTensor>& saved) {
+  std::vector<RecipeTensor> descs;
+  for (const SavedTensor& s : saved) descs.push_back({s.gguf, s.shape});
+  return quant_recipe_types(recipe, recipe_model(model.config()), descs);
+}
+
+// A tensor's bytes as `type` (f32, f16 or a block type) from its values.
+std::vector<uint8_t> encode(const std::vector<float>& v, DType type) {
+  std::vector<uint8_t> out;
+  if (type == f32 || type == f16) {
+    out.resize(v.size() * dtype_size(type));
+    if (type == f32) std::memcpy(out.data(), v.data(), out.size());
+    else {
+      const std::vector<uint16_t> h = detail::to_half(v, f16);
+      std::memcpy(out.data(), h.data(), out.size());
+    }
+    return out;
+  }
+  out.resize(dtype_row_bytes(type, int64_t(v.size())));
+  quantize_row(type, v.data(), out.data(), int64_t(v.size()));  // rows are whole blocks
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, DType>> quant_recipe_types(std::string_view recipe,
+                                                              const CausalLM& model) {
+  const std::vector<SavedTensor> saved = saved_tensors(model, true);
+  const std::vector<DType> types = recipe_types(recipe, model, saved);
+  std::vector<std::pair<std::string, DType>> out;
+  for (size_t i = 0; i < saved.size(); ++i) out.emplace_back(saved[i].gguf, types[i]);
+  return out;
+}
+
+void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* tokenizer,
+               std::string_view recipe) {
   const ModelConfig& cfg = model.config();
   const std::string arch = arch_of(cfg);
   const bool gpt2 = bool(cfg.gpt2);
@@ -297,7 +383,10 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
     n4 += t.dtype() == q4_0;
     n8 += t.dtype() == q8_0;
   }
-  w.set("general.file_type", uint32_t(n4 + n8 == 0 ? 0 : n4 >= n8 ? 2 : 7));
+  w.set("general.file_type", recipe.empty() ? uint32_t(n4 + n8 == 0 ? 0
+                                                       : n4 >= n8   ? 2
+                                                                    : 7)
+                                            : quant_recipe_file_type(recipe));
   const std::string k = arch + ".";
   if (gpt2) {
     const Gpt2Config& c = *cfg.gpt2;
@@ -344,8 +433,30 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
     w.add_tensor_data(gname, f32, shape,
                       {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
   };
-  for (const auto& [name, t] : model.named_base_parameters()) {
+  for (const auto& [name, t] : model.named_base_parameters())
     if (!t.has_data()) fail("models", "save_gguf: param '", name, "' has no memory");
+  if (!recipe.empty()) {
+    const std::vector<SavedTensor> saved = saved_tensors(model, true);
+    const std::vector<DType> types = recipe_types(recipe, model, saved);
+    for (size_t i = 0; i < saved.size(); ++i) {
+      const SavedTensor& s = saved[i];
+      const DType type = types[i];
+      if (type == s.param.dtype() && is_quantized(type) && s.layout != Layout::transposed) {
+        // Already the type picked: its blocks as they are (llama-quantize copies them too).
+        std::vector<uint8_t> b = s.param.get<uint8_t>();
+        if (s.layout == Layout::rope_pairs) b = reorder_rope_rows(b, s.heads, s.shape[0], true);
+        w.add_tensor_data(s.gguf, type, s.shape, b);
+        continue;
+      }
+      std::vector<float> v = detail::values_f32(s.param);
+      if (s.layout == Layout::rope_pairs) v = reorder_rope_rows(v, s.heads, s.shape[0], true);
+      if (s.layout == Layout::transposed) v = transpose(v, s.shape[1], s.shape[0]);
+      w.add_tensor_data(s.gguf, type, s.shape, encode(v, type));
+    }
+    w.save(path);
+    return;
+  }
+  for (const auto& [name, t] : model.named_base_parameters()) {
     int64_t qheads = 0;
     const Layout qlay = layout_of(name, cfg, &qheads);
     if (is_quantized(t.dtype()) && qlay != Layout::transposed) {

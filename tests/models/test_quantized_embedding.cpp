@@ -4,6 +4,7 @@
 // and perplexity's equal those of the f32 model holding the dequantized
 // weights; save_gguf / load_gguf keep the embedding's blocks (GPT-2's tied
 // output.weight too).
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -167,6 +168,64 @@ TEST(ModelQuantizedEmbedding, GeneratorAndPerplexityFollowTheDequantizedModel) {
     const double ppl_f = models::perplexity(*f, cpu, text, 16).perplexity;
     EXPECT_NEAR(ppl_q / ppl_f, 1.0, 1e-4) << dtype_name(q);
   }
+}
+
+// kl_divergence of a Q4_0 model against an f32 base: the mean KL, top-1
+// agreement and both perplexities equal those computed here from each model's
+// logits of the same windows (16, 16 and 8 tokens); a model against itself is 0.
+TEST(ModelQuantizedEmbedding, KlDivergenceAgainstABase) {
+  const models::ModelConfig cfg = tiny_llama(false);
+  Context ctx, c2;
+  CpuBackend cpu(2);
+  auto m = models::make_model(ctx, cfg, with_dtype(q4_0));
+  m->allocate(cpu);
+  m->init(5);
+  models::ModelOptions o;
+  o.max_seq_len = 64;
+  auto base = models::make_model(c2, cfg, o);
+  base->allocate(cpu);
+  base->init(5);
+  std::vector<int32_t> text;
+  for (int i = 0; i < 40; ++i) text.push_back(int32_t((i * 37 + 11) % 96));
+  const models::KlDivergenceResult r = models::kl_divergence(*m, *base, cpu, text, 16);
+  double kl = 0, nll = 0, base_nll = 0;
+  int64_t same = 0, n = 0;
+  const int64_t V = 96;
+  for (int64_t start = 0; start + 1 < 40; start += 16) {
+    const std::vector<int32_t> w(text.begin() + start,
+                                 text.begin() + std::min<int64_t>(40, start + 16));
+    const std::vector<float> lm = logits_of(ctx, *m, w), lb = logits_of(c2, *base, w);
+    for (size_t t = 0; t + 1 < w.size(); ++t) {
+      long double zm = 0, zb = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        zm += std::exp((long double)lm[t * V + v]);
+        zb += std::exp((long double)lb[t * V + v]);
+      }
+      int64_t am = 0, ab = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const long double pb = std::exp((long double)lb[t * V + v]) / zb;
+        const long double pm = std::exp((long double)lm[t * V + v]) / zm;
+        kl += double(pb * std::log(pb / pm));
+        if (lm[t * V + v] > lm[t * V + am]) am = v;
+        if (lb[t * V + v] > lb[t * V + ab]) ab = v;
+      }
+      same += am == ab;
+      nll -= double(std::log(std::exp((long double)lm[t * V + w[t + 1]]) / zm));
+      base_nll -= double(std::log(std::exp((long double)lb[t * V + w[t + 1]]) / zb));
+      ++n;
+    }
+  }
+  EXPECT_EQ(r.predicted, n);
+  EXPECT_GT(r.mean_kl, 1e-4);  // Q4_0 moves the distributions
+  EXPECT_NEAR(r.mean_kl, kl / double(n), 1e-6);
+  EXPECT_DOUBLE_EQ(r.top1_agreement, double(same) / double(n));
+  EXPECT_NEAR(r.perplexity, std::exp(nll / double(n)), 1e-6 * r.perplexity);
+  EXPECT_NEAR(r.base_perplexity, std::exp(base_nll / double(n)), 1e-6 * r.base_perplexity);
+  EXPECT_NEAR(r.base_perplexity, models::perplexity(*base, cpu, text, 16).perplexity,
+              1e-4 * r.base_perplexity);
+  const models::KlDivergenceResult self = models::kl_divergence(*base, *base, cpu, text, 16);
+  EXPECT_NEAR(self.mean_kl, 0.0, 1e-12);
+  EXPECT_EQ(self.top1_agreement, 1.0);
 }
 
 // save_gguf writes the quantized embedding as token_embd (GPT-2: output.weight
