@@ -35,14 +35,15 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, in
   kiln::models::ModelOptions opt;
   opt.max_seq_len = max_seq_len;
   opt.weight_dtype = weights;
-  if (!fs::exists(path)) kiln::fail("kiln-lm", "--model ", path, " does not exist");
-  if (fs::is_directory(path)) {
-    m->model = kiln::models::load_pretrained(m->ctx, *m->cpu, path, opt);
+  const bool dir = fs::is_directory(path);
+  // A GGUF file's quantized tensors run as stored (matmul reads the blocks).
+  if (!dir && fs::is_regular_file(path) &&
+      weights == kiln::models::ModelOptions::WeightDType::f32 && has_quantized_tensors(path))
+    opt.weight_dtype = kiln::models::ModelOptions::WeightDType::stored;
+  m->model = kiln::models::load(m->ctx, *m->cpu, path, opt);  // directory: HF; file: GGUF
+  if (dir) {
     if (fs::exists(fs::path(path) / "tokenizer.json")) m->tokenizer = kiln::Tokenizer::load(path);
   } else {
-    if (weights == kiln::models::ModelOptions::WeightDType::f32 && has_quantized_tensors(path))
-      opt.weight_dtype = kiln::models::ModelOptions::WeightDType::stored;  // matmul reads blocks
-    m->model = kiln::models::load_gguf(m->ctx, *m->cpu, path, opt);
     kiln::GgufFile f(path);
     if (f.has("tokenizer.ggml.model")) m->tokenizer = kiln::Tokenizer::from_gguf(f);
   }

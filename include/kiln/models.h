@@ -1,15 +1,16 @@
 // kiln::models (docs/models.md): pretrained architectures on kiln::nn modules,
-// loaded from Hugging Face model directories.
+// loaded from Hugging Face model directories and GGUF files.
 //
 //   kiln::Context ctx;
 //   kiln::CpuBackend cpu;
-//   auto model = kiln::models::load_pretrained(ctx, cpu, "path/to/Llama-3.2-1B");
+//   auto model = kiln::models::load(ctx, cpu, "path/to/Llama-3.2-1B");  // or a .gguf file
 //   kiln::Tensor ids = ctx.input(kiln::i32, {1, 12}, "input_ids");
 //   kiln::Tensor logits = (*model)(ids);            // f32 [1, 12, vocab]
 //   kiln::Graph g = kiln::Graph::forward(logits);   // then allocate and compute as usual
 //
 // Architectures: the Llama family as one configurable model (model_type llama,
-// mistral, qwen2, qwen3: RMSNorm, RoPE with llama3 frequency scaling, SwiGLU,
+// mistral, qwen2, qwen3: RMSNorm, RoPE with linear, dynamic, yarn, longrope or
+// llama3 frequency scaling, SwiGLU,
 // grouped- and multi-query attention, tied or untied head, attention biases,
 // per-head q/k RMSNorm, a sliding window) and GPT-2. Parameter names are Hugging
 // Face's ("model.layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight"), so
@@ -37,13 +38,37 @@ class Tokenizer;  // kiln/tokenizer.h (the optional tokenizer layer)
 
 namespace kiln::models {
 
-// Llama 3's rescaling of RoPE frequencies ("rope_type": "llama3").
+// Rescaled RoPE frequencies for contexts longer than pretraining's: config.json's
+// "rope_scaling" (or transformers' newer "rope_parameters"), GGUF's rope.scaling.*
+// keys. The formulas are transformers' (docs/models.md, "RoPE scaling"); kiln
+// computes the cos/sin tables once, for ModelOptions::max_seq_len positions.
 struct RopeScaling {
+  enum class Type {
+    llama3,    // Llama 3.1: long wavelengths slowed by factor, short kept, a blend between
+    linear,    // every frequency divided by factor (position interpolation)
+    dynamic,   // NTK-aware: theta raised for the table's length, when it exceeds
+               // max_position_embeddings (transformers' "dynamic" at that length)
+    yarn,      // YaRN: a ramp between interpolated and original frequencies by
+               // wavelength (beta_fast, beta_slow), cos/sin scaled by attention_factor
+    longrope,  // LongRoPE (Phi-3): per-frequency divisors, short_factor or long_factor
+  };
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // The pretraining context (llama3, yarn, longrope).
   int64_t original_max_position_embeddings = 8192;
+  Type type = Type::llama3;
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  bool truncate = true;  // yarn: the ramp's ends rounded to whole dims (floor, ceil)
+  // yarn, longrope: the factor cos and sin are multiplied by. Unset: yarn's
+  // 0.1 ln(factor) + 1 (or the ratio mscale / mscale_all_dim give), longrope's
+  // sqrt(1 + ln(factor) / ln(original_max_position_embeddings)).
+  std::optional<double> attention_factor;
+  double mscale = 0.0, mscale_all_dim = 0.0;      // yarn (DeepSeek's form of attention_factor)
+  std::vector<double> short_factor, long_factor;  // longrope: head_dim / 2 each
 };
+// The name of a RoPE scaling type as configs spell it ("yarn").
+const char* rope_scaling_name(RopeScaling::Type t);
 
 // The Llama family (model_type llama, mistral, qwen2, qwen3), HF's field names.
 struct LlamaConfig {
@@ -301,14 +326,24 @@ std::unique_ptr<CausalLM> make_gpt2(Context& ctx, const ModelConfig& cfg,
 std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
                                      const ModelOptions& opt = {});
 
+// Loads the model at `path`: a directory is a Hugging Face model directory
+// (load_pretrained), a file a GGUF file (load_gguf). Anything else (a path that
+// does not exist, a file that does not start with GGUF's magic) is a kiln::Error
+// "[models] <path>: ..." saying what kiln expected.
+std::unique_ptr<CausalLM> load(Context& ctx, Backend& backend, const std::string& path,
+                               const ModelOptions& opt = {});
+
 // Loads a Hugging Face model directory: config.json, generation_config.json (when
 // present), model.safetensors or model.safetensors.index.json and its shards.
 // F32, F16 and BF16 tensors are converted to f32 (or F16/BF16 matrices kept:
 // opt.weight_dtype); on host backends those usable as stored are memory-mapped
 // (opt.mmap), the rest copied. Every tensor the model needs is
 // checked (present, loadable dtype, shape as the config implies) before any is
-// written; a tensor the model does not use is an error too. Errors are
-// kiln::Error "[models] <file>: ..." naming the file and the field or tensor.
+// written; a tensor the model does not use is an error too. Before the model is
+// built, the files must hold a tensor of every layer the config asks for
+// (num_hidden_layers / n_layer), so a config that asks for more layers fails at
+// once naming the first missing one. Errors are kiln::Error "[models] <file>: ..."
+// naming the file and the field or tensor.
 std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
                                           const ModelOptions& opt = {});
 // Loads the weights of `dir` into an allocated model (what load_pretrained does
@@ -320,7 +355,10 @@ void load_weights(CausalLM& model, const std::string& dir);
 // llama.rope.freq_base, ...), the Q/K row order llama.cpp's converter gives the
 // "llama" architecture (its RoPE rotates adjacent pairs; HF's the two halves of a
 // head), GPT-2's linear weights [out, in], and Llama 3's RoPE scaling as the
-// rope_freqs tensor. F32, F16 and BF16 tensors are converted to f32 (or kept,
+// rope_freqs tensor, linear and YaRN scaling as the rope.scaling.* keys (dynamic and
+// longrope have no GGUF form: save_gguf refuses them), every layer block_count
+// asks for present before the model is built. F32, F16 and BF16 tensors are
+// converted to f32 (or kept,
 // opt.weight_dtype), Q8_0 and Q4_0 tensors dequantized to f32, and tensors
 // usable as stored memory-mapped on host backends (opt.mmap) (load_gguf;
 // save_gguf writes f32). Errors:

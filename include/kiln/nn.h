@@ -36,6 +36,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -140,6 +142,11 @@ class Module {
   // stored (f16/bf16 matrices read by matmul). Graphs built before read the old
   // tensor: call it before building any. Returns the new param.
   Tensor set_parameter_dtype(std::string_view name, DType dtype);
+  // The same for many params at once (the loaders: one walk of the tree for all
+  // of them, where one call per param would walk it once per param). Returns the
+  // new params in the order of `changes`.
+  std::vector<Tensor> set_parameter_dtypes(
+      const std::vector<std::pair<std::string, DType>>& changes);
   // The same for a param that has memory: the new one (same name, shape and
   // frozen flag) gets memory of the old one's buffer type, kept by this module;
   // its values are the caller's to write. (merge_lora keeps a dequantized,
@@ -197,6 +204,10 @@ class Module {
   }
   // The i-th own param (registration order), as tie() left it.
   Tensor own(size_t i) const { return params_[i].second; }
+  // The number of direct sub-modules, and the i-th (registration order), without
+  // copying the list as named_children() does.
+  size_t child_count() const { return children_.size(); }
+  Module& child_at(size_t i) const { return *children_[i].second; }
   // A seed tensor for this module's Dropout (created on first use).
   Tensor dropout_seed_tensor();
   // A seed that depends on this module's path (dropout's static seed).
@@ -207,14 +218,15 @@ class Module {
   void check_new_name(const std::string& name) const;
   void set_prefix(const std::string& prefix);
   void collect(std::vector<std::pair<std::string, Tensor>>& out,
-               std::vector<const TensorNode*>& seen, bool adapters) const;
+               std::unordered_set<const TensorNode*>& seen, bool adapters) const;
   void init_tree(uint64_t seed);
-  void replace_param(const TensorNode* old, Tensor now);
+  void replace_params(const std::unordered_map<const TensorNode*, Tensor>& now);
 
   Context* ctx_;
   std::string prefix_;  // path + "." ("" for the root)
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::unordered_map<std::string, size_t> param_pos_, child_pos_;  // name -> index
   Tensor seed_;  // dropout's step seed (undefined until needed)
   bool training_ = true;
   bool checkpoint_ = false;

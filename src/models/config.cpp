@@ -2,7 +2,9 @@
 // harmless, or an error naming it.
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <unordered_set>
 
 #include "kiln/models.h"
 #include "models/json_fields.h"
@@ -49,26 +51,98 @@ void read_token_ids(Fields& f, GenerationConfig& g) {
   }
 }
 
-RopeScaling read_rope_scaling(const Json& v, const std::string& file) {
-  if (!v.is_object()) fail("models", file, ": field 'rope_scaling' must be an object or null");
-  Fields f(v, file, "rope_scaling");
+std::vector<double> factor_list(Fields& f, const std::string& key, int64_t n) {
+  const Json& v = f.get(key);
+  if (!v.is_array() || int64_t(v.size()) != n)
+    f.fail_field(key, "must be a list of " + std::to_string(n) + " numbers (head_dim / 2)");
+  std::vector<double> out;
+  for (const Json& x : v) {
+    if (!x.is_number() || !(x.get<double>() > 0))
+      f.fail_field(key, "must hold numbers > 0, got " + x.dump());
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// The RoPE scaling of the object `v` (config.json's "rope_scaling", or the newer
+// "rope_parameters", which may also hold rope_theta), as transformers reads it:
+// "rope_type", or the older "type"; "default" (or none given): no scaling.
+// Each type reads its own fields; any other field is an error.
+std::optional<RopeScaling> read_rope_scaling(const Json& v, const std::string& file,
+                                             const std::string& key, LlamaConfig& c) {
+  if (!v.is_object()) fail("models", file, ": field '", key, "' must be an object or null");
+  Fields f(v, file, key);
   std::string type = f.string("rope_type", "");
   const std::string legacy = f.string("type", "");
   if (type.empty()) type = legacy;
-  if (type != "llama3")
-    fail("models", file, ": field 'rope_scaling' has type '", type,
-         "', which kiln does not support (supported: llama3, or null for none)");
+  if (!legacy.empty() && legacy != type)
+    f.fail_field("type", "is '" + legacy + "' but rope_type is '" + type + "'");
+  if (f.has("rope_theta")) c.rope_theta = f.number("rope_theta", 0);
+  if (f.has("partial_rotary_factor") && f.number("partial_rotary_factor", 1) != 1.0)
+    f.fail_field("partial_rotary_factor", "is not 1: kiln's Llama family rotates whole heads");
+  std::optional<RopeScaling> out;
+  if (type.empty() || type == "default") {
+    f.reject_unread();
+    return out;
+  }
   RopeScaling r;
-  r.factor = f.number("factor", 0);
-  r.low_freq_factor = f.number("low_freq_factor", 0);
-  r.high_freq_factor = f.number("high_freq_factor", 0);
-  r.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
-  if (!(r.factor > 0)) f.fail_field("factor", "of rope_scaling must be > 0");
-  if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
-    f.fail_field("high_freq_factor",
-                 "of rope_scaling must exceed low_freq_factor, and both be > 0");
+  auto factor = [&](double fallback) {
+    r.factor = f.number("factor", fallback);
+    if (!(r.factor > 0)) f.fail_field("factor", "of " + key + " must be > 0");
+  };
+  auto original = [&] {
+    r.original_max_position_embeddings =
+        f.positive("original_max_position_embeddings", c.max_position_embeddings);
+  };
+  auto attention_factor = [&] {
+    if (!f.has("attention_factor")) return;
+    r.attention_factor = f.number("attention_factor", 0);
+    if (!(*r.attention_factor > 0)) f.fail_field("attention_factor", "must be > 0");
+  };
+  if (type == "llama3") {
+    r.type = RopeScaling::Type::llama3;
+    factor(0);
+    r.low_freq_factor = f.number("low_freq_factor", 0);
+    r.high_freq_factor = f.number("high_freq_factor", 0);
+    r.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+      f.fail_field("high_freq_factor",
+                   "of " + key + " must exceed low_freq_factor, and both be > 0");
+  } else if (type == "linear") {
+    r.type = RopeScaling::Type::linear;
+    factor(0);
+  } else if (type == "dynamic") {
+    r.type = RopeScaling::Type::dynamic;
+    factor(0);
+  } else if (type == "yarn") {
+    r.type = RopeScaling::Type::yarn;
+    original();
+    // No factor: the ratio of the context to the pretraining one (transformers).
+    factor(double(c.max_position_embeddings) / double(r.original_max_position_embeddings));
+    attention_factor();
+    // transformers' `or`: 0 (or null) means the default.
+    if (const double b = f.number("beta_fast", 0); b != 0) r.beta_fast = b;
+    if (const double b = f.number("beta_slow", 0); b != 0) r.beta_slow = b;
+    if (!(r.beta_fast > 0) || !(r.beta_slow > 0))
+      f.fail_field("beta_fast", "and beta_slow of " + key + " must be > 0");
+    r.mscale = f.number("mscale", 0);
+    r.mscale_all_dim = f.number("mscale_all_dim", 0);
+    r.truncate = f.boolean("truncate", true);
+  } else if (type == "longrope") {
+    r.type = RopeScaling::Type::longrope;
+    original();
+    factor(double(c.max_position_embeddings) / double(r.original_max_position_embeddings));
+    attention_factor();
+    r.short_factor = factor_list(f, "short_factor", c.head_dim / 2);
+    r.long_factor = factor_list(f, "long_factor", c.head_dim / 2);
+  } else {
+    fail("models", file, ": field '", key, "' has type '", type,
+         "', which kiln does not support (supported: default, linear, dynamic, yarn, longrope, "
+         "llama3, or null for none)");
+  }
   f.reject_unread();
-  return r;
+  out = r;
+  return out;
 }
 
 // "sliding_window" of Qwen2/Qwen3 applies only with use_sliding_window (and then
@@ -109,17 +183,19 @@ LlamaConfig read_llama(Fields& f, const std::string& type) {
   c.max_position_embeddings = f.positive("max_position_embeddings", 2048);
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
   c.rope_theta = f.number("rope_theta", 10000.0);
+  if (c.head_dim % 2 != 0)
+    f.fail_field("head_dim", "(" + std::to_string(c.head_dim) + ") must be even for RoPE");
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.attention_dropout = float(f.number("attention_dropout", 0.0));
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") f.fail_field("hidden_act", "is '" + act + "': kiln's " + type + " uses silu");
-  if (f.has("rope_scaling")) {
-    const Json& rs = f.get("rope_scaling");
-    const bool is_default = rs.is_object() && (rs.value("rope_type", "") == "default" ||
-                                               rs.value("type", "") == "default");
-    if (!is_default) c.rope_scaling = read_rope_scaling(rs, f.file());
-  }
-  f.ignore("rope_scaling");
+  // transformers reads rope_scaling where both are given; kiln asks for one.
+  if (f.has("rope_scaling") && f.has("rope_parameters") &&
+      f.get("rope_scaling") != f.get("rope_parameters"))
+    f.fail_field("rope_parameters", "and rope_scaling are both given and differ");
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (f.has(key)) c.rope_scaling = read_rope_scaling(f.get(key), f.file(), key, c);
+  f.ignore({"rope_scaling", "rope_parameters"});
   if (type == "llama") {
     c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
     c.mlp_bias = f.boolean("mlp_bias", false);
@@ -142,8 +218,6 @@ LlamaConfig read_llama(Fields& f, const std::string& type) {
     f.fail_field("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                             ") must divide num_attention_heads (" +
                                             std::to_string(c.num_attention_heads) + ")");
-  if (c.head_dim % 2 != 0)
-    f.fail_field("head_dim", "(" + std::to_string(c.head_dim) + ") must be even for RoPE");
   if (!(c.rms_norm_eps > 0)) f.fail_field("rms_norm_eps", "must be > 0");
   if (!(c.rope_theta > 0)) f.fail_field("rope_theta", "must be > 0");
   if (!(c.attention_dropout >= 0 && c.attention_dropout < 1))
@@ -258,28 +332,115 @@ void parse_generation_config(std::string_view text, const std::string& file, Gen
   if (f.has("top_k")) g.top_k = f.integer("top_k", 0);
 }
 
+namespace {
+
+// The events of a shard index: nesting depth, and weight_map's keys in the
+// file's order (a duplicate refused).
+struct IndexScan : nlohmann::json_sax<nlohmann::json> {
+  static constexpr int kMaxDepth = 16;
+  const std::string& file;
+  explicit IndexScan(const std::string& f) : file(f) {}
+  std::vector<std::string> order;
+  std::unordered_set<std::string> seen;
+  std::string parent;  // the root key whose value is open
+  int depth = 0;
+  bool enter() {
+    if (++depth > kMaxDepth)
+      fail("models", file, ": JSON nests deeper than ", kMaxDepth, " levels");
+    return true;
+  }
+  bool start_object(std::size_t) override { return enter(); }
+  bool end_object() override { return --depth, true; }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_array() override { return --depth, true; }
+  bool key(string_t& k) override {
+    if (depth == 1) parent = k;
+    if (depth == 2 && parent == "weight_map") {
+      if (!seen.insert(k).second)
+        fail("models", file, ": field 'weight_map' lists '", k, "' twice");
+      order.push_back(k);
+    }
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail("models", file, ": not valid JSON (", e.what(), ")");
+  }
+};
+
+}  // namespace
+
 ShardIndex parse_shard_index(std::string_view text, const std::string& file) {
-  const Json j = detail::parse_json_object(text, file);
+  // An index lists every tensor (an MoE checkpoint: ~18k): parsed into a
+  // map-backed object without a parse callback (ordered_json looks up each key
+  // it inserts in a list, and a callback makes the library scan the object
+  // after every value: both quadratic). weight_map's order comes from a first
+  // pass over the events.
+  using MapJson = nlohmann::json;
+  IndexScan scan(file);
+  MapJson j;
+  try {
+    MapJson::sax_parse(text.begin(), text.end(), &scan);
+    j = MapJson::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    fail("models", file, ": not valid JSON (", e.what(), ")");
+  }
+  if (!j.is_object()) fail("models", file, ": expected a JSON object");
   const auto it = j.find("weight_map");
   if (it == j.end() || !it->is_object())
     fail("models", file, ": field 'weight_map' is missing or not an object");
   ShardIndex idx;
-  for (auto e = it->begin(); e != it->end(); ++e) {
-    if (!e->is_string())
-      fail("models", file, ": field 'weight_map' maps '", e.key(), "' to ", e->dump(),
+  std::unordered_set<std::string> shards;
+  for (const std::string& name : scan.order) {
+    const MapJson& e = it->at(name);
+    if (!e.is_string())
+      fail("models", file, ": field 'weight_map' maps '", name, "' to ", e.dump(),
            ", not a file name");
-    const std::string shard = e->get<std::string>();
+    const std::string shard = e.get<std::string>();
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
-      fail("models", file, ": field 'weight_map' maps '", e.key(), "' to '", shard,
+      fail("models", file, ": field 'weight_map' maps '", name, "' to '", shard,
            "', which is not a file name in the model's directory");
-    idx.weight_map.emplace_back(e.key(), shard);
-    bool seen = false;
-    for (const std::string& s : idx.shards) seen = seen || s == shard;
-    if (!seen) idx.shards.push_back(shard);
+    idx.weight_map.emplace_back(name, shard);
+    if (shards.insert(shard).second) idx.shards.push_back(shard);
   }
   if (idx.weight_map.empty()) fail("models", file, ": field 'weight_map' is empty");
   return idx;
 }
+
+namespace {
+
+Json rope_scaling_json(const RopeScaling& r) {
+  Json j = {{"rope_type", rope_scaling_name(r.type)}, {"factor", r.factor}};
+  using T = RopeScaling::Type;
+  if (r.type == T::llama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+  }
+  if (r.type == T::llama3 || r.type == T::yarn || r.type == T::longrope)
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if ((r.type == T::yarn || r.type == T::longrope) && r.attention_factor)
+    j["attention_factor"] = *r.attention_factor;
+  if (r.type == T::yarn) {
+    j["beta_fast"] = r.beta_fast;
+    j["beta_slow"] = r.beta_slow;
+    if (r.mscale != 0) j["mscale"] = r.mscale;
+    if (r.mscale_all_dim != 0) j["mscale_all_dim"] = r.mscale_all_dim;
+    if (!r.truncate) j["truncate"] = false;
+  }
+  if (r.type == T::longrope) {
+    j["short_factor"] = r.short_factor;
+    j["long_factor"] = r.long_factor;
+  }
+  return j;
+}
+
+}  // namespace
 
 std::string config_json(const ModelConfig& cfg) {
   Json j;
@@ -288,7 +449,7 @@ std::string config_json(const ModelConfig& cfg) {
     const LlamaConfig& c = *cfg.llama;
     if (!c.rope_freq_factors.empty())
       fail("models", "config_json: RoPE frequency factors (a GGUF file's rope_freqs) have no ",
-           "config.json form; only llama3 rope_scaling parameters do");
+           "config.json form; rope_scaling parameters do");
     static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
                                                             {"mistral", "MistralForCausalLM"},
                                                             {"qwen2", "Qwen2ForCausalLM"},
@@ -307,13 +468,7 @@ std::string config_json(const ModelConfig& cfg) {
     j["rms_norm_eps"] = c.rms_norm_eps;
     j["rope_theta"] = c.rope_theta;
     if (c.rope_scaling) {
-      const RopeScaling& r = *c.rope_scaling;
-      j["rope_scaling"] = {
-          {"rope_type", "llama3"},
-          {"factor", r.factor},
-          {"low_freq_factor", r.low_freq_factor},
-          {"high_freq_factor", r.high_freq_factor},
-          {"original_max_position_embeddings", r.original_max_position_embeddings}};
+      j["rope_scaling"] = rope_scaling_json(*c.rope_scaling);
     } else {
       j["rope_scaling"] = nullptr;
     }

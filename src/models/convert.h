@@ -5,9 +5,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/nn.h"
 #include "kiln/tensor.h"
 
 namespace kiln::models::detail {
@@ -43,6 +47,24 @@ inline std::vector<float> values_f32(Tensor t) {
   std::vector<uint8_t> bytes(h.size() * 2);
   std::memcpy(bytes.data(), h.data(), bytes.size());
   return to_f32(bytes, t.dtype());
+}
+
+// Gives the params of the load plan's items the dtype `pick(item)` returns
+// (nullopt: unchanged), in one walk of the model (nn::Module::set_parameter_dtypes):
+// a call per param would make loading quadratic in the number of tensors.
+// Item has `name` (the param's) and `param` (updated).
+template <class Item, class Pick>
+void retype_params(nn::Module& model, std::vector<Item>& plan, Pick pick) {
+  std::vector<std::pair<std::string, DType>> changes;
+  std::vector<Item*> items;
+  for (Item& it : plan)
+    if (const std::optional<DType> d = pick(it)) {
+      changes.emplace_back(it.name, *d);
+      items.push_back(&it);
+    }
+  if (changes.empty()) return;
+  const std::vector<Tensor> now = model.set_parameter_dtypes(changes);
+  for (size_t i = 0; i < items.size(); ++i) items[i]->param = now[i];
 }
 
 // The process's peak resident set so far, in bytes.

@@ -14,6 +14,7 @@
 #endif
 #include "models/convert.h"
 #include "models/gguf_layout.h"
+#include "models/layer_count.h"
 #include "models/mapped_file.h"
 #include "models/rope.h"
 #include "models/weight_quant.h"
@@ -74,6 +75,42 @@ class Meta {
   std::set<std::string> read_;
 };
 
+// llama.cpp's rope.scaling.* keys: type "linear" (factor) or "yarn" (factor,
+// original_context_length, yarn_beta_fast/slow); "none" or no type: none (Llama
+// 3's scaling comes as the rope_freqs tensor). Keys kiln does not apply
+// (attn_factor, yarn_ext_factor, yarn_attn_factor, yarn_log_multiplier) stay
+// unread, so the file is refused naming them.
+std::optional<RopeScaling> rope_scaling_from(Meta& m, const std::string& file,
+                                             const std::string& arch, int64_t context) {
+  m.find("rope.scaling.finetuned");  // bookkeeping: changes nothing computed
+  std::string type = "none";
+  if (const GgufValue* t = m.find("rope.scaling.type")) type = t->as_string();
+  const GgufValue* old_linear = m.find("rope.scale_linear");  // older files' linear factor
+  if (type == "none" && old_linear && old_linear->as_float() != 1.0) type = "linear";
+  if (type == "none") return std::nullopt;
+  if (type != "linear" && type != "yarn")
+    fail("models", file, ": metadata '", arch, ".rope.scaling.type' is '", type,
+         "', which kiln does not support in GGUF files (supported: none, linear, yarn; Llama 3's ",
+         "scaling comes as the rope_freqs tensor)");
+  RopeScaling r;
+  const GgufValue* factor = m.find("rope.scaling.factor");
+  if (!factor) factor = old_linear;
+  r.factor = factor ? factor->as_float() : 0.0;
+  if (!(r.factor > 0))
+    fail("models", file, ": metadata '", arch, ".rope.scaling.factor' must be given and > 0 for ",
+         "rope.scaling.type '", type, "'");
+  r.type = type == "linear" ? RopeScaling::Type::linear : RopeScaling::Type::yarn;
+  if (r.type == RopeScaling::Type::yarn) {
+    r.original_max_position_embeddings = m.integer("rope.scaling.original_context_length", context);
+    r.beta_fast = m.number("rope.scaling.yarn_beta_fast", 32.0);
+    r.beta_slow = m.number("rope.scaling.yarn_beta_slow", 1.0);
+    if (!(r.beta_fast > 0) || !(r.beta_slow > 0))
+      fail("models", file, ": metadata '", arch,
+           ".rope.scaling.yarn_beta_fast' and yarn_beta_slow must be > 0");
+  }
+  return r;
+}
+
 ModelConfig config_from(const GgufFile& f) {
   const GgufValue* a = f.find("general.architecture");
   if (!a) fail("models", f.path(), ": metadata 'general.architecture' is missing");
@@ -118,9 +155,7 @@ ModelConfig config_from(const GgufFile& f) {
            ".attention.value_length' differs from key_length: not supported");
     c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-5);
     c.rope_theta = m.number("rope.freq_base", 10000.0);
-    if (const GgufValue* st = m.find("rope.scaling.type"); st && st->as_string() != "none")
-      fail("models", f.path(), ": metadata '", arch, ".rope.scaling.type' is '", st->as_string(),
-           "', which kiln does not support (Llama 3's scaling comes as the rope_freqs tensor)");
+    c.rope_scaling = rope_scaling_from(m, f.path(), arch, c.max_position_embeddings);
     c.sliding_window = m.integer("attention.sliding_window", 0);
     c.model_type = arch == "llama" && c.sliding_window > 0 ? "mistral" : arch;
     c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
@@ -157,6 +192,14 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
   const auto t0 = std::chrono::steady_clock::now();
   GgufFile f(path);
   const ModelConfig cfg = config_from(f);
+  {  // before building a layer the file cannot fill
+    detail::LayerNames names;
+    names.prefixes = {"blk."};
+    for (const GgufTensorInfo& t : f.tensors()) names.names.push_back(t.name);
+    const int64_t layers = cfg.gpt2 ? cfg.gpt2->n_layer : cfg.llama->num_hidden_layers;
+    detail::check_layers_present(names, layers, path,
+                                 "metadata '" + arch_of(cfg) + ".block_count'");
+  }
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
   const bool gpt2 = bool(cfg.gpt2);
   // Check every tensor before writing any.
@@ -195,13 +238,17 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
       fail("models", path, ": tensor '", t.name, "' is not part of the ", arch_of(cfg),
            " model the metadata describes");
   // Kept f16/bf16 matrices: moving rows (q/k order, transposes) needs no conversion.
+  using MaybeDType = std::optional<DType>;
   if (opt.weight_dtype == ModelOptions::WeightDType::stored)
-    for (Item& it : plan)
-      if (it.param.ndim() >= 2 && !it.info->quantized() && it.info->dtype != f32)
-        it.param = model->set_parameter_dtype(it.name, it.info->dtype);
+    detail::retype_params(*model, plan, [](const Item& it) {
+      return it.param.ndim() >= 2 && !it.info->quantized() && it.info->dtype != f32
+                 ? MaybeDType(it.info->dtype)
+                 : std::nullopt;
+    });
   if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
-    for (Item& it : plan)
-      if (it.param.ndim() >= 2) it.param = model->set_parameter_dtype(it.name, bf16);
+    detail::retype_params(*model, plan, [](const Item& it) {
+      return it.param.ndim() >= 2 ? MaybeDType(bf16) : std::nullopt;
+    });
   // Quantized Linear weights: tensors of a type matmul reads (every row of
   // kiln/quant_types.def whose matmul column is qmatmul: today all) kept as
   // stored (rows moved as bytes); others dequantized to f32 as they load, or
@@ -214,14 +261,14 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
          "only the CPU has quantized matmul and embedding kernels");
   if (q || (opt.weight_dtype == ModelOptions::WeightDType::stored && detail::can_map(backend))) {
     const std::set<std::string> names = detail::quantizable_weight_names(*model);
-    for (Item& it : plan) {
+    detail::retype_params(*model, plan, [&](const Item& it) {
       const bool keep = it.info->quantized() && quant_type(it.info->dtype).matmul_reads &&
                         it.layout != Layout::transposed;
       if (keep && detail::quantizes(names, it.name, it.param, it.info->dtype))
-        it.param = model->set_parameter_dtype(it.name, it.info->dtype);
-      else if (q && detail::quantizes(names, it.name, it.param, *q))
-        it.param = model->set_parameter_dtype(it.name, *q);
-    }
+        return MaybeDType(it.info->dtype);
+      if (q && detail::quantizes(names, it.name, it.param, *q)) return q;
+      return MaybeDType();
+    });
   }
   int64_t mapped = 0;
   if (opt.mmap && detail::can_map(backend)) {
@@ -412,8 +459,28 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
     w.set(k + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
     w.set(k + "vocab_size", u32(c.vocab_size));
     if (c.sliding_window > 0) w.set(k + "attention.sliding_window", u32(c.sliding_window));
-    // Llama 3's scaling as llama.cpp stores it: a divisor per frequency.
-    if (c.rope_scaling || !c.rope_freq_factors.empty()) {
+    using T = RopeScaling::Type;
+    const std::optional<RopeScaling>& rs = c.rope_scaling;
+    if (rs && rs->type == T::linear) {
+      w.set(k + "rope.scaling.type", "linear");
+      w.set(k + "rope.scaling.factor", float(rs->factor));
+    } else if (rs && rs->type == T::yarn) {
+      // llama.cpp's YaRN is transformers' with the default attention factor
+      // (0.1 ln(factor) + 1) and the ramp's ends rounded outwards.
+      if (rs->attention_factor || rs->mscale != 0 || rs->mscale_all_dim != 0 || !rs->truncate)
+        fail("models", path, ": yarn rope scaling with attention_factor, mscale or truncate ",
+             "false has no GGUF form kiln writes (llama.cpp's keys cannot say it)");
+      w.set(k + "rope.scaling.type", "yarn");
+      w.set(k + "rope.scaling.factor", float(rs->factor));
+      w.set(k + "rope.scaling.original_context_length", u32(rs->original_max_position_embeddings));
+      w.set(k + "rope.scaling.yarn_beta_fast", float(rs->beta_fast));
+      w.set(k + "rope.scaling.yarn_beta_slow", float(rs->beta_slow));
+    } else if (rs && rs->type != T::llama3) {
+      fail("models", path, ": rope scaling '", rope_scaling_name(rs->type),
+           "' has no GGUF form (llama.cpp's rope.scaling.type is none, linear, yarn or longrope ",
+           "with Phi-3's tensors; kiln writes linear, yarn and llama3)");
+    } else if (rs || !c.rope_freq_factors.empty()) {
+      // Llama 3's scaling as llama.cpp stores it: a divisor per frequency.
       LlamaConfig plain = c;
       plain.rope_scaling.reset();
       plain.rope_freq_factors.clear();

@@ -7,11 +7,13 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <unordered_set>
 
 #include "kiln/models.h"
 #include "kiln/safetensors.h"
 #include "models/convert.h"
 #include "models/file_text.h"
+#include "models/layer_count.h"
 #include "models/mapped_file.h"
 #include "models/weight_quant.h"
 
@@ -84,9 +86,8 @@ uint64_t described_size(const SafetensorsFile& f) {
 // `backend`, when given) reads them: a file that does not fit the config is
 // reported before anything is allocated for it. With a backend, the params take
 // the dtypes opt asks for and those the files hold as they are get mapped.
-void load_into(CausalLM& model, const std::string& dir, Backend* backend, const ModelOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Weights w = open_weights(dir);
+void load_into(CausalLM& model, const std::string& dir, const Weights& w, Backend* backend,
+               const ModelOptions& opt, std::chrono::steady_clock::time_point t0) {
   const std::string config = (fs::path(dir) / "config.json").string();
   // Check everything first: the model is written only if every tensor fits.
   struct Item {
@@ -96,7 +97,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
     bool mapped = false;
   };
   std::vector<Item> plan;
-  std::map<std::string, bool> used;
+  std::unordered_set<std::string_view> used;
   for (const auto& [name, param] : model.named_base_parameters()) {
     auto it = w.tensors.find(name);
     const std::string alt = model.alternate_name(name);
@@ -115,7 +116,7 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
     if (!same)
       fail("models", loc.file->path(), ": tensor '", ti.name, "' is ", dims_str(ti.dims), " but ",
            config, " implies ", want.str());
-    used[ti.name] = true;
+    used.insert(it->first);
     plan.push_back({name, param, loc});
   }
   for (const auto& [name, loc] : w.tensors)
@@ -124,22 +125,25 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
            " describes (model_type '", model.config().model_type, "')");
   int64_t mapped = 0;
   if (backend) {
+    using MaybeDType = std::optional<DType>;
     if (opt.weight_dtype == ModelOptions::WeightDType::stored)
-      for (Item& it : plan)
-        if (it.param.ndim() >= 2 && it.loc.info->dtype != f32)
-          it.param = model.set_parameter_dtype(it.name, it.loc.info->dtype);
+      detail::retype_params(model, plan, [](const Item& it) {
+        return it.param.ndim() >= 2 && it.loc.info->dtype != f32 ? MaybeDType(it.loc.info->dtype)
+                                                                 : std::nullopt;
+      });
     if (opt.weight_dtype == ModelOptions::WeightDType::bf16)
-      for (Item& it : plan)
-        if (it.param.ndim() >= 2) it.param = model.set_parameter_dtype(it.name, bf16);
+      detail::retype_params(model, plan, [](const Item& it) {
+        return it.param.ndim() >= 2 ? MaybeDType(bf16) : std::nullopt;
+      });
     if (const std::optional<DType> q = detail::quantized_weight_dtype(opt)) {
       if (!detail::can_map(*backend))
         fail("models", dir, ": weight_dtype ", dtype_name(*q),
              " needs a host backend (CPU, BLAS): ",
              "only the CPU has quantized matmul and embedding kernels");
       const std::set<std::string> names = detail::quantizable_weight_names(model);
-      for (Item& it : plan)
-        if (detail::quantizes(names, it.name, it.param, *q))
-          it.param = model.set_parameter_dtype(it.name, *q);  // quantized by set<float> below
+      detail::retype_params(model, plan, [&](const Item& it) {  // quantized by set<float> below
+        return detail::quantizes(names, it.name, it.param, *q) ? q : std::nullopt;
+      });
     }
     if (opt.mmap && detail::can_map(*backend)) {
       detail::MappedFiles maps;
@@ -182,18 +186,43 @@ void load_into(CausalLM& model, const std::string& dir, Backend* backend, const 
   model.load_stats.peak_rss_bytes = detail::peak_rss_bytes();
 }
 
+// Before building: the files hold tensors of every layer the config asks for.
+void check_layers(const ModelConfig& cfg, const Weights& w, const std::string& config) {
+  detail::LayerNames files;
+  for (const auto& [name, loc] : w.tensors) files.names.push_back(name);
+  int64_t layers = 0;
+  std::string field;
+  if (cfg.gpt2) {
+    files.prefixes = {"h.", "transformer.h."};
+    layers = cfg.gpt2->n_layer;
+    field = "n_layer";
+  } else if (cfg.llama) {
+    files.prefixes = {"model.layers."};
+    layers = cfg.llama->num_hidden_layers;
+    field = "num_hidden_layers";
+  }
+  detail::check_layers_present(files, layers, w.source, config + " field '" + field + "'");
+}
+
 }  // namespace
 
-void load_weights(CausalLM& model, const std::string& dir) { load_into(model, dir, nullptr, {}); }
+void load_weights(CausalLM& model, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  load_into(model, dir, open_weights(dir), nullptr, {}, t0);
+}
 
 std::unique_ptr<CausalLM> load_pretrained(Context& ctx, Backend& backend, const std::string& dir,
                                           const ModelOptions& opt) {
   if (!fs::is_directory(dir)) fail("models", dir, ": not a directory");
-  ModelConfig cfg = read_config((fs::path(dir) / "config.json").string());
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string config = (fs::path(dir) / "config.json").string();
+  ModelConfig cfg = read_config(config);
   const std::string gen = (fs::path(dir) / "generation_config.json").string();
   if (fs::exists(gen)) parse_generation_config(read_text_file(gen), gen, cfg.generation);
+  const Weights w = open_weights(dir);
+  check_layers(cfg, w, config);  // before building a layer the files cannot fill
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
-  load_into(*model, dir, &backend, opt);
+  load_into(*model, dir, w, &backend, opt, t0);
   return model;
 }
 

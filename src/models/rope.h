@@ -8,11 +8,20 @@
 
 namespace kiln::models::detail {
 
-// The D/2 inverse frequencies theta^(-2i/D), with Llama 3's rescaling when set.
-std::vector<double> rope_inv_freq(const LlamaConfig& c);
+// The D/2 inverse frequencies theta^(-2i/D), rescaled as c.rope_scaling (or a
+// GGUF file's rope_freqs) says. seq_len: the length of the tables they are for,
+// which dynamic NTK scaling (when above max_position_embeddings) and longrope
+// (long_factor above original_max_position_embeddings) depend on.
+std::vector<double> rope_inv_freq(const LlamaConfig& c, int64_t seq_len = 0);
 
-// cos and sin tables [positions, D] (row p: angle p * inv_freq[i mod D/2]),
-// row-major, for CausalLM::constant.
+// The factor yarn and longrope scaling multiply cos and sin by (1 otherwise).
+double rope_attention_factor(const LlamaConfig& c);
+
+// longrope: the factors a table of seq_len positions uses (short or long).
+const std::vector<double>& longrope_factors(const LlamaConfig& c, int64_t seq_len);
+
+// cos and sin tables [positions, D] (row p: angle p * inv_freq[i mod D/2],
+// times rope_attention_factor), row-major, for CausalLM::constant.
 void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& cos_out,
                  std::vector<float>& sin_out);
 

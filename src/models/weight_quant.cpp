@@ -71,8 +71,10 @@ void apply_weight_dtype(CausalLM& model, const ModelOptions& opt) {
   const std::optional<DType> q = quantized_weight_dtype(opt);
   if (!q) return;
   const std::set<std::string> names = quantizable_weight_names(model);
+  std::vector<std::pair<std::string, DType>> changes;
   for (const auto& [name, t] : model.named_base_parameters())
-    if (quantizes(names, name, t, *q)) model.set_parameter_dtype(name, *q).set_requires_grad(false);
+    if (quantizes(names, name, t, *q)) changes.emplace_back(name, *q);
+  for (Tensor t : model.set_parameter_dtypes(changes)) t.set_requires_grad(false);
 }
 
 }  // namespace kiln::models::detail

@@ -146,17 +146,16 @@ Module& Sequential::push_back(std::unique_ptr<Module> m) {
   return register_module(std::to_string(size()), std::move(m));
 }
 
-size_t Sequential::size() const { return named_children().size(); }
+size_t Sequential::size() const { return child_count(); }
 
 Module& Sequential::operator[](size_t i) const {
-  const auto kids = named_children();
-  if (i >= kids.size())
-    fail("nn", "Sequential '", path(), "' has ", kids.size(), " modules, no index ", i);
-  return *kids[i].second;
+  if (i >= child_count())
+    fail("nn", "Sequential '", path(), "' has ", child_count(), " modules, no index ", i);
+  return child_at(i);
 }
 
 Tensor Sequential::forward(Tensor x) {
-  for (auto& [n, m] : named_children()) x = (*m)(x);
+  for (size_t i = 0; i < child_count(); ++i) x = child_at(i)(x);
   return x;
 }
 

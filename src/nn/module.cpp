@@ -43,21 +43,22 @@ std::string Module::path() const {
   return prefix_.empty() ? std::string() : prefix_.substr(0, prefix_.size() - 1);
 }
 
+// Hashed lookups by name keep building, naming and loading a model of many
+// layers linear in its size (a linear scan per name made them quadratic).
 void Module::check_new_name(const std::string& name) const {
   if (name.empty() || name.find('.') != std::string::npos)
     fail("nn", type_name(), " '", path(), "': name '", name,
          "' must be non-empty and contain no '.'");
-  for (const auto& [n, t] : params_)
-    if (n == name)
-      fail("nn", type_name(), " '", path(), "' already has a param called '", name, "'");
-  for (const auto& [n, m] : children_)
-    if (n == name)
-      fail("nn", type_name(), " '", path(), "' already has a sub-module called '", name, "'");
+  if (param_pos_.count(name))
+    fail("nn", type_name(), " '", path(), "' already has a param called '", name, "'");
+  if (child_pos_.count(name))
+    fail("nn", type_name(), " '", path(), "' already has a sub-module called '", name, "'");
 }
 
 Tensor Module::register_parameter(std::string name, const Shape& shape) {
   check_new_name(name);
   Tensor t = ctx_->param(f32, shape, prefix_ + name);
+  param_pos_.emplace(name, params_.size());
   params_.emplace_back(std::move(name), t);
   return t;
 }
@@ -69,6 +70,7 @@ void Module::adopt(std::string name, std::unique_ptr<Module> m) {
     fail("nn", "sub-module '", name, "' was built in another Context than its parent");
   m->set_prefix(prefix_ + name + ".");
   m->train(training_);
+  child_pos_.emplace(name, children_.size());
   children_.emplace_back(std::move(name), std::move(m));
 }
 
@@ -82,13 +84,10 @@ void Module::set_prefix(const std::string& prefix) {
 }
 
 void Module::collect(std::vector<std::pair<std::string, Tensor>>& out,
-                     std::vector<const TensorNode*>& seen, bool adapters) const {
+                     std::unordered_set<const TensorNode*>& seen, bool adapters) const {
   if (adapter_ && !adapters) return;
-  for (const auto& [n, t] : params_) {
-    if (std::find(seen.begin(), seen.end(), t.node()) != seen.end()) continue;
-    seen.push_back(t.node());
-    out.emplace_back(prefix_ + n, t);
-  }
+  for (const auto& [n, t] : params_)
+    if (seen.insert(t.node()).second) out.emplace_back(prefix_ + n, t);
   for (const auto& [n, m] : children_) m->collect(out, seen, adapters);
 }
 
@@ -103,14 +102,14 @@ std::vector<std::pair<std::string, Tensor>> relative(std::vector<std::pair<std::
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  std::vector<const TensorNode*> seen;
+  std::unordered_set<const TensorNode*> seen;
   collect(out, seen, true);
   return relative(std::move(out), prefix_.size());
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_base_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  std::vector<const TensorNode*> seen;
+  std::unordered_set<const TensorNode*> seen;
   collect(out, seen, false);
   return relative(std::move(out), prefix_.size());
 }
@@ -141,8 +140,11 @@ std::vector<std::pair<std::string, Module*>> Module::named_children() const {
 Module& Module::child(std::string_view name) const {
   std::string_view rest;
   const std::string_view head = first_part(name, &rest);
-  for (const auto& [n, m] : children_)
-    if (n == head) return rest.empty() ? *m : m->child(rest);
+  const auto it = child_pos_.find(std::string(head));
+  if (it != child_pos_.end()) {
+    Module& m = *children_[it->second].second;
+    return rest.empty() ? m : m.child(rest);
+  }
   fail("nn", type_name(), " '", path(), "' has no sub-module '", head, "'");
 }
 
@@ -150,16 +152,16 @@ Tensor Module::parameter(std::string_view name) const {
   const size_t dot = name.rfind('.');
   const Module& owner = dot == std::string_view::npos ? *this : child(name.substr(0, dot));
   const std::string_view local = dot == std::string_view::npos ? name : name.substr(dot + 1);
-  for (const auto& [n, t] : owner.params_)
-    if (n == local) return t;
+  const auto it = owner.param_pos_.find(std::string(local));
+  if (it != owner.param_pos_.end()) return owner.params_[it->second].second;
   fail("nn", owner.type_name(), " '", owner.path(), "' has no param '", local, "'");
 }
 
 void Module::tie(std::string_view name, Tensor shared) {
-  auto it =
-      std::find_if(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; });
-  if (it == params_.end())
+  const auto pos = param_pos_.find(std::string(name));
+  if (pos == param_pos_.end())
     fail("nn", type_name(), " '", path(), "' has no param '", name, "' to tie");
+  auto it = params_.begin() + std::ptrdiff_t(pos->second);
   if (!shared.defined()) fail("nn", "tie '", prefix_, name, "': the shared tensor is undefined");
   if (!shared.has_flag(kFlagParam))
     fail("nn", "tie '", prefix_, name, "': '", shared.name(), "' is not a param (Context::param)");
@@ -174,14 +176,33 @@ void Module::tie(std::string_view name, Tensor shared) {
 }
 
 Tensor Module::set_parameter_dtype(std::string_view name, DType dtype) {
-  const Tensor old = parameter(name);
-  if (old.dtype() == dtype) return old;
-  if (old.has_data())
-    fail("nn", "set_parameter_dtype '", name, "': ", old.label(),
-         " already has memory; change dtypes before allocate()");
-  Tensor now = ctx_->param(dtype, old.shape(), old.name());
-  replace_param(old.node(), now);
-  return now;
+  return set_parameter_dtypes({{std::string(name), dtype}})[0];
+}
+
+std::vector<Tensor> Module::set_parameter_dtypes(
+    const std::vector<std::pair<std::string, DType>>& changes) {
+  std::vector<Tensor> out;
+  std::unordered_map<const TensorNode*, Tensor> now;  // old param -> its replacement
+  for (const auto& [name, dtype] : changes) {
+    const Tensor old = parameter(name);
+    if (const auto it = now.find(old.node()); it != now.end()) {  // named twice (tied)
+      if (it->second.dtype() != dtype)
+        fail("nn", "set_parameter_dtypes '", name, "': ", old.label(), " is asked for two dtypes");
+      out.push_back(it->second);
+      continue;
+    }
+    if (old.dtype() == dtype) {
+      out.push_back(old);
+      continue;
+    }
+    if (old.has_data())
+      fail("nn", "set_parameter_dtype '", name, "': ", old.label(),
+           " already has memory; change dtypes before allocate()");
+    out.push_back(ctx_->param(dtype, old.shape(), old.name()));
+    now.emplace(old.node(), out.back());
+  }
+  if (!now.empty()) replace_params(now);  // one walk of the tree for all of them
+  return out;
 }
 
 Tensor Module::reallocate_parameter(std::string_view name, DType dtype) {
@@ -199,14 +220,14 @@ Tensor Module::reallocate_parameter(std::string_view name, DType dtype) {
   TensorAllocator place(*buf);
   place.place(now.node());
   storage_.push_back(std::move(buf));
-  replace_param(old.node(), now);
+  replace_params({{old.node(), now}});
   return now;
 }
 
-void Module::replace_param(const TensorNode* old, Tensor now) {
+void Module::replace_params(const std::unordered_map<const TensorNode*, Tensor>& now) {
   for (auto& [n, t] : params_)
-    if (t.node() == old) t = now;
-  for (auto& [n, m] : children_) m->replace_param(old, now);
+    if (const auto it = now.find(t.node()); it != now.end()) t = it->second;
+  for (auto& [n, m] : children_) m->replace_params(now);
 }
 
 void Module::allocate(Backend& backend) {

@@ -4,14 +4,16 @@ Hugging Face directory layout, and the logits (and, for two of them, the loss
 and gradients of a training step) a reference computes from them.
 
 The reference is written here from the architectures' descriptions (LLaMA,
-Llama 3's RoPE frequency scaling, Qwen2/Qwen3, Mistral, GPT-2), following Hugging
+RoPE's frequency scaling in rope_reference.py, Qwen2/Qwen3, Mistral, GPT-2), following Hugging
 Face's conventions: parameter names, rotate_half RoPE over the two halves of the
 head dim, Conv1D weights stored [in, out] in GPT-2. It computes in float64 from
 the weights exactly as stored (bf16/f16 values included), so the expected values
 are the model's own, not one float32 rounding of them. safetensors files are
 written by this script from the format's spec (no `safetensors` module needed).
 
-    /usr/bin/python3 tests/models/make_fixtures.py   # Debian python3-torch
+    /usr/bin/python3 tests/models/make_fixtures.py [names]   # Debian python3-torch
+
+(names: write only those fixtures; each fixture's seed is its place in FIXTURES.)
 
 Each fixture directory holds config.json, model.safetensors (or shards and
 model.safetensors.index.json), generation_config.json and expected.safetensors:
@@ -30,6 +32,9 @@ import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rope_reference import cos_sin  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 B, T = 2, 12
@@ -81,26 +86,6 @@ def stored(t, dtype):
 
 
 # ---------------------------------------------------------------- Llama family
-def rope_inv_freq(cfg, head_dim):
-    base = cfg.get("rope_theta", 10000.0)
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    rs = cfg.get("rope_scaling")
-    if rs is None:
-        return inv
-    assert rs["rope_type"] == "llama3"
-    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-    old = rs["original_max_position_embeddings"]
-    lo_wavelen, hi_wavelen = old / lo, old / hi
-    wavelen = 2 * math.pi / inv
-    # Long wavelengths (low frequencies) are slowed down by `factor`, short ones
-    # kept, and the band between interpolates smoothly.
-    scaled = torch.where(wavelen > lo_wavelen, inv / factor, inv)
-    smooth = (old / wavelen - lo) / (hi - lo)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = (wavelen >= hi_wavelen) & (wavelen <= lo_wavelen)
-    return torch.where(medium, smoothed, scaled)
-
-
 def rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
@@ -117,10 +102,11 @@ def llama_forward(cfg, p, ids, lora=None):
     D = cfg.get("head_dim") or hidden // H
     eps = cfg["rms_norm_eps"]
     bsz, seq = ids.shape
-    pos = torch.arange(seq, dtype=torch.float64)
-    freqs = pos[:, None] * rope_inv_freq(cfg, D)[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()  # [T, D]
+    # [T, D], every scaling type (rope_reference.py), the attention factor included.
+    # The table's length: kiln's (ModelOptions::max_seq_len unset), which only
+    # dynamic and longrope scaling depend on.
+    cos, sin = cos_sin(cfg, D, min(cfg["max_position_embeddings"], 4096))
+    cos, sin = cos[:seq], sin[:seq]
     window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
     i = torch.arange(seq)[:, None]
     j = torch.arange(seq)[None, :]
@@ -322,6 +308,14 @@ FIXTURES = [
         architectures=["MistralForCausalLM"], model_type="mistral", num_key_value_heads=2,
         sliding_window=5, head_dim=8),
      {"dtype": "F32"}),
+    # YaRN (Qwen's long-context setting): frequencies ramped between kept and
+    # divided by 4 over an original context of 64, cos/sin scaled by 0.1 ln 4 + 1.
+    ("llama_yarn", variant(
+        num_key_value_heads=2,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
+     {"dtype": "F32"}),
+    # Linear position interpolation (factor 4), in the older "type" spelling.
+    ("llama_linear", variant(rope_scaling={"type": "linear", "factor": 4.0}), {"dtype": "F32"}),
 ]
 
 GPT2_CONFIG = {
@@ -471,7 +465,11 @@ def rel_diff(a, b):
 
 
 def main():
+    # Names given: only those fixtures are written (the others' files stay as they are).
+    only = set(sys.argv[1:])
     for seed, (name, cfg, opt) in enumerate(FIXTURES):
+        if only and name not in only:
+            continue
         g = torch.Generator().manual_seed(seed + 1)
         params = llama_params(cfg, g)
         names = GRAD_NAMES["llama"] if opt.get("train") else ()
@@ -486,6 +484,8 @@ def main():
             assert rel_diff(llama_forward(plain, p, ids).detach(), logits) > 1e-2, name
         print(f"{name}: logits max |x| {float(logits.abs().max()):.3f}")
         write_generation(name, cfg, llama_forward, {n: t.detach() for n, t in p.items()}, seed)
+    if only and "gpt2" not in only:
+        return
     g = torch.Generator().manual_seed(100)
     p, _, _ = make("gpt2", GPT2_CONFIG, gpt2_forward, gpt2_params(GPT2_CONFIG, g), "F32",
                    train=True, grad_names=GRAD_NAMES["gpt2"], seed=100)

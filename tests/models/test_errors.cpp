@@ -69,8 +69,13 @@ TEST(ModelErrors, UnsupportedFieldIsNamed) {
 TEST(ModelErrors, UnsupportedValuesAreNamed) {
   {
     Broken b("llama3_gqa");
+    b.edit("config.json", "\"rope_type\": \"llama3\"", "\"rope_type\": \"su\"");
+    EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"config.json", "rope_scaling", "'su'"}));
+  }
+  {  // another type's fields are not silently dropped
+    Broken b("llama3_gqa");
     b.edit("config.json", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
-    EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"config.json", "rope_scaling", "yarn"}));
+    EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"config.json", "'low_freq_factor'"}));
   }
   {
     Broken b("llama3_gqa");
@@ -143,10 +148,20 @@ TEST(ModelErrors, LoadWeightsNeedsAllocatedParams) {
 }
 
 TEST(ModelErrors, MissingTensor) {
-  Broken b("mistral_swa");
-  b.edit("config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
-  EXPECT_TRUE(kiln_test::is_error(
-      b.load(), "models", {"model.safetensors", "'model.layers.2.", "missing", "config.json"}));
+  {  // a whole layer: refused before the model is built, naming the layer
+    Broken b("mistral_swa");
+    b.edit("config.json", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    EXPECT_TRUE(kiln_test::is_error(b.load(), "models",
+                                    {"model.safetensors", "no tensor of layer 2",
+                                     "'model.layers.2.*'", "config.json", "'num_hidden_layers'"}));
+  }
+  {  // one tensor of a layer the files hold
+    Broken b("llama_tied_bf16");
+    b.edit("config.json", "\"attention_bias\": false", "\"attention_bias\": true");
+    EXPECT_TRUE(kiln_test::is_error(
+        b.load(), "models",
+        {"model.safetensors", "'model.layers.0.self_attn.q_proj.bias'", "missing", "config.json"}));
+  }
 }
 
 TEST(ModelErrors, TensorTheModelDoesNotHave) {

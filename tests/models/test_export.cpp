@@ -10,8 +10,9 @@
 namespace kiln::test {
 namespace {
 
-const char* const kFixtures[] = {"llama3_gqa",       "llama_tied_bf16", "qwen2_bias",
-                                 "qwen3_qknorm_f16", "mistral_swa",     "gpt2"};
+const char* const kFixtures[] = {
+    "llama3_gqa",  "llama_tied_bf16", "qwen2_bias",   "qwen3_qknorm_f16",
+    "mistral_swa", "llama_yarn",      "llama_linear", "gpt2"};
 
 class ModelExport : public ::testing::TestWithParam<const char*> {};
 

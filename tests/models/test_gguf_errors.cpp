@@ -67,10 +67,12 @@ TEST(ModelGgufErrors, UnsupportedMetadataIsNamed) {
   EXPECT_TRUE(kiln_test::is_error(b.load(), "models", {"model.gguf", "'llama.expert_count'"}));
 }
 
-TEST(ModelGgufErrors, RopeScalingTypeOtherThanNone) {
+// rope.scaling.type: none loads; a type kiln does not apply, and yarn without
+// its factor, are refused naming the key.
+TEST(ModelGgufErrors, RopeScalingTypes) {
   BrokenGguf b("mistral_swa", keep_all);
   GgufFile f(b.path);
-  for (const char* type : {"none", "yarn"}) {
+  for (const char* type : {"none", "longrope", "xpos", "yarn"}) {
     GgufWriter w;
     for (const auto& [k, v] : f.metadata()) w.set(k, v);
     w.set("llama.rope.scaling.type", type);
@@ -81,13 +83,33 @@ TEST(ModelGgufErrors, RopeScalingTypeOtherThanNone) {
     CpuBackend cpu(1);
     const std::string msg = kiln_test::error_message(
         [&] { models::load_gguf(ctx, cpu, b.tmp.file(std::string(type) + ".gguf")); });
-    if (std::string(type) == "none") {
+    const std::string t = type;
+    if (t == "none") {
       EXPECT_EQ(msg, "<no exception>");
+    } else if (t == "yarn") {
+      EXPECT_TRUE(kiln_test::is_error(msg, "models", {"yarn.gguf", "llama.rope.scaling.factor"}));
     } else {
-      EXPECT_TRUE(
-          kiln_test::is_error(msg, "models", {"yarn.gguf", "llama.rope.scaling.type", "'yarn'"}));
+      const std::string file = t + ".gguf", quoted = "'" + t + "'";
+      EXPECT_TRUE(kiln_test::is_error(msg, "models",
+                                      {file.c_str(), "llama.rope.scaling.type", quoted.c_str()}));
     }
   }
+}
+
+// Keys of llama.cpp's YaRN that kiln does not apply are refused by name.
+TEST(ModelGgufErrors, YarnKeysKilnDoesNotApply) {
+  BrokenGguf b("mistral_swa", keep_all);
+  GgufFile f(b.path);
+  GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  w.set("llama.rope.scaling.type", "yarn");
+  w.set("llama.rope.scaling.factor", 4.0f);
+  w.set("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+  for (const GgufTensorInfo& t : f.tensors())
+    w.add_tensor_data(t.name, t.dtype, t.shape, f.read_bytes(t.name));
+  w.save(b.path);
+  EXPECT_TRUE(kiln_test::is_error(b.load(), "models",
+                                  {"model.gguf", "'llama.rope.scaling.yarn_log_multiplier'"}));
 }
 
 TEST(ModelGgufErrors, MissingMetadata) {

@@ -19,7 +19,8 @@ TEST_P(ModelLogits, MatchTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelLogits,
                          ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
-                                           "qwen3_qknorm_f16", "mistral_swa", "gpt2"));
+                                           "qwen3_qknorm_f16", "mistral_swa", "llama_yarn",
+                                           "llama_linear", "gpt2"));
 
 // The feature each fixture is about is in the config kiln read.
 TEST(ModelConfigRead, FixtureVariants) {
@@ -40,6 +41,9 @@ TEST(ModelConfigRead, FixtureVariants) {
   EXPECT_TRUE(cfg("qwen3_qknorm_f16").llama->qk_norm);
   EXPECT_EQ(cfg("qwen3_qknorm_f16").llama->head_dim, 12);
   EXPECT_EQ(cfg("mistral_swa").llama->sliding_window, 5);
+  using RT = models::RopeScaling::Type;
+  EXPECT_EQ(cfg("llama_yarn").llama->rope_scaling->type, RT::yarn);
+  EXPECT_EQ(cfg("llama_linear").llama->rope_scaling->type, RT::linear);
   const models::ModelConfig g = cfg("gpt2");
   ASSERT_TRUE(g.gpt2);
   EXPECT_EQ(g.gpt2->n_positions, 16);
