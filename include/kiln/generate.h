@@ -117,6 +117,13 @@ class Generator {
   void reset() { truncate(0); }
   // Forgets all but the first n cached tokens (n <= position()).
   void truncate(int64_t n);
+  // Makes the cache hold exactly `ids`: keeps the longest prefix of them it
+  // already holds, forgets the rest and prefills what is left (no logits
+  // needed). Returns the tokens run. A chat runs the end of a reply this way
+  // (the template's end-of-turn tokens, the reply as the tokenizer splits it)
+  // while the user reads, so the next turn's prompt finds all but its new text
+  // cached (docs/chat.md).
+  int64_t prefill_uncached(std::span<const int32_t> ids);
   // The tokens the cache holds, positions 0 .. position() - 1.
   std::span<const int32_t> cached_tokens() const { return cached_; }
   int64_t position() const { return pos_; }
