@@ -122,7 +122,7 @@ class Generator {
   // needed). Returns the tokens run. A chat runs the end of a reply this way
   // (the template's end-of-turn tokens, the reply as the tokenizer splits it)
   // while the user reads, so the next turn's prompt finds all but its new text
-  // cached (docs/chat.md).
+  // cached (docs/models.md, "Chat: kiln-lm chat").
   int64_t prefill_uncached(std::span<const int32_t> ids);
   // The tokens the cache holds, positions 0 .. position() - 1.
   std::span<const int32_t> cached_tokens() const { return cached_; }
