@@ -1,7 +1,9 @@
 // kiln-lm chat: a conversation with an instruct model through its chat
 // template (kiln/chat.h). Each turn renders the whole conversation, runs only
 // the tokens the KV cache lacks (GenerateOptions::reuse_cache), streams the
-// reply and stops at the end of the assistant's turn. Lines typed at a
+// reply and stops at the end of the assistant's turn; then it runs the end of
+// the turn ahead (Generator::prefill_uncached), so the next turn's time to
+// first token is that of its new text alone. Lines typed at a
 // terminal are edited with libedit where kiln-lm was built with it; piped
 // input is read line by line (one user message per line).
 //   kiln-lm chat --model DIR|FILE.gguf [--system TEXT] [--max-tokens N] [sampling options]
@@ -121,13 +123,25 @@ int run(ChatOptions& o) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
     messages.push_back({{"role", "assistant"}, {"content", reply}});
+    // Run the end of the turn now, while the user reads: the template's
+    // end-of-turn tokens, and the reply as the tokenizer splits its text
+    // (which the sampled tokens need not be), so the next turn's prompt finds
+    // all but its new text cached. Only a head start: a template that refuses
+    // a conversation ending with the assistant leaves it to the next turn.
+    int64_t ahead = 0;
+    try {
+      const std::vector<int32_t> history =
+          tok.encode(tmpl.apply(Json{{"messages", messages}}.dump(), false), false);
+      if (int64_t(history.size()) < gen.capacity()) ahead = gen.prefill_uncached(history);
+    } catch (const kiln::Error&) {}
     const kiln::models::GenerationStats& s = r.stats;
     std::fprintf(stderr,
                  "[prefill %lld tokens (%lld cached) %.1f tokens/s, %.3f s; decode %lld tokens "
-                 "%.2f tokens/s; stop: %s]\n",
+                 "%.2f tokens/s; stop: %s; %lld tokens of the turn's end run ahead]\n",
                  (long long)s.prompt_tokens, (long long)s.reused_tokens, s.prompt_tokens_per_s(),
                  s.prompt_seconds, (long long)s.new_tokens, s.decode_tokens_per_s(),
-                 stops.stopped() ? "stop string" : kiln::models::stop_reason_name(r.stop));
+                 stops.stopped() ? "stop string" : kiln::models::stop_reason_name(r.stop),
+                 (long long)ahead);
   }
   return 0;
 }

@@ -153,6 +153,7 @@ class Api {
           }
           serve::Reply r = r0;
           r.completion_tokens = job->completion_tokens;
+          r.cached_tokens = job->cached_tokens;
           const std::string body =
               job->error.empty() ? serve::whole_response(q, r, job->text, job->finish_reason).dump()
                                  : serve::error_body(500, job->error).dump();
@@ -185,6 +186,7 @@ class Api {
           const std::string reason = job->finish_reason, error = job->error;
           serve::Reply r = r0;
           r.completion_tokens = job->completion_tokens;
+          r.cached_tokens = job->cached_tokens;
           lock.unlock();
           auto event = [](const Json& j) { return "data: " + j.dump() + "\n\n"; };
           std::string out;

@@ -212,7 +212,8 @@ Request parse_request(const std::string& text, bool chat,
 Json usage(const Reply& r) {
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+          {"total_tokens", r.prompt_tokens + r.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 Json whole_response(const Request& q, const Reply& r, const std::string& text,

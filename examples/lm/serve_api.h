@@ -50,6 +50,7 @@ Request parse_request(const std::string& body, bool chat,
 struct Reply {
   std::string id, model;
   int64_t created = 0, prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt's, reused from a finished request
 };
 Json usage(const Reply& r);
 Json whole_response(const Request& q, const Reply& r, const std::string& text,

@@ -32,18 +32,19 @@ struct Scheduler::Active {
 namespace {
 
 void finish(Job& job, const std::string& reason, const std::string& error = {}) {
-  int64_t tokens = 0;
+  int64_t tokens = 0, cached = 0;
   {
     std::lock_guard<std::mutex> lock(job.mu);
     job.finished = true;
     job.finish_reason = reason;
     job.error = error;
     tokens = job.completion_tokens;
+    cached = job.cached_tokens;
   }
   job.cv.notify_all();
-  std::fprintf(stderr, "kiln-lm serve: %s: %zu prompt tokens, %lld new, %s%s%s\n", job.id.c_str(),
-               job.prompt.size(), (long long)tokens, reason.c_str(), error.empty() ? "" : ": ",
-               error.c_str());
+  std::fprintf(stderr, "kiln-lm serve: %s: %zu prompt tokens (%lld cached), %lld new, %s%s%s\n",
+               job.id.c_str(), job.prompt.size(), (long long)cached, (long long)tokens,
+               reason.c_str(), error.empty() ? "" : ": ", error.c_str());
 }
 
 void append(Job& job, const std::string& text) {
@@ -134,7 +135,9 @@ void Scheduler::admit(std::vector<Active>& active) {
       a.sampler->set_prompt(job->prompt);
       a.decoder = std::make_unique<kiln::StreamDecoder>(tok_, true);
       a.stops = std::make_unique<kiln::models::StopStrings>(job->stop);
-      a.seq = batch_.start(job->prompt);
+      a.seq = batch_.start(job->prompt, true);
+      std::lock_guard<std::mutex> lock(job->mu);
+      job->cached_tokens = batch_.reused_tokens(a.seq);
     } catch (const kiln::Error& e) {
       finish(*job, "error", e.what());
       continue;

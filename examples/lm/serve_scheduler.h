@@ -4,7 +4,9 @@
 // waiting jobs between steps while sequences are free, runs one batched pass
 // per step for all active jobs, samples each one's next token with its own
 // Sampler, and retires a job at its end (eos, stop string, max tokens, a full
-// cache) or when its client went away (Job::cancel), freeing its sequence.
+// cache) or when its client went away (Job::cancel), freeing its sequence. A
+// prompt that continues a finished request's tokens reuses their cache
+// (BatchGenerator::start's reuse_prefix) and runs only the rest.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -37,6 +39,7 @@ struct Job {
   std::string finish_reason;  // "stop", "length" (or "cancelled", "error")
   std::string error;          // set when generation failed (finished too)
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens taken from a finished request's cache
 
   // The client went away: the loop frees the job's sequence at its next step.
   void cancel();

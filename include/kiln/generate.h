@@ -117,6 +117,13 @@ class Generator {
   void reset() { truncate(0); }
   // Forgets all but the first n cached tokens (n <= position()).
   void truncate(int64_t n);
+  // Makes the cache hold exactly `ids`: keeps the longest prefix of them it
+  // already holds, forgets the rest and prefills what is left (no logits
+  // needed). Returns the tokens run. A chat runs the end of a reply this way
+  // (the template's end-of-turn tokens, the reply as the tokenizer splits it)
+  // while the user reads, so the next turn's prompt finds all but its new text
+  // cached (docs/models.md, "Chat: kiln-lm chat").
+  int64_t prefill_uncached(std::span<const int32_t> ids);
   // The tokens the cache holds, positions 0 .. position() - 1.
   std::span<const int32_t> cached_tokens() const { return cached_; }
   int64_t position() const { return pos_; }
@@ -186,9 +193,13 @@ class BatchGenerator {
   BatchGenerator& operator=(const BatchGenerator&) = delete;
 
   // A new sequence holding `prompt`, run now; returns its id (never reused).
+  // reuse_prefix: a free cache row keeps the tokens of the sequence that left
+  // it (finish()); the longest prefix of the prompt that one of them holds
+  // (all but the prompt's last token at most) is copied instead of run, as
+  // GenerateOptions::reuse_cache does for one sequence (reused_tokens()).
   // Errors: no free sequence (active() == max_sequences()), an empty prompt,
   // an id outside the vocabulary, a prompt longer than capacity().
-  int64_t start(std::span<const int32_t> prompt);
+  int64_t start(std::span<const int32_t> prompt, bool reuse_prefix = false);
   // One forward pass appending tokens[i].id to sequence tokens[i].seq (each
   // sequence at most once). Errors: an unknown or repeated sequence, a bad id,
   // a sequence whose cache is full (position() == capacity()).
@@ -201,6 +212,8 @@ class BatchGenerator {
   void finish(int64_t seq);
 
   int64_t position(int64_t seq) const;  // tokens the sequence holds
+  // Prompt tokens start() took from a finished sequence's cache instead of running.
+  int64_t reused_tokens(int64_t seq) const;
   int64_t active() const { return int64_t(rows_.size()); }
   int64_t max_sequences() const { return max_seqs_; }
   int64_t capacity() const { return capacity_; }  // positions per sequence
@@ -208,7 +221,8 @@ class BatchGenerator {
 
  private:
   struct Row {
-    int64_t seq = 0, pos = 0;
+    int64_t seq = 0, pos = 0, reused = 0;
+    std::vector<int32_t> tokens;  // those whose keys and values the cache row holds
     std::vector<float> logits;
   };
   struct PassGraph;
@@ -225,6 +239,9 @@ class BatchGenerator {
   KvLayout kv_;
   int64_t max_seqs_ = 0, capacity_ = 0, next_seq_ = 0;
   std::vector<Row> rows_;  // the active sequences; sequence rows_[r] lives in cache row r
+  // Free cache row r >= active() still holds the keys and values of kept_[r]
+  // (the tokens of the sequence that last used it), for start(..., true).
+  std::vector<std::vector<int32_t>> kept_;
   std::vector<Tensor> k_cache_,
       v_cache_;  // per layer [max_sequences, capacity, kv_heads, head_dim]
   std::unique_ptr<Buffer> cache_buf_;

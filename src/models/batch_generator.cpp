@@ -61,6 +61,7 @@ BatchGenerator::BatchGenerator(CausalLM& model, Backend& backend, int64_t max_se
   }
   cache_buf_ = detail::place_zeroed_caches(backend_.buffer_type(), k_cache_, v_cache_);
   alloc_ = std::make_unique<GraphAllocator>(backend_.buffer_type());
+  kept_.resize(size_t(max_seqs_));
 }
 
 BatchGenerator::~BatchGenerator() = default;
@@ -136,7 +137,7 @@ void BatchGenerator::append_kv(PassGraph& g, int64_t token, int64_t row, int64_t
   }
 }
 
-int64_t BatchGenerator::start(std::span<const int32_t> prompt) {
+int64_t BatchGenerator::start(std::span<const int32_t> prompt, bool reuse_prefix) {
   const int64_t n = int64_t(prompt.size()), V = model_.vocab_size();
   if (active() == max_seqs_)
     fail("generate", "all ", max_seqs_, " sequences are active (finish one before starting one)");
@@ -149,11 +150,33 @@ int64_t BatchGenerator::start(std::span<const int32_t> prompt) {
     fail("generate", "a prompt of ", n, " tokens does not fit the cache of ", capacity_,
          " positions (GeneratorOptions::max_seq_len; the model takes ", model_.max_seq_len(), ")");
   const int64_t row = active();
+  // The free row whose kept tokens share the longest prefix with the prompt
+  // (the last prompt token always runs: its logits are needed).
+  int64_t from = row, reuse = 0;
+  if (reuse_prefix)
+    for (int64_t f = row; f < max_seqs_; ++f) {
+      const std::vector<int32_t>& k = kept_[size_t(f)];
+      const int64_t most = std::min(int64_t(k.size()), n - 1);
+      int64_t common = 0;
+      while (common < most && k[size_t(common)] == prompt[size_t(common)]) ++common;
+      if (common > reuse) from = f, reuse = common;
+    }
+  if (from != row) {  // copy the prefix's keys and values into this row
+    const size_t per_pos = size_t(kv_.kv_heads * kv_.head_dim) * sizeof(float);
+    const size_t row_bytes = size_t(capacity_) * per_pos, bytes = size_t(reuse) * per_pos;
+    for (size_t l = 0; l < size_t(kv_.layers); ++l) {
+      copy_bytes(k_cache_[l].node(), size_t(from) * row_bytes, k_cache_[l].node(),
+                 size_t(row) * row_bytes, bytes);
+      copy_bytes(v_cache_[l].node(), size_t(from) * row_bytes, v_cache_[l].node(),
+                 size_t(row) * row_bytes, bytes);
+    }
+  }
+  kept_[size_t(row)].clear();  // the row is this sequence's now
   const int64_t window = model_.config().llama ? model_.config().llama->sliding_window : int64_t(0);
   const float ninf = -std::numeric_limits<float>::infinity();
   PassGraph* g = nullptr;
-  int64_t pos = 0;
-  for (int64_t done = 0; done < n;) {
+  int64_t pos = reuse;
+  for (int64_t done = reuse; done < n;) {
     const int64_t T = detail::prefill_pass_tokens(n - done, opt_.prefill_chunk),
                   real = std::min(T, n - done);
     const int64_t L = pos == 0 ? 0 : cache_bucket(pos);
@@ -176,6 +199,8 @@ int64_t BatchGenerator::start(std::span<const int32_t> prompt) {
   Row r;
   r.seq = next_seq_++;
   r.pos = pos;
+  r.reused = reuse;
+  r.tokens.assign(prompt.begin(), prompt.end());
   r.logits.resize(size_t(V));
   const TensorNode* out = g->logits.node();
   out->buffer->get(out, r.logits.data(), 0, r.logits.size() * sizeof(float));
@@ -229,6 +254,7 @@ void BatchGenerator::step(std::span<const Token> tokens) {
     if (id_of_row[size_t(b)] < 0) continue;  // padding: its cache and logits stay
     append_kv(g, b, b, row.pos, 1);
     ++row.pos;
+    row.tokens.push_back(id_of_row[size_t(b)]);
     std::copy(all.begin() + b * V, all.begin() + (b + 1) * V, row.logits.begin());
   }
 }
@@ -239,6 +265,10 @@ std::span<const float> BatchGenerator::logits(int64_t seq) const {
 
 int64_t BatchGenerator::position(int64_t seq) const { return rows_[row_of(seq, "position")].pos; }
 
+int64_t BatchGenerator::reused_tokens(int64_t seq) const {
+  return rows_[row_of(seq, "reused_tokens")].reused;
+}
+
 void BatchGenerator::finish(int64_t seq) {
   const size_t r = row_of(seq, "finish"), last = rows_.size() - 1;
   if (r != last) {  // the last row's sequence moves into the freed row
@@ -248,7 +278,10 @@ void BatchGenerator::finish(int64_t seq) {
       copy_bytes(k_cache_[l].node(), last * row_bytes, k_cache_[l].node(), r * row_bytes, n);
       copy_bytes(v_cache_[l].node(), last * row_bytes, v_cache_[l].node(), r * row_bytes, n);
     }
+    kept_[last] = rows_[last].tokens;  // the copy's source stays valid
     rows_[r] = std::move(rows_[last]);
+  } else {
+    kept_[r] = std::move(rows_[r].tokens);
   }
   rows_.pop_back();
 }

@@ -146,6 +146,15 @@ std::span<const float> Generator::prefill(std::span<const int32_t> ids) {
   return logits_;
 }
 
+int64_t Generator::prefill_uncached(std::span<const int32_t> ids) {
+  size_t keep = 0;
+  const size_t most = std::min(cached_.size(), ids.size());
+  while (keep < most && cached_[keep] == ids[keep]) ++keep;
+  truncate(int64_t(keep));
+  if (keep < ids.size()) prefill(ids.subspan(keep));
+  return int64_t(ids.size() - keep);
+}
+
 void Generator::truncate(int64_t n) {
   if (n < 0 || n > pos_) fail("generate", "truncate to ", n, " tokens, but the cache holds ", pos_);
   pos_ = n;

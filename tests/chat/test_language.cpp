@@ -138,6 +138,20 @@ TEST(ChatLanguage, Filters) {
             "[1, 2, 3] [2, 1] ['A', 'B']");
 }
 
+// A missing attribute is undefined to the test, as in Jinja2 (Mistral's
+// alternation check relies on it; @huggingface/jinja instead fails every test
+// on a missing attribute, so its fixtures render an equivalent rejectattr).
+TEST(ChatLanguage, SelectAttrTestsAMissingAttributeAsUndefined) {
+  const char* ms = R"({"ms": [{"r": "u"}, {"r": "a", "t": [1]}, {"r": "u", "t": null}]})";
+  EXPECT_EQ(render("{{ ms | selectattr('t', 'undefined') | map(attribute='r') | join }}"
+                   "|{{ ms | rejectattr('t', 'defined') | map(attribute='r') | join }}"
+                   "|{{ ms | selectattr('t', 'defined') | map(attribute='r') | join }}"
+                   "|{{ ms | selectattr('t', 'none') | map(attribute='r') | join }}"
+                   "|{{ ms | selectattr('t') | map(attribute='r') | join }}",
+                   ms),
+            "u|u|au|u|a");
+}
+
 TEST(ChatLanguage, ToJsonMatchesPythonJsonDumps) {
   const char* vars =
       R"({"v": {"s": "a\"\\\n\t\u0001é<&>", "n": [1, 2.5, true, null], "e": {}, "l": []}})";

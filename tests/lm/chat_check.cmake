@@ -1,8 +1,10 @@
 # kiln-lm chat end to end: a tiny Llama pretrained for two iterations with the
 # real Llama-2 tokenizer, given a chat template (chat_template.jinja, ending
 # each assistant turn with </s>), then a piped conversation: every turn is
-# answered, the second turn runs only the tokens the cache lacks, /reset
-# starts afresh, and the turn's end token is found from the template.
+# answered, the end of each turn is run ahead after the reply, so the second
+# turn runs only its new text (what a fresh conversation with the same text
+# runs, less the <s> it starts with), /reset starts afresh, and the turn's end
+# token is found from the template.
 #   cmake -DLM=kiln-lm -DCORPUS=dir -DTOKENIZER=dir -DWORK=dir -P chat_check.cmake
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${LM} pretrain --data ${CORPUS} --tokenizer ${TOKENIZER} --layers 1
@@ -16,7 +18,7 @@ endif()
 file(WRITE ${WORK}/model/chat_template.jinja
      "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]"
      "{% else %} {{ m.content }}</s>{% endif %}{% endfor %}")
-file(WRITE ${WORK}/conversation.txt "Hello there\nAnd a second turn\n/reset\nThird\n")
+file(WRITE ${WORK}/conversation.txt "Hello there\nAnd a second turn\n/reset\nAnd a second turn\n")
 execute_process(COMMAND ${LM} chat --model ${WORK}/model --max-tokens 4 --ctx 128 --temperature 0 --threads 1
                 INPUT_FILE ${WORK}/conversation.txt
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -41,8 +43,17 @@ endif()
 if(NOT t2 MATCHES "prefill ([0-9]+) tokens \\(([0-9]+) cached\\)")
   message(FATAL_ERROR "no second turn: ${turns}")
 endif()
-# The second turn reuses at least the first turn's prompt (10 tokens: the
-# reply itself may tokenize otherwise once rendered as text).
-if(CMAKE_MATCH_2 LESS 10)
-  message(FATAL_ERROR "the second turn ran ${CMAKE_MATCH_1} tokens and reused ${CMAKE_MATCH_2}")
+set(ran2 ${CMAKE_MATCH_1})
+set(reused2 ${CMAKE_MATCH_2})
+string(REGEX MATCH "prefill ([0-9]+) tokens" m "${t3}")
+math(EXPR want "${CMAKE_MATCH_1} - 1")
+# Turn 1's prompt is 10 tokens; its reply and </s> follow.
+if(NOT ran2 EQUAL want OR reused2 LESS 12)
+  message(FATAL_ERROR "the second turn ran ${ran2} tokens (want ${want}: its new text alone) "
+                      "and reused ${reused2}:\n${err}")
+endif()
+string(REGEX MATCHALL "([0-9]+) tokens of the turn's end run ahead" ahead "${err}")
+list(GET ahead 0 a1)
+if(NOT a1 MATCHES "^[1-9]")
+  message(FATAL_ERROR "turn 1's end was not run ahead: ${ahead}")
 endif()

@@ -2,7 +2,8 @@
 // (serve_check.sh starts it): replies equal kiln's one-sequence Generator on
 // the same rendered prompt (what kiln-lm generate runs): greedy ones whole
 // and streamed and a completion, and seeded sampled ones for 4 clients at
-// once; every kind of bad request gets an
+// once; a repeated prompt reuses the finished request's cache (all but its
+// last token) and still replies the same; every kind of bad request gets an
 // OpenAI-style 4xx error and the server goes on serving; a streaming client
 // that disconnects frees its sequence.
 //   kiln_serve_client PORT MODEL_DIR
@@ -101,7 +102,7 @@ Json chat_body(const std::string& user, int64_t max_tokens, bool stream, int64_t
 struct Got {
   int status = 0;
   std::string text, finish_reason;
-  int64_t prompt_tokens = -1, completion_tokens = -1;
+  int64_t prompt_tokens = -1, completion_tokens = -1, cached_tokens = -1;
   bool done = false;  // [DONE] seen (streams)
 };
 
@@ -125,6 +126,7 @@ Got read_response(const httplib::Result& res, bool chat, bool stream) {
     if (j.contains("usage")) {
       g.prompt_tokens = j["usage"]["prompt_tokens"];
       g.completion_tokens = j["usage"]["completion_tokens"];
+      g.cached_tokens = j["usage"]["prompt_tokens_details"]["cached_tokens"];
     }
   };
   if (!stream) {
@@ -209,14 +211,22 @@ int main(int argc, char** argv) {
       models && models->status == 200 && Json::parse(models->body)["data"][0]["object"] == "model",
       "GET /v1/models");
 
-  // One request, whole and streamed; a completion.
+  // One request, whole and streamed; a completion. The second request's
+  // prompt is the first's, whose tokens the finished sequence's cache row
+  // kept: all but its last token are reused (usage.prompt_tokens_details),
+  // and the reply is still the fresh Generator's.
   const Expected e0 = ref.chat("Hello there", 8);
-  compare(read_response(post(c, "/v1/chat/completions", chat_body("Hello there", 8, false).dump()),
-                        true, false),
-          e0, "chat", false);
-  compare(read_response(post(c, "/v1/chat/completions", chat_body("Hello there", 8, true).dump()),
-                        true, true),
-          e0, "chat stream", true);
+  const Got g0 = read_response(
+      post(c, "/v1/chat/completions", chat_body("Hello there", 8, false).dump()), true, false);
+  compare(g0, e0, "chat", false);
+  check(g0.cached_tokens == 0,
+        "chat: " + std::to_string(g0.cached_tokens) + " cached tokens on a fresh server");
+  const Got g1 = read_response(
+      post(c, "/v1/chat/completions", chat_body("Hello there", 8, true).dump()), true, true);
+  compare(g1, e0, "chat stream (its prompt reused)", true);
+  check(g1.cached_tokens == e0.prompt_tokens - 1,
+        "chat stream: " + std::to_string(g1.cached_tokens) + " cached tokens, want " +
+            std::to_string(e0.prompt_tokens - 1));
   const Json comp = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}};
   compare(read_response(post(c, "/v1/completions", comp.dump()), false, false),
           ref.completion("Once upon a time", 6), "completion", false);

@@ -99,6 +99,56 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchGenerateFixture,
                          ::testing::Values("llama3_gqa", "qwen2_bias", "qwen3_qknorm_f16",
                                            "mistral_swa", "gpt2"));
 
+// start(prompt, true): a prompt that continues a finished sequence's tokens
+// takes their keys and values from the free row that kept them (copied when
+// that row is not the one the new sequence gets) and runs only the rest; the
+// logits and greedy ids are Generator's on the whole prompt. A row another
+// sequence has since used keeps nothing.
+TEST_P(BatchGenerateFixture, FinishedPrefixesAreReused) {
+  Loaded m(GetParam());
+  models::BatchGenerator batch(*m.model, m.cpu, 2);
+  const std::vector<int32_t> px{5, 9, 13}, py{7, 11, 3, 4};
+  const int64_t x = batch.start(px, true), y = batch.start(py, true);
+  EXPECT_EQ(batch.reused_tokens(x), 0);
+  std::vector<int32_t> tx = px, ty = py;  // the tokens each cache row holds
+  for (int k = 0; k < 2; ++k) {
+    const int32_t ix = argmax(batch.logits(x)), iy = argmax(batch.logits(y));
+    batch.step({{x, ix}, {y, iy}});
+    tx.push_back(ix);
+    ty.push_back(iy);
+  }
+  batch.finish(y);  // row 1 keeps ty
+  batch.finish(x);  // row 0 keeps tx
+  std::vector<int32_t> pz = ty;
+  for (int32_t id : {2, 6}) pz.push_back(id);
+  const int64_t n = 4;  // the GPT-2 fixture has 16 positions: 8 + 4 fit
+  const Reference ref = alone(m, pz, n);
+  const int64_t z = batch.start(pz, true);  // row 0, copied from row 1
+  EXPECT_EQ(batch.reused_tokens(z), int64_t(ty.size()));
+  EXPECT_EQ(batch.position(z), int64_t(pz.size()));
+  std::vector<int32_t> ids;
+  for (int64_t k = 0; k < n; ++k) {
+    std::span<const float> l = batch.logits(z);
+    EXPECT_LT(rel_error({l.begin(), l.end()}, ref.logits[size_t(k)]), 1e-5) << GetParam() << k;
+    ids.push_back(argmax(l));
+    if (k + 1 < n) batch.step({{z, ids.back()}});
+  }
+  EXPECT_EQ(ids, ref.ids);
+  // Row 0 now holds z: x's tokens are gone. Row 1 still keeps ty.
+  std::vector<int32_t> pw = tx;
+  pw.push_back(1);
+  const int64_t w = batch.start(pw, true);
+  EXPECT_EQ(batch.reused_tokens(w), 0);
+  batch.finish(w);
+  batch.finish(z);
+  // Without reuse_prefix nothing is taken; the same prompt again reuses all
+  // but its last token.
+  const int64_t again = batch.start(pz);
+  EXPECT_EQ(batch.reused_tokens(again), 0);
+  batch.finish(again);
+  EXPECT_EQ(batch.reused_tokens(batch.start(pz, true)), int64_t(pz.size()) - 1);
+}
+
 TEST(BatchGenerate, Errors) {
   Loaded m("gpt2");
   models::GeneratorOptions go;

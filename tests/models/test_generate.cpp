@@ -364,6 +364,35 @@ TEST_P(GenerateFixture, ReusedCacheRunsOnlyNewTokens) {
   EXPECT_KILN_ERROR(gen.truncate(gen.position() + 1), "generate", "truncate");
 }
 
+// prefill_uncached: after a reply the chat runs the end of the turn ahead; the
+// next turn then runs only its new text, and replies as a fresh run does.
+TEST_P(GenerateFixture, PrefillUncachedRunsTheEndOfATurnAhead) {
+  Loaded m(GetParam());
+  models::Generator gen(*m.model, m.cpu), fresh(*m.model, m.cpu);
+  models::GenerateOptions o = greedy(4);
+  o.reuse_cache = true;
+  const std::vector<int32_t> turn1{3, 4, 5, 6};
+  const models::GenerationResult r1 = gen.generate(turn1, o);
+  std::vector<int32_t> history = turn1;  // the reply, then an end of turn {1, 2}
+  history.insert(history.end(), r1.ids.begin(), r1.ids.end());
+  for (int32_t id : {1, 2}) history.push_back(id);
+  EXPECT_EQ(gen.prefill_uncached(history), 3);  // the reply's last token and the end
+  EXPECT_EQ(gen.position(), int64_t(history.size()));
+  EXPECT_EQ(gen.prefill_uncached(history), 0);
+  std::vector<int32_t> turn2 = history;
+  for (int32_t id : {8, 9, 10}) turn2.push_back(id);
+  const models::GenerationResult r2 = gen.generate(turn2, o);
+  EXPECT_EQ(r2.stats.prompt_tokens, 3);
+  EXPECT_EQ(r2.stats.reused_tokens, int64_t(history.size()));
+  EXPECT_EQ(r2.ids, fresh.generate(turn2, greedy(4)).ids);
+  // A shorter or diverging list keeps the common prefix only.
+  EXPECT_EQ(gen.prefill_uncached(std::vector<int32_t>{3, 4, 7}), 1);
+  EXPECT_EQ(std::vector<int32_t>(gen.cached_tokens().begin(), gen.cached_tokens().end()),
+            (std::vector<int32_t>{3, 4, 7}));
+  EXPECT_EQ(gen.prefill_uncached(std::vector<int32_t>{}), 0);
+  EXPECT_EQ(gen.position(), 0);
+}
+
 // Sampling: reproducible per seed, top-k and top-p keep what they say, and the
 // draws follow the softmax.
 TEST(Sampling, SeedsReproduce) {
