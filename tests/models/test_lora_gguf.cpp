@@ -121,7 +121,7 @@ TEST_P(LoraGguf, RoundTripAndLlamaCppArithmetic) {
   EXPECT_EQ(checked, n_layers);
 }
 
-nn::LoraConfig llama_cfg() {  // GQA: q and k rows of 4 and 2 heads reordered
+nn::LoraConfig gguf_llama_lora() {  // GQA: q and k rows of 4 and 2 heads reordered
   nn::LoraConfig c;
   c.r = 3;
   c.alpha = 6;
@@ -129,14 +129,14 @@ nn::LoraConfig llama_cfg() {  // GQA: q and k rows of 4 and 2 heads reordered
   c.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "lm_head"};
   return c;
 }
-nn::LoraConfig gpt2_cfg() {  // Conv1D layers: GGUF stores their weights transposed
+nn::LoraConfig gguf_gpt2_lora() {  // Conv1D layers: GGUF stores their weights transposed
   nn::LoraConfig c;
   c.r = 2;
   c.alpha = 5.5f;
   c.target_modules = {"c_attn", "c_proj", "c_fc"};  // tree order: read back so
   return c;
 }
-nn::LoraConfig qwen3_cfg() {  // llama.cpp keeps Qwen's q/k rows as HF has them
+nn::LoraConfig gguf_qwen3_lora() {  // llama.cpp keeps Qwen's q/k rows as HF has them
   nn::LoraConfig c;
   c.r = 2;
   c.alpha = 4;
@@ -145,9 +145,10 @@ nn::LoraConfig qwen3_cfg() {  // llama.cpp keeps Qwen's q/k rows as HF has them
 }
 
 INSTANTIATE_TEST_SUITE_P(Bases, LoraGguf,
-                         ::testing::Values(GgufCase{"llama3_gqa", llama_cfg(), "llama"},
-                                           GgufCase{"gpt2", gpt2_cfg(), "gpt2"},
-                                           GgufCase{"qwen3_qknorm_f16", qwen3_cfg(), "qwen3"}),
+                         ::testing::Values(GgufCase{"llama3_gqa", gguf_llama_lora(), "llama"},
+                                           GgufCase{"gpt2", gguf_gpt2_lora(), "gpt2"},
+                                           GgufCase{"qwen3_qknorm_f16", gguf_qwen3_lora(),
+                                                    "qwen3"}),
                          [](const auto& info) { return std::string(info.param.base); });
 
 // PEFT -> GGUF -> PEFT keeps every value (the base named by its Hugging Face

@@ -194,7 +194,8 @@ TEST(ModelQuantizedEmbedding, KlDivergenceAgainstABase) {
   for (int64_t start = 0; start + 1 < 40; start += 16) {
     const std::vector<int32_t> w(text.begin() + start,
                                  text.begin() + std::min<int64_t>(40, start + 16));
-    const std::vector<float> lm = logits_of(ctx, *m, w), lb = logits_of(c2, *base, w);
+    const std::vector<float> lm = embedding_logits_of(ctx, *m, w),
+                             lb = embedding_logits_of(c2, *base, w);
     for (size_t t = 0; t + 1 < w.size(); ++t) {
       long double zm = 0, zb = 0;
       for (int64_t v = 0; v < V; ++v) {
