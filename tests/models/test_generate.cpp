@@ -279,7 +279,8 @@ TEST(Generate, InferencePassesUnderTheBf16Policy) {
   const GraphPasses exact = all.without(GraphPass::bf16_gelu_inputs);
   for (const char* name : {"gpt2", "qwen2_bias", "llama3_gqa"}) {
     SCOPED_TRACE(name);
-    LoadedFixture m[3] = {LoadedFixture(name, bf16), LoadedFixture(name, bf16), LoadedFixture(name, bf16)};
+    LoadedFixture m[3] = {LoadedFixture(name, bf16), LoadedFixture(name, bf16),
+                          LoadedFixture(name, bf16)};
     const GraphPasses passes[3] = {GraphPasses(), exact, all};
     std::vector<std::unique_ptr<models::Generator>> gen;
     for (int i = 0; i < 3; ++i) {
