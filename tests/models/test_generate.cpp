@@ -368,7 +368,7 @@ TEST_P(GenerateFixture, ReusedCacheRunsOnlyNewTokens) {
 // prefill_uncached: after a reply the chat runs the end of the turn ahead; the
 // next turn then runs only its new text, and replies as a fresh run does.
 TEST_P(GenerateFixture, PrefillUncachedRunsTheEndOfATurnAhead) {
-  Loaded m(GetParam());
+  LoadedFixture m(GetParam());
   models::Generator gen(*m.model, m.cpu), fresh(*m.model, m.cpu);
   models::GenerateOptions o = greedy(4);
   o.reuse_cache = true;
