@@ -99,7 +99,7 @@ kiln::TokenDataset tokens(const FinetuneOptions& o) {
     }
     return kiln::TokenDataset(std::move(b));
   }
-  const kiln::Tokenizer tok = kiln::Tokenizer::load(o.tokenizer.empty() ? o.model : o.tokenizer);
+  const kiln::Tokenizer tok = load_tokenizer(o.tokenizer.empty() ? o.model : o.tokenizer);
   return kiln::TokenDataset(document_ids(tok, docs, o.threads), tok.vocab_size());
 }
 
@@ -141,9 +141,6 @@ int run(const FinetuneOptions& o) {
   if (!(o.val_split > 0 && o.val_split < 1)) kiln::fail(kCmd, "--val-split must be in (0, 1)");
   if (o.resume && o.checkpoint.empty()) kiln::fail(kCmd, "--resume needs --checkpoint PATH");
   const bool gguf_out = fs::path(o.out).extension() == ".gguf";
-  if (gguf_out && o.full)
-    kiln::fail(kCmd, "--out ", o.out, ": --full writes a Hugging Face directory (kiln-lm ",
-               "quantize converts it to GGUF); a .gguf --out is a LoRA adapter file");
   const bool chat = is_chat_data(o.data);
   if (!chat && (!o.val.empty() || o.truncate || o.train_on != "assistant" || o.no_packing))
     kiln::fail(kCmd,
@@ -181,10 +178,15 @@ int run(const FinetuneOptions& o) {
   if (o.full && !o.quantize.empty())
     kiln::fail(kCmd, "--quantize trains LoRA adapters on a frozen quantized base, not --full");
   kiln::models::ModelOptions mo;
+  const bool gguf_base = is_gguf_file(o.model);
   if (!o.quantize.empty())
     // The parser checked the name (quantized_weight_dtype_names()).
     mo.weight_dtype = *kiln::models::quantized_weight_dtype_named(o.quantize);
-  auto model = kiln::models::load_pretrained(ctx, cpu, o.model, mo);
+  else if (gguf_base && !o.full && has_quantized_tensors(o.model))
+    // LoRA on a quantized GGUF base trains on its blocks as stored (QLoRA on a
+    // Q4_K_M file as with --quantize); --full dequantizes them into f32.
+    mo.weight_dtype = kiln::models::ModelOptions::WeightDType::stored;
+  auto model = kiln::models::load(ctx, cpu, o.model, mo);  // directory: HF; file: GGUF
   const int64_t V = model->vocab_size();
   if (data_vocab > V)
     kiln::fail(kCmd, "the data's vocabulary (", data_vocab, ") is larger than the model's (", V,
@@ -278,9 +280,20 @@ int run(const FinetuneOptions& o) {
            : kiln::train_on_tokens(opt, eval, train, val, to);
   const double rss_mb = peak_rss_mb();  // before saving
 
-  if (o.full) {
+  const std::string tok_source = o.tokenizer.empty() ? o.model : o.tokenizer;
+  if (o.full && gguf_out) {
+    // A GGUF model file (f32 weights), with the tokenizer when there is one.
+    std::optional<kiln::Tokenizer> tok;
+    if (!o.bytes) tok = load_tokenizer(tok_source);
+    kiln::models::save_gguf(*model, o.out, tok ? &*tok : nullptr);
+  } else if (o.full) {
     kiln::models::save_pretrained(*model, o.out);
-    if (!o.bytes) copy_tokenizer_files(o.tokenizer.empty() ? o.model : o.tokenizer, o.out);
+    if (!o.bytes && !is_gguf_file(tok_source)) copy_tokenizer_files(tok_source, o.out);
+    else if (!o.bytes)
+      std::fprintf(stderr,
+                   "%s: %s has no tokenizer.json to copy: the directory gets none (give "
+                   "--tokenizer DIR, or --out FILE.gguf to keep the GGUF vocabulary)\n",
+                   kCmd, tok_source.c_str());
   } else if (gguf_out) {
     kiln::models::save_lora_gguf(*model, o.out);  // llama.cpp's adapter format
   } else {
@@ -301,7 +314,10 @@ Command add_finetune(CLI::App& app) {
   auto o = std::make_shared<FinetuneOptions>();
   CLI::App* c = app.add_subcommand(
       "finetune", "fine-tune a Hugging Face model on texts: LoRA (PEFT files) or --full");
-  c->add_option("--model", o->model, "Hugging Face model directory")->required();
+  c->add_option("--model", o->model,
+                "the base: a Hugging Face model directory or a GGUF file (LoRA trains on a "
+                "quantized file's blocks as stored)")
+      ->required();
   c->add_option("--data", o->data,
                 "text files and/or directories of *.txt (one document each), or one JSONL file "
                 "of chat examples (messages, prompt/completion or text)")
@@ -319,7 +335,8 @@ Command add_finetune(CLI::App& app) {
               "chat data: cut examples longer than --seq + 1 tokens (default: skip and count)");
   c->add_option("--out", o->out,
                 "output: PEFT adapter directory, or FILE.gguf for a GGUF LoRA adapter in "
-                "llama.cpp's format (LoRA); model directory (--full)")
+                "llama.cpp's format (LoRA); with --full a model directory, or FILE.gguf for a "
+                "GGUF model file")
       ->required();
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json (file or directory); default --model");
   c->add_flag("--bytes", o->bytes, "train on the text's bytes (ids 0..255), no tokenizer");

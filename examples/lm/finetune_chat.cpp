@@ -7,6 +7,9 @@
 #include <memory>
 #include <optional>
 
+#include "chat_setup.h"
+#include "lm_model.h"
+
 namespace lm {
 
 bool is_chat_data(const std::vector<std::string>& paths) {
@@ -38,11 +41,12 @@ ChatData load_chat_data(const ChatDataFlags& f, const char* cmd) {
     kiln::fail(cmd, "chat data is one --data FILE.jsonl (got ", f.data.size(), " paths)");
   if (!f.val.empty() && std::filesystem::path(f.val).extension() != ".jsonl")
     kiln::fail(cmd, "--val ", f.val, " must be a .jsonl file");
-  const kiln::Tokenizer tok = kiln::Tokenizer::load(f.tokenizer_dir);
+  const kiln::Tokenizer tok = load_tokenizer(f.tokenizer_dir);  // directory, file or GGUF
   // Plain-text examples need no template; conversations report its absence.
   std::optional<kiln::chat::ChatTemplate> tmpl;
   try {
-    tmpl = kiln::chat::ChatTemplate::load(f.tokenizer_dir);
+    tmpl = is_gguf_file(f.tokenizer_dir) ? load_chat_template(f.tokenizer_dir, "")
+                                         : kiln::chat::ChatTemplate::load(f.tokenizer_dir);
   } catch (const kiln::Error& e) {
     std::fprintf(stderr, "%s: no chat template (%s)\n", cmd, e.what());
   }

@@ -15,8 +15,6 @@ namespace lm {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 bool has_quantized_tensors(const std::string& gguf) {
   const kiln::GgufFile f(gguf);  // named: a temporary would die before the loop
   for (const kiln::GgufTensorInfo& t : f.tensors())
@@ -24,7 +22,21 @@ bool has_quantized_tensors(const std::string& gguf) {
   return false;
 }
 
-}  // namespace
+bool is_gguf_file(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::string_view(magic, 4) == "GGUF";
+}
+
+kiln::Tokenizer load_tokenizer(const std::string& path) {
+  if (!is_gguf_file(path)) return kiln::Tokenizer::load(path);
+  const kiln::GgufFile f(path);
+  if (!f.has("tokenizer.ggml.model"))
+    kiln::fail("kiln-lm", path, " holds no tokenizer (tokenizer.ggml.*): give --tokenizer");
+  return kiln::Tokenizer::from_gguf(f);
+}
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, int threads, int64_t max_seq_len,
                                         const std::string& adapter,

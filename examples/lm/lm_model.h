@@ -59,6 +59,16 @@ std::string read_text(const std::string& path, const std::string& cmd);
 std::vector<uint32_t> document_ids(const kiln::Tokenizer& tok, const std::vector<std::string>& docs,
                                    int threads);
 
+// Whether the GGUF file `gguf` stores any tensor in a quantized block type.
+bool has_quantized_tensors(const std::string& gguf);
+
+// Whether `path` is a GGUF file (its first bytes are GGUF's magic).
+bool is_gguf_file(const std::string& path);
+
+// The tokenizer of `path`: a directory's tokenizer.json, a tokenizer.json
+// file, or a GGUF file's tokenizer.ggml.* vocabulary.
+kiln::Tokenizer load_tokenizer(const std::string& path);
+
 // Copies the tokenizer of `path` (a directory's tokenizer.json, or the file
 // itself, saved as tokenizer.json) and the tokenizer_config.json beside it when
 // there is one into `out_dir`: what a saved model directory needs to be loaded

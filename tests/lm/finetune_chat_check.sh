@@ -66,6 +66,19 @@ echo "lora resumed:  $b"
 cmp "$out/lora-a/adapter_model.safetensors" "$out/lora-b/adapter_model.safetensors" ||
   { echo "the resumed adapter differs"; exit 1; }
 
+# A GGUF base (the model as an f32 GGUF file; its vocabulary from the file,
+# the chat template from --tokenizer): the same assistant tokens count, and
+# --full --out FILE.gguf writes a GGUF model that generate loads.
+"$lm" quantize "$out/model" "$out/model.gguf" --type f32 --threads 2 > /dev/null
+g=$("$lm" finetune --model "$out/model.gguf" --tokenizer "$out/model" --data "$out/train.jsonl" \
+  --val "$out/val.jsonl" --batch 4 --seq 64 --warmup 2 --eval-batches 2 --threads 2 --full \
+  --steps 2 --eval-every 2 --out "$out/full.gguf" | tail -1)
+echo "gguf base: $g"
+[[ $(field trained_tokens "$g") == $((2 * train_turns)) ]] ||
+  { echo "the GGUF base counts other tokens: $g"; exit 1; }
+"$lm" generate --model "$out/full.gguf" --prompt "apple" --max-tokens 2 --threads 1 > /dev/null ||
+  { echo "the fine-tuned GGUF model does not load"; exit 1; }
+
 # A bad line: the error names the file and the line.
 { head -3 "$out/train.jsonl"; echo '{"messages": [{"role": "robot", "content": "x"}]}'; } \
   > "$out/bad.jsonl"
