@@ -18,6 +18,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/models.h"
+#include "llama_shape.h"
 
 namespace {
 
@@ -26,23 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-kiln::models::ModelConfig tiny_llama(int64_t layers) {
-  kiln::models::ModelConfig cfg;
-  cfg.model_type = "llama";
-  kiln::models::LlamaConfig c;
-  c.vocab_size = 8;
-  c.hidden_size = 4;
-  c.intermediate_size = 4;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 1;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.max_position_embeddings = 16;
-  c.tie_word_embeddings = true;
-  cfg.llama = c;
-  return cfg;
 }
 
 // Seconds to load `path` (the best of `reps`), and the tensors it has.
@@ -78,7 +62,7 @@ int main(int argc, char** argv) {
     {
       kiln::Context ctx;
       kiln::CpuBackend cpu(1);
-      auto model = kiln::models::make_model(ctx, tiny_llama(L), {.max_seq_len = 4});
+      auto model = kiln::models::make_model(ctx, bench::tiny_llama(L), {.max_seq_len = 4});
       model->allocate(cpu);
       model->init(1);
       kiln::models::save_pretrained(*model, (dir / "hf").string());
@@ -97,7 +81,7 @@ int main(int argc, char** argv) {
   {
     kiln::Context ctx;
     kiln::CpuBackend cpu(1);
-    auto model = kiln::models::make_model(ctx, tiny_llama(2), {.max_seq_len = 4});
+    auto model = kiln::models::make_model(ctx, bench::tiny_llama(2), {.max_seq_len = 4});
     model->allocate(cpu);
     kiln::models::save_pretrained(*model, (dir / "hf").string());
   }

@@ -41,6 +41,26 @@ inline kiln::models::ModelConfig smollm2_135m_shape(int64_t layers = 30) {
   return cfg;
 }
 
+// A Llama of `layers` layers of width 4 (9 tensors a layer, plus the tied
+// embedding and the final norm): many tensors, few bytes, for timing and
+// testing loading (bench_load_layers, tests/models/test_load.cpp).
+inline kiln::models::ModelConfig tiny_llama(int64_t layers) {
+  kiln::models::LlamaConfig c;
+  c.vocab_size = 8;
+  c.hidden_size = 4;
+  c.intermediate_size = 4;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 1;
+  c.num_key_value_heads = 1;
+  c.head_dim = 4;
+  c.max_position_embeddings = 16;
+  c.tie_word_embeddings = true;
+  kiln::models::ModelConfig cfg;
+  cfg.model_type = "llama";
+  cfg.llama = c;
+  return cfg;
+}
+
 // SmolLM2-135M's shape scaled by 4/3 so that every weight row is whole blocks
 // of 256 (the k-quants' block; 576 is not a multiple of 256): 768 wide, 12
 // heads of 64, 4 KV heads, MLP 2048, vocabulary 49152, tied head, 30 layers

@@ -8,6 +8,7 @@
 
 #include "common/error_check.h"
 #include "common/temp_dir.h"
+#include "llama_shape.h"  // bench/: tiny_llama
 #include "models_test_util.h"
 
 namespace kiln::test {
@@ -19,30 +20,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A Llama of `layers` layers of width 4: 9 tensors a layer, plus the embedding
-// (tied to the head) and the final norm.
-models::ModelConfig tiny_llama(int64_t layers) {
-  models::ModelConfig cfg;
-  cfg.model_type = "llama";
-  models::LlamaConfig c;
-  c.vocab_size = 8;
-  c.hidden_size = 4;
-  c.intermediate_size = 4;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 1;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.max_position_embeddings = 16;
-  c.tie_word_embeddings = true;
-  cfg.llama = c;
-  return cfg;
-}
-
 // Writes a tiny_llama(layers) with random weights as `dir` (HF) and `gguf`.
 void save_tiny(int64_t layers, const std::string& dir, const std::string& gguf) {
   Context ctx;
   CpuBackend cpu(1);
-  auto model = models::make_model(ctx, tiny_llama(layers), {.max_seq_len = 4});
+  auto model = models::make_model(ctx, bench::tiny_llama(layers), {.max_seq_len = 4});
   model->allocate(cpu);
   model->init(7);
   if (!dir.empty()) models::save_pretrained(*model, dir);
