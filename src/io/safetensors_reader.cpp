@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "io/io_util.h"
-#include "io/json_key_scan.h"
 #include "io/safetensors_format.h"
 #include "kiln/ext/tensor_node.h"
 #include "kiln/safetensors.h"
@@ -40,7 +39,7 @@ struct Entry {
 
 class Parser {
   // The events of the header's JSON: depth, duplicate keys, the root's keys.
-  struct Scan : detail::JsonKeyScan {
+  struct Scan : nlohmann::json_sax<Json> {
     explicit Scan(Parser& p) : p(p) {}
     Parser& p;
     std::vector<std::set<std::string>> open;  // keys seen in each open object
@@ -70,6 +69,13 @@ class Parser {
       if (depth == 1) p.order_.push_back(k);
       return true;
     }
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
     bool parse_error(std::size_t, const std::string&,
                      const nlohmann::detail::exception& e) override {
       p.corrupt("the header is not valid JSON: ", e.what());

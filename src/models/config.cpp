@@ -6,7 +6,6 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "io/json_key_scan.h"
 #include "kiln/models.h"
 #include "models/json_fields.h"
 
@@ -337,7 +336,7 @@ namespace {
 
 // The events of a shard index: nesting depth, and weight_map's keys in the
 // file's order (a duplicate refused).
-struct IndexScan : kiln::detail::JsonKeyScan {
+struct IndexScan : nlohmann::json_sax<nlohmann::json> {
   static constexpr int kMaxDepth = 16;
   const std::string& file;
   explicit IndexScan(const std::string& f) : file(f) {}
@@ -363,6 +362,13 @@ struct IndexScan : kiln::detail::JsonKeyScan {
     }
     return true;
   }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     fail("models", file, ": not valid JSON (", e.what(), ")");
   }
