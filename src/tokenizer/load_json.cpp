@@ -230,10 +230,6 @@ PreTokenizer::Prepend read_prepend(const Ctx& c, const json& o, const std::strin
   return c.flag(o, "add_prefix_space", true, where) ? PreTokenizer::Always : PreTokenizer::Never;
 }
 
-// GPT-2's pre-tokenizer pattern (the ByteLevel pre-tokenizer's use_regex).
-const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
 void read_pre_tokenizer(const Ctx& c, const json& o, Model& m) {
   std::string t = c.type(o, "pre_tokenizer");
   std::string where = "pre_tokenizer '" + t + "'";
@@ -253,7 +249,7 @@ void read_pre_tokenizer(const Ctx& c, const json& o, Model& m) {
     p.kind = PreTokenizer::ByteLevel;
     p.add_prefix_space = c.flag(o, "add_prefix_space", true, where);
     if (c.flag(o, "use_regex", true, where))
-      p.regex = std::make_shared<Regex>(kGpt2Pattern, c.what + ": " + where);
+      p.regex = std::make_shared<Regex>(kGpt2ByteLevelPattern, c.what + ": " + where);
     m.bpe.byte_level = true;
   } else if (t == "Metaspace") {
     p.kind = PreTokenizer::Metaspace;

@@ -32,6 +32,10 @@ std::string normalize(const Normalizer& n, std::string s);
 // ---- pre-tokenizers ----
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 
+// GPT-2's pre-tokenizer regex: what a ByteLevel step with use_regex splits by.
+inline constexpr const char* kGpt2ByteLevelPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
 struct PreTokenizer {
   enum Kind {
     Split,

@@ -20,7 +20,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..", "..");
 const dataDir = process.env.KILN_TOKENIZERS ?? join(root, "data", "tokenizers");
 const sotuDir = process.env.KILN_SOTU ?? join(root, "data", "sotu");
-const NAMES = ["llama3", "qwen3", "llama2", "gpt2"];
+const NAMES = ["llama3", "qwen3", "llama2", "gpt2", "gpt4o", "mistral_nemo"];
 
 const { TokenizerLoader } = await import(join(dataDir, "reference", "main.mjs"));
 

@@ -61,7 +61,8 @@ inline uint64_t fnv1a64(const std::vector<int32_t>& ids, uint64_t h = 0xcbf29ce4
 }
 
 inline const std::vector<std::string>& tokenizer_names() {
-  static const std::vector<std::string> names = {"llama3", "qwen3", "llama2", "gpt2"};
+  static const std::vector<std::string> names = {"llama3", "qwen3", "llama2",
+                                                 "gpt2",   "gpt4o", "mistral_nemo"};
   return names;
 }
 
