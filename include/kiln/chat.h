@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 class GgufFile;
@@ -55,12 +57,23 @@ class Template {
   std::string render(std::string_view variables_json, const Limits& limits = {}) const;
 
   const std::string& name() const { return name_; }
+  // Whether the template marks the assistant's text with {% generation %}
+  // blocks (transformers' return_assistant_tokens_mask reads them).
+  bool has_generation_blocks() const;
 
  private:
   friend class ChatTemplate;
-  std::string render_variables(std::shared_ptr<Object> variables, const Limits& limits) const;
+  std::string render_variables(std::shared_ptr<Object> variables, const Limits& limits,
+                               std::vector<std::pair<size_t, size_t>>* generation = nullptr) const;
   std::string name_;
   std::shared_ptr<const Program> program_;
+};
+
+// A render and the byte ranges [begin, end) of its text that {% generation %}
+// blocks wrote, in order (empty when the template has none).
+struct MarkedText {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> generation;
 };
 
 // A model's chat template with the special tokens transformers passes to it.
@@ -88,6 +101,10 @@ class ChatTemplate {
   // add_generation_prompt are added unless the request sets them.
   std::string apply(std::string_view request_json, bool add_generation_prompt,
                     const Limits& limits = {}) const;
+  // apply() with the ranges of the text {% generation %} blocks wrote: what
+  // chat fine-tuning trains on when the template has such blocks.
+  MarkedText apply_marked(std::string_view request_json, bool add_generation_prompt,
+                          const Limits& limits = {}) const;
 
   const Template& jinja() const { return template_; }
   // bos_token, eos_token, unk_token, pad_token, ...: those the config names.
@@ -96,6 +113,9 @@ class ChatTemplate {
  private:
   ChatTemplate(Template t, std::map<std::string, std::string> special)
       : template_(std::move(t)), special_tokens_(std::move(special)) {}
+  std::string render_request(std::string_view request_json, bool add_generation_prompt,
+                             const Limits& limits,
+                             std::vector<std::pair<size_t, size_t>>* generation) const;
   Template template_;
   std::map<std::string, std::string> special_tokens_;
 };

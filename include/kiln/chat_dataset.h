@@ -24,7 +24,10 @@
 // turn i starts where messages[:i] rendered with add_generation_prompt ends and
 // ends where messages[:i+1] rendered ends. Both must be prefixes of the whole
 // conversation's text and their tokens prefixes of its tokens; a template that
-// renders a prefix otherwise is an error naming the line and the turn.
+// renders a prefix otherwise is an error naming the line and the turn. A
+// template with {% generation %} blocks says it itself: the tokens of the text
+// the blocks wrote are trained (transformers' return_assistant_tokens_mask), the
+// k-th block taken as the k-th assistant message's.
 // docs/chat.md#fine-tuning-on-conversations has the formats and flags.
 #pragma once
 #include <cstdint>

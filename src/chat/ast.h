@@ -74,6 +74,7 @@ struct Stmt {
 // What kiln/chat.h's Template holds.
 struct Program {
   Body body;
+  bool has_generation = false;  // a {% generation %} block anywhere (macros included)
 };
 
 }  // namespace kiln::chat

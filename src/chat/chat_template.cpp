@@ -74,11 +74,23 @@ std::optional<std::string> token_text(const Json& j) {
   return std::nullopt;
 }
 
+bool holds_generation(const Body& body) {
+  for (const StmtPtr& s : body) {
+    if (s->kind == Stmt::Kind::Generation || holds_generation(s->body) ||
+        holds_generation(s->else_body))
+      return true;
+    for (const auto& branch : s->branches)
+      if (holds_generation(branch.second)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Template::Template(std::string_view source, std::string name) : name_(std::move(name)) {
   auto program = std::make_shared<Program>();
   program->body = parse(lex(source, name_), name_);
+  program->has_generation = holds_generation(program->body);
   program_ = std::move(program);
 }
 
@@ -94,11 +106,13 @@ std::string Template::render(std::string_view variables_json, const Limits& limi
   return render_variables(from_json(j, what, 0).object, limits);
 }
 
-std::string Template::render_variables(std::shared_ptr<Object> variables,
-                                       const Limits& limits) const {
+std::string Template::render_variables(std::shared_ptr<Object> variables, const Limits& limits,
+                                       std::vector<std::pair<size_t, size_t>>* generation) const {
   Evaluator ev(name_, limits, std::move(variables));
-  return ev.render(program_->body);
+  return ev.render(program_->body, generation);
 }
+
+bool Template::has_generation_blocks() const { return program_->has_generation; }
 
 ChatTemplate ChatTemplate::from_config(std::string_view tokenizer_config_json,
                                        std::string_view template_jinja,
@@ -197,6 +211,19 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file, const std::string& te
 
 std::string ChatTemplate::apply(std::string_view request_json, bool add_generation_prompt,
                                 const Limits& limits) const {
+  return render_request(request_json, add_generation_prompt, limits, nullptr);
+}
+
+MarkedText ChatTemplate::apply_marked(std::string_view request_json, bool add_generation_prompt,
+                                      const Limits& limits) const {
+  MarkedText m;
+  m.text = render_request(request_json, add_generation_prompt, limits, &m.generation);
+  return m;
+}
+
+std::string ChatTemplate::render_request(std::string_view request_json, bool add_generation_prompt,
+                                         const Limits& limits,
+                                         std::vector<std::pair<size_t, size_t>>* generation) const {
   Json request = parse_json(request_json, "chat request");
   if (!request.is_object()) fail("chat request", "expected a JSON object with \"messages\"");
   if (!request.contains("messages") || !request["messages"].is_array())
@@ -206,7 +233,7 @@ std::string ChatTemplate::apply(std::string_view request_json, bool add_generati
     if (!variables->find(key)) variables->set(key, Value::string(value));
   if (!variables->find("add_generation_prompt"))
     variables->set("add_generation_prompt", Value::boolean(add_generation_prompt));
-  return template_.render_variables(std::move(variables), limits);
+  return template_.render_variables(std::move(variables), limits, generation);
 }
 
 }  // namespace kiln::chat

@@ -36,9 +36,11 @@ void Evaluator::emit(std::string_view text) {
   check_size(out_->size(), "the output");
 }
 
-std::string Evaluator::render(const Body& body) {
+std::string Evaluator::render(const Body& body,
+                              std::vector<std::pair<size_t, size_t>>* generation) {
   std::string out;
-  out_ = &out;
+  out_ = top_out_ = &out;
+  generation_ = generation;
   exec(body);
   return out;
 }
@@ -87,7 +89,13 @@ Evaluator::Flow Evaluator::exec(const Stmt& s) {
     }
     case Stmt::Kind::Break: return Flow::Break;
     case Stmt::Kind::Continue: return Flow::Continue;
-    case Stmt::Kind::Generation: return exec(s.body);
+    case Stmt::Kind::Generation: {
+      if (!generation_ || out_ != top_out_) return exec(s.body);
+      const size_t begin = out_->size();
+      const Flow f = exec(s.body);
+      if (out_->size() > begin) generation_->emplace_back(begin, out_->size());
+      return f;
+    }
   }
   return Flow::Normal;
 }

@@ -15,7 +15,11 @@ class Evaluator {
  public:
   Evaluator(const std::string& name, const Limits& limits, std::shared_ptr<Object> variables);
 
-  std::string render(const Body& body);
+  // `generation`, when given, receives the [begin, end) byte ranges of the
+  // output that {% generation %} blocks wrote (those inside a {% set %} block's
+  // capture are not output and are not marked).
+  std::string render(const Body& body,
+                     std::vector<std::pair<size_t, size_t>>* generation = nullptr);
 
   // Evaluates `e`; a big string or list result costs steps in proportion to
   // its size (values are copied), so copying large values in a loop is bounded
@@ -56,6 +60,8 @@ class Evaluator {
   std::vector<std::unordered_map<std::string, Value>> scopes_;
   size_t base_ = 0;
   std::string* out_ = nullptr;
+  std::string* top_out_ = nullptr;  // the render's output (out_ differs while capturing)
+  std::vector<std::pair<size_t, size_t>>* generation_ = nullptr;
   uint64_t steps_ = 0;
   int depth_ = 0;
   int line_ = 1;

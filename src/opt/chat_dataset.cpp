@@ -45,7 +45,7 @@ class Rendered {
   Rendered(const chat::ChatTemplate& t, const Tokenizer& tok, const Json& msgs, const Json* tools,
            const std::string& where)
       : t_(t), tok_(tok), msgs_(msgs), tools_(tools), where_(where) {
-    text_ = render(msgs.size(), false);
+    text_ = render(msgs.size(), false, &generation_);
     ids_ = tok.encode(text_, false);  // the template writes the special tokens itself
     // A template that ignores add_generation_prompt may end every render with
     // the generation prompt (the original Llama 3 template): what it renders
@@ -58,6 +58,18 @@ class Rendered {
     }
   }
   const std::vector<int32_t>& ids() const { return ids_; }
+  // The byte ranges {% generation %} blocks wrote (none without such blocks).
+  const std::vector<std::pair<size_t, size_t>>& generation() const { return generation_; }
+
+  // Tokens of the conversation's first `bytes` bytes of text.
+  size_t tokens_of_prefix(size_t bytes, const std::string& what) const {
+    const std::vector<int32_t> p = tok_.encode(std::string_view(text_).substr(0, bytes), false);
+    if (p.size() > ids_.size() || !std::equal(p.begin(), p.end(), ids_.begin()))
+      fail(kOp, where_, ": the tokens of the text before ", what,
+           " are not a prefix of the conversation's tokens (the tokenizer merges across the "
+           "boundary)");
+    return p.size();
+  }
 
   // Tokens of the conversation up to the end of messages[:n] rendered (with the
   // generation prompt: where message n's reply starts). `what` names the
@@ -72,24 +84,24 @@ class Rendered {
            generation_prompt ? " with the generation prompt" : "",
            " as text that is not a prefix of the whole conversation's, so ", what,
            " cannot be found exactly (it renders earlier turns differently once later ones "
-           "follow); train on prompt/completion pairs or fix the template");
-    const std::vector<int32_t> p = tok_.encode(prefix, false);
-    if (p.size() > ids_.size() || !std::equal(p.begin(), p.end(), ids_.begin()))
-      fail(kOp, where_, ": the tokens of the text before ", what,
-           " are not a prefix of the conversation's tokens (the tokenizer merges across the "
-           "boundary)");
-    return p.size();
+           "follow); train on prompt/completion pairs, use a template that marks the "
+           "assistant's text with {% generation %}, or fix the template");
+    return tokens_of_prefix(prefix.size(), what);
   }
 
  private:
-  std::string render(size_t n, bool generation_prompt) const {
+  std::string render(size_t n, bool generation_prompt,
+                     std::vector<std::pair<size_t, size_t>>* generation = nullptr) const {
     Json req = Json::object();
     Json head = Json::array();
     for (size_t i = 0; i < n; ++i) head.push_back(msgs_[i]);
     req["messages"] = std::move(head);
     if (tools_) req["tools"] = *tools_;
     try {
-      return t_.apply(req.dump(), generation_prompt);
+      if (!generation) return t_.apply(req.dump(), generation_prompt);
+      chat::MarkedText m = t_.apply_marked(req.dump(), generation_prompt);
+      *generation = std::move(m.generation);
+      return std::move(m.text);
     } catch (const Error& e) {
       fail(kOp, where_, ": rendering messages[:", n, "]: ", e.what());
     }
@@ -100,7 +112,33 @@ class Rendered {
   const Json* tools_;
   std::string where_, text_, always_tail_;
   std::vector<int32_t> ids_;
+  std::vector<std::pair<size_t, size_t>> generation_;
 };
+
+// Marks the tokens of {% generation %} blocks, as transformers'
+// return_assistant_tokens_mask does. The k-th block is taken to be the k-th
+// assistant message's (the templates that have blocks wrap each reply in one),
+// so a completion's turns can be told from its prompt's.
+void mark_generation_blocks(const Rendered& r, const Json& msgs, size_t first, ChatExample& ex,
+                            const std::string& where) {
+  size_t assistants = 0, before_first = 0;
+  for (size_t i = 0; i < msgs.size(); ++i)
+    if (msgs[i]["role"] == "assistant") {
+      ++assistants;
+      if (i < first) ++before_first;
+    }
+  const auto& spans = r.generation();
+  if (first > 0 && spans.size() != assistants)
+    fail(kOp, where, ": the chat template's {% generation %} blocks wrote ", spans.size(),
+         " spans for ", assistants,
+         " assistant messages, so the completion's cannot be told from the prompt's");
+  for (size_t k = first > 0 ? before_first : 0; k < spans.size(); ++k) {
+    const std::string what = "{% generation %} block " + std::to_string(k);
+    const size_t begin = r.tokens_of_prefix(spans[k].first, "the start of " + what);
+    const size_t end = r.tokens_of_prefix(spans[k].second, "the end of " + what);
+    for (size_t t = begin; t < end; ++t) ex.trained[t] = 1;
+  }
+}
 
 // A conversation: the assistant messages from index `first` on are trained.
 ChatExample conversation(const Json& msgs, const Json* tools, size_t first, const Tokenizer& tok,
@@ -113,6 +151,13 @@ ChatExample conversation(const Json& msgs, const Json* tools, size_t first, cons
   ex.ids = r.ids();
   ex.trained.assign(ex.ids.size(), on == TrainOn::all ? 1 : 0);
   if (on == TrainOn::all) return ex;
+  if (tmpl->jinja().has_generation_blocks()) {
+    mark_generation_blocks(r, msgs, first, ex, where);
+    if (std::find(ex.trained.begin(), ex.trained.end(), 1) == ex.trained.end())
+      fail(kOp, where, ": the chat template's {% generation %} blocks mark no text to train on",
+           " (--train-on all trains on every token)");
+    return ex;
+  }
   bool any = false;
   for (size_t i = first; i < msgs.size(); ++i) {
     if (msgs[i]["role"] != "assistant") continue;

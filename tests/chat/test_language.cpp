@@ -214,4 +214,22 @@ TEST(ChatLanguage, GenerationBlockRendersItsBody) {
   EXPECT_EQ(render("a{% generation %}b{{ 1 }}{% endgeneration %}c"), "ab1c");
 }
 
+// apply_marked: the byte ranges the blocks wrote; empty blocks and blocks inside
+// a {% set %} capture (not output) mark nothing.
+TEST(ChatLanguage, GenerationBlocksMarkTheirOutput) {
+  const auto t = kiln::chat::ChatTemplate::from_config(
+      R"({"chat_template": "{% for m in messages %}<{{ m.role }}>{% generation %})"
+      R"({% if m.role == 'assistant' %}{{ m.content }}{% endif %}{% endgeneration %}{% endfor %})"
+      R"({% set x %}{% generation %}hidden{% endgeneration %}{% endset %}."})");
+  EXPECT_TRUE(t.jinja().has_generation_blocks());
+  const kiln::chat::MarkedText m = t.apply_marked(
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ab"},
+                       {"role": "user", "content": "r"}, {"role": "assistant", "content": "c"}]})",
+      false);
+  EXPECT_EQ(m.text, "<user><assistant>ab<user><assistant>c.");
+  using Spans = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(m.generation, (Spans{{17, 19}, {36, 37}}));
+  EXPECT_FALSE(kiln::chat::Template("{{ 1 }}").has_generation_blocks());
+}
+
 }  // namespace

@@ -117,6 +117,35 @@ TEST(ChatDataset, Qwen3MultiTurnIsRefusedNotMismasked) {
                     "not a prefix", "the end of assistant turn messages[2]");
 }
 
+// A ChatML template that renders the last reply with an empty thinking block
+// and earlier ones without (as Qwen3's does), each reply inside a
+// {% generation %} block (as the training templates TRL uses mark them):
+// prefixes cannot find the turns, the blocks can.
+const char* kMarkedChatML =
+    R"({"chat_template": "{% for m in messages %}{% if m.role == 'assistant' %})"
+    R"(<|im_start|>assistant\n{% generation %}{% if loop.last %}<think>\n\n</think>\n\n{% endif %})"
+    R"({{ m.content }}<|im_end|>{% endgeneration %}{{ '\n' }})"
+    R"({% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %})"
+    R"({% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"})";
+
+TEST(ChatDataset, GenerationBlocksMarkTheTrainedTokens) {
+  const Model m("qwen3", kiln::chat::ChatTemplate::from_config(kMarkedChatML));
+  ASSERT_TRUE(m.tmpl.jinja().has_generation_blocks());
+  const ChatExample e = m.example(kMultiTurn);
+  EXPECT_EQ(trained_runs(m.tok, e),
+            (std::vector<std::string>{"AE1 D IH0 S AH0 N<|im_end|>",
+                                      "<think>\n\n</think>\n\nZ IY1 B R AH0<|im_end|>"}));
+  EXPECT_EQ(e.ids, m.tok.encode(m.tmpl.apply(kMultiTurn, false), false));
+  // A conversational prompt/completion: only the completion's block is trained.
+  const ChatExample pc = m.example(
+      R"({"prompt": [{"role": "user", "content": "How do you pronounce 'ADDISON'?"},
+                     {"role": "assistant", "content": "AE1 D IH0 S AH0 N"},
+                     {"role": "user", "content": "And 'ZEBRA'?"}],
+          "completion": [{"role": "assistant", "content": "Z IY1 B R AH0"}]})");
+  EXPECT_EQ(trained_runs(m.tok, pc),
+            (std::vector<std::string>{"<think>\n\n</think>\n\nZ IY1 B R AH0<|im_end|>"}));
+}
+
 TEST(ChatDataset, ToolsReachTheTemplate) {
   const Model m("llama3", llama32_template());
   const std::string json =
