@@ -5,7 +5,9 @@
 // off} is loaded in a fresh process (this program exec'ed with --load), which
 // reports the load time, its peak RSS (VmHWM: the load alone, nothing of the
 // parent) against the weight bytes, and the first and second forward pass over
-// `--tokens` tokens (the first one faults the mapped pages in).
+// `--tokens` tokens (the first one faults the mapped pages in). The same model
+// quantized with llama.cpp's Q4_K_M recipe (save_gguf's "q4_k_m") is loaded as
+// stored (WeightDType::stored): the blocks matmul reads in place.
 //   build/dev/bench/bench_load [--tokens 32] [--threads 1] [--dir DIR (kept)]
 // The files are read from the page cache (just written): warm-cache figures.
 #include <sys/wait.h>
@@ -60,6 +62,7 @@ void write_model(const std::string& dir) {
       model->init(1234);
       kiln::models::save_pretrained(*model, dir + "/hf");
       kiln::models::save_gguf(*model, dir + "/model.gguf");
+      kiln::models::save_gguf(*model, dir + "/model-q4_k_m.gguf", nullptr, "q4_k_m");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "writing the model failed: %s\n", e.what());
       rc = 1;
@@ -81,9 +84,11 @@ int load_once(const std::string& format, const std::string& path, bool mmap, int
   kiln::CpuBackend cpu(threads);
   kiln::models::ModelOptions opt;
   opt.mmap = mmap;
+  const bool q4km = format == "gguf-q4_k_m";
+  if (q4km) opt.weight_dtype = kiln::models::ModelOptions::WeightDType::stored;
   const auto t0 = Clock::now();
-  auto model = format == "gguf" ? kiln::models::load_gguf(ctx, cpu, path, opt)
-                                : kiln::models::load_pretrained(ctx, cpu, path, opt);
+  auto model = format != "hf" ? kiln::models::load_gguf(ctx, cpu, path, opt)
+                              : kiln::models::load_pretrained(ctx, cpu, path, opt);
   const double load_s = seconds_since(t0);
   const double hwm_load = status_mb("VmHWM");
   const double weights_mb = double(model->load_stats.bytes_read) / (1024.0 * 1024.0);
@@ -108,8 +113,11 @@ int load_once(const std::string& format, const std::string& path, bool mmap, int
   std::printf(
       "| %-11s | %-4s | %7.3f | %9.0f | %6.0f | %9.0f | %7.3f | %7.3f | %9.0f | %5.2f | %7.0f | "
       "%7.0f |%s\n",
-      format == "gguf" ? "GGUF" : "safetensors", mmap ? "on" : "off", load_s, weights_mb, mapped_mb,
-      hwm_load, fwd[0], fwd[1], hwm, hwm / weights_mb, status_mb("RssFile"), status_mb("RssAnon"),
+      q4km               ? "GGUF Q4_K_M"
+      : format == "gguf" ? "GGUF"
+                         : "safetensors",
+      mmap ? "on" : "off", load_s, weights_mb, mapped_mb, hwm_load, fwd[0], fwd[1], hwm,
+      hwm / weights_mb, status_mb("RssFile"), status_mb("RssAnon"),
       std::isfinite(check) ? "" : " (non-finite logits!)");
   std::fprintf(stderr, "  (RSS at process start: %.0f MiB)\n", rss_start);
   return 0;
@@ -142,10 +150,10 @@ int main(int argc, char** argv) {
     } else if (a == "--mmap") mmap = next() != "0";
     else if (a.rfind("--benchmark_", 0) == 0) continue;  // scripts/bench.sh's, for the others
     else {
-      std::fprintf(
-          stderr,
-          "usage: bench_load [--tokens N] [--threads N] [--dir DIR]\n"
-          "       bench_load --load hf|gguf PATH [--mmap 0|1] [--tokens N] [--threads N]\n");
+      std::fprintf(stderr,
+                   "usage: bench_load [--tokens N] [--threads N] [--dir DIR]\n"
+                   "       bench_load --load hf|gguf|gguf-q4_k_m PATH [--mmap 0|1] [--tokens N] "
+                   "[--threads N]\n");
       return 2;
     }
   }
@@ -157,7 +165,7 @@ int main(int argc, char** argv) {
       if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
       dir = tmpl;
     }
-    if (!fs::exists(dir + "/model.gguf")) {
+    if (!fs::exists(dir + "/model-q4_k_m.gguf")) {
       const auto t0 = Clock::now();
       write_model(dir);
       std::fprintf(stderr, "wrote the model into %s in %.1f s\n", dir.c_str(), seconds_since(t0));
@@ -167,9 +175,12 @@ int main(int argc, char** argv) {
         "forward s | 2nd forward s | peak RSS MiB | peak / weights | RssFile MiB | RssAnon MiB |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::fflush(stdout);
-    for (const char* f : {"hf", "gguf"})
+    for (const char* f : {"hf", "gguf", "gguf-q4_k_m"})
       for (const char* m : {"1", "0"}) {
-        const std::string p = std::string(f) == "hf" ? dir + "/hf" : dir + "/model.gguf";
+        const std::string name = f;
+        const std::string p = name == "hf"     ? dir + "/hf"
+                              : name == "gguf" ? dir + "/model.gguf"
+                                               : dir + "/model-q4_k_m.gguf";
         const std::string tok = std::to_string(tokens), th = std::to_string(threads);
         const pid_t pid = fork();
         if (pid < 0) throw std::runtime_error("fork failed");
