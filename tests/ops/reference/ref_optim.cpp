@@ -63,7 +63,7 @@ RefValue ref_ADAMW_STEP_MULTI(const RefArgs& a) {
     if (po < 0 || so < 0 || len < 0 || po + len > p.numel() || so + len > g.numel() || grp < 0 ||
         grp >= G)
       ref_fail(a.node, "segment " + std::to_string(s) + " is out of bounds");
-    std::vector<float> hv(size_t(nh));
+    std::vector<float> hv(static_cast<size_t>(nh));
     for (int64_t k = 0; k < nh; ++k) hv[size_t(k)] = float(hp.v[size_t(grp * nh + k)]);
     const AdamWHyper h = hyper_from_values<AdamWHyper>(hv.data());
     const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay,
