@@ -3,6 +3,7 @@
 //
 //   kiln-gpt train  [--iters 2000 ...]      -> out/gpt.gguf (+ .csv, .svg curves)
 //                   [--backend cuda]        on the GPU (eval and sample run on the CPU)
+//                   [--tf32]                f32 matmuls on TF32 tensor cores (cuda; off by default)
 //   kiln-gpt eval   [--model out/gpt.gguf]  validation loss of a saved model
 //   kiln-gpt sample [--prompt "..." --tokens 200 --temperature 0.8 --top-k 40]
 //
@@ -49,6 +50,7 @@ struct Options {
   int threads = 2;
   std::string backend = "cpu";  // train: kiln::make_backends names ("cuda": the GPU, CPU fallback)
   bool resume = false;
+  bool tf32 = false;                 // train --backend cuda: f32 matmuls on TF32 tensor cores
   std::string precision = "f32";     // train, eval: matmul precision (kiln/context.h)
   std::vector<std::string> no_pass;  // train: graph passes left out (kiln/graph_passes.h)
   // sample
@@ -104,8 +106,12 @@ int train(const Options& o) {
   gpt::Gpt model(ctx, o.model);
   // The first backend holds the weights and runs what it can; with "cuda" alone
   // the CPU runs the ops it lacks (kiln/registry.h, host_fallback).
-  std::vector<std::unique_ptr<kiln::Backend>> owned =
-      kiln::make_backends(o.backend, {.n_threads = o.threads, .host_fallback = true});
+  std::vector<std::unique_ptr<kiln::Backend>> owned = kiln::make_backends(
+      o.backend, {.n_threads = o.threads, .host_fallback = true, .tf32 = o.tf32});
+  // Timings compare only at one TF32 setting: say which (docs/cuda.md).
+  if (o.backend.find("cuda") != std::string::npos)
+    std::fprintf(stderr, "kiln-gpt: cuda f32 matmuls %s\n",
+                 o.tf32 ? "on TF32 (--tf32)" : "in full f32");
   std::vector<kiln::Backend*> backends;
   for (auto& b : owned) backends.push_back(b.get());
   model.allocate(*backends[0]);
@@ -311,6 +317,9 @@ int main(int argc, char** argv) {
                  "backends by name, most preferred first: cpu, blas, cuda, \"cuda,cpu\" "
                  "(an accelerator alone gets the CPU after it)")
       ->capture_default_str();
+  tr->add_flag("--tf32", o.tf32,
+               "with --backend cuda: f32 matmuls on TF32 tensor cores (faster, ~1e-3 relative "
+               "error; PyTorch's torch.backends.cuda.matmul.allow_tf32); default full f32");
   tr->add_option("--n-layer", o.model.n_layer)->capture_default_str();
   tr->add_option("--n-head", o.model.n_head)->capture_default_str();
   tr->add_option("--n-embd", o.model.n_embd)->capture_default_str();

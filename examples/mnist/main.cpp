@@ -5,6 +5,7 @@
 //   kiln-mnist train --model fc|cnn [--epochs N] [--backend cpu|blas|cuda|blas,cpu]
 //                    [--threads N] [--out FILE] [--resume FILE] [--data DIR]
 //   kiln-mnist eval --model FILE [--backend ...] [--threads N] [--data DIR]
+//   (both: [--tf32] f32 matmuls and convolutions on TF32 tensor cores with cuda)
 //
 // Both end with one summary line on stdout:
 //   test_loss=0.0652 test_acc=98.01±0.14%        (train adds train_time_s=...)
@@ -50,6 +51,7 @@ struct Args {
   std::string out, resume, data;
   uint64_t seed = 1;
   bool progress = true;
+  bool tf32 = false;  // cuda: f32 matmuls on TF32 tensor cores
   std::string precision = "f32";
   kiln::DType matmul_precision() const { return precision == "bf16" ? kiln::bf16 : kiln::f32; }
 };
@@ -70,6 +72,9 @@ bool parse(int argc, char** argv, Args& a, int* rc) {
         "directory of the MNIST IDX files (default data/mnist; see scripts/get-mnist.sh)");
     c->add_flag(
         "--quiet", [&](int64_t) { a.progress = false; }, "no progress bar");
+    c->add_flag("--tf32", a.tf32,
+                "with cuda: f32 matmuls (and the convolutions' products) on TF32 tensor cores "
+                "(PyTorch's cuDNN default for convolutions); default full f32");
     c->add_option("--precision", a.precision,
                   "matmul precision: f32 (default) or bf16 (bf16 operands, f32 accumulation; "
                   "weights, gradients and optimizer state stay f32)")
@@ -123,7 +128,12 @@ Backends make_backends(const Args& a) {
   kiln::BackendOptions o;
   o.n_threads = a.threads;
   o.host_fallback = true;  // --backend cuda: the CPU runs the ops it lacks
+  o.tf32 = a.tf32;
   b.owned = kiln::make_backends(a.backend, o);
+  // Timings compare only at one TF32 setting: say which (docs/cuda.md).
+  if (a.backend.find("cuda") != std::string::npos)
+    std::fprintf(stderr, "kiln-mnist: cuda f32 matmuls %s\n",
+                 a.tf32 ? "on TF32 (--tf32)" : "in full f32");
   for (auto& p : b.owned) {
     b.list.push_back(p.get());
     b.names += (b.names.empty() ? "" : ",") + std::string(p->name());

@@ -51,6 +51,16 @@ namespace kiln {
 // before each step, e.g. hp.set(hyper_values(adamw_hyper(p, t))).
 // param, grad and state are f32 of one shape; param must not be a view.
 Tensor adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp);
+// Multi-tensor AdamW (Op::ADAMW_STEP_MULTI): every param of a flat buffer in
+// one node. `param` is f32 [P] (a flat view of the params' memory; the node
+// aliases it), `grad`, `m` and `v` f32 [N] laid out alike, `hp` f32
+// [G, hyper_floats<AdamWHyper>] (one row per param group), `segs` i32 [S, 4],
+// one row (param offset, state offset, length, group) per param: elements
+// param[po + j] and grad/m/v[so + j], j < length, take adamw_step's update with
+// hp row `group`. The rows are data (written after allocation): state offsets
+// ascending and ranges disjoint and in bounds, which the kernels check (CPU:
+// kiln::Error) or assume (CUDA). OptContext builds this for its params.
+Tensor adamw_step_multi(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp, Tensor segs);
 // `buf` (momentum buffer) may be undefined: plain SGD without momentum.
 Tensor sgd_step(Tensor param, Tensor grad, Tensor buf, Tensor hp);
 
@@ -214,6 +224,14 @@ struct OptConfig {
   // pass recomputes the rest. Tensors marked by hand (kiln::checkpoint,
   // nn::Module::set_checkpoint) are honoured with or without this option.
   bool checkpointing = false;
+  // AdamW as multi-tensor steps (issue 44): the gradients and the moments are
+  // flat buffers (each param's a slice), zeroed with one fill; the step is one
+  // ADAMW_STEP_MULTI node per buffer of params (kMaxAdamWSegments params each),
+  // every group's hyper-parameters one [groups, 8] tensor written once a step,
+  // and clipping's norm one reduction over the flat gradients. The same
+  // arithmetic per element; the norm sums in another order. false: one
+  // ADAMW_STEP (and one norm term) per param, as before. SGD is per param.
+  bool multi_tensor = true;
   OptimizerType optimizer = OptimizerType::adamw;
   // Empty: schedule::constant() (default parameters). SGD keeps a momentum buffer
   // when the schedule's parameters for step 0 have momentum != 0.

@@ -33,6 +33,9 @@ struct SgdHyper {
   float first_step = 0;    // 1: the momentum buffer starts as the gradient
   float grad_scale = 1;
 };
+// Rows a multi-tensor AdamW node's segment table may have (ADAMW_STEP_MULTI:
+// the CUDA kernel keeps the table in shared memory); more params take more nodes.
+inline constexpr int64_t kMaxAdamWSegments = 2048;
 // Elements of H's tensor, and the index of its grad_scale element.
 template <class H>
 inline constexpr int64_t hyper_floats = int64_t(sizeof(H) / sizeof(float));

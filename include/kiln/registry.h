@@ -29,6 +29,10 @@ struct BackendOptions {
   // alone), add "cpu" last, so a Scheduler runs there the ops the accelerators
   // have no kernel for (what a user of `--backend cuda` expects).
   bool host_fallback = false;
+  // "cuda": f32 matmuls on TF32 tensor cores (CudaOptions::allow_tf32; off by
+  // default, as PyTorch's torch.backends.cuda.matmul.allow_tf32). Ignored by
+  // the host backends.
+  bool tf32 = false;
 };
 
 struct BackendInfo {

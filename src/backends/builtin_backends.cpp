@@ -48,8 +48,8 @@ std::vector<BackendInfo> builtin_backends() {
   // available, and make_backend("cuda") says why (builtin_unavailable_reason).
   if (cuda_device_count() > 0)
     list.push_back(
-        {"cuda", cuda_description(0), [](const BackendOptions&) -> std::unique_ptr<Backend> {
-           return std::make_unique<CudaBackend>();
+        {"cuda", cuda_description(0), [](const BackendOptions& o) -> std::unique_ptr<Backend> {
+           return std::make_unique<CudaBackend>(CudaOptions{.allow_tf32 = o.tf32});
          }});
 #endif
 #if KILN_HAVE_BLAS

@@ -31,14 +31,18 @@ void GraphRunner::allocate(const StepProgram& prog, bool forward_only) {
   BufferType& bt = be0.buffer_type();
   // Gradients first, one after the other in the order backward finishes them,
   // so a data-parallel hook reduces runs of them in place (no packing).
+  // Multi-tensor steps: the flat gradients take that place (the gradients are
+  // slices of it at the same offsets), and slices get memory from their owners.
   std::vector<TensorNode*> pending;
   std::unordered_set<const TensorNode*> queued;
+  for (const StepProgram::FlatSlice& sl : prog.slices) queued.insert(sl.member);
   TensorAllocator measure(bt);
   auto queue = [&](TensorNode* l) {
     if (l->data || l->numel() == 0 || !queued.insert(l).second) return;
     pending.push_back(l);
     measure.alloc(l);
   };
+  if (prog.multi) queue(prog.grads_flat.node());
   for (size_t i : prog.ready) queue(prog.grads[i].node());
   for (TensorNode* l : prog.graph.leafs()) queue(l);
   for (TensorNode* l : prog.forward_with_tail.leafs()) queue(l);  // the sample mask
@@ -47,6 +51,14 @@ void GraphRunner::allocate(const StepProgram& prog, bool forward_only) {
   static_buf_->clear(0);  // gradients and moments start at zero
   TensorAllocator place(*static_buf_);
   for (TensorNode* l : pending) place.place(l);
+  for (const StepProgram::FlatSlice& sl : prog.slices) {
+    TensorNode* m = sl.member;
+    if (m->numel() == 0) continue;
+    KILN_ASSERT(sl.owner->data && sl.offset + m->nbytes() <= sl.owner->nbytes());
+    m->data = static_cast<char*>(sl.owner->data) + sl.offset;
+    m->buffer = sl.owner->buffer;
+    m->buffer->track(m);
+  }
 
   if (!several()) {
     auto check = [&](const TensorNode* n) {

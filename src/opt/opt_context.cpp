@@ -119,7 +119,8 @@ OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
   const GraphKind kind = s.cfg.forward_only ? GraphKind::inference : GraphKind::training;
   const GraphPasses passes = s.cfg.passes.value_or(GraphPasses::defaults(kind));
   check_graph_passes("opt", passes, kind);
-  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several(), s.runner->passes(passes));
+  s.prog.build(s.cfg, s.lm, s.schedule, s.runner->several(), s.runner->passes(passes),
+               s.runner->backend().buffer_type());
   if (s.cfg.model && !s.cfg.forward_only) s.dropout_seeds = s.cfg.model->dropout_seeds();
   s.logical = s.cfg.logical_batch > 0 ? s.cfg.logical_batch : s.B;
   if (s.logical % s.B != 0)
@@ -127,6 +128,7 @@ OptContext::OptContext(OptConfig cfg) : impl_(std::make_unique<Impl>()) {
          " (inputs ", s.lm.inputs.shape().str(), ")");
   s.k = s.logical / s.B;
   s.runner->allocate(s.prog, s.cfg.forward_only);
+  s.prog.write_constants();
   s.attach_parallel();
 }
 

@@ -1,5 +1,6 @@
 // Optimizer step builders (the ops' kernels are in the backends) and their
 // hyper-parameter tensors. (Param initialisers: src/nn/init.cpp.)
+#include <climits>
 #include <cmath>
 
 #include "kiln/ext/op_builder.h"
@@ -46,6 +47,40 @@ Tensor adamw_step(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp) {
   detail::check_same_ctx(op, {param, grad, m, v, hp});
   TensorNode* n = detail::new_op(Op::ADAMW_STEP, f32, param.shape(),
                                  {param.node(), grad.node(), m.node(), v.node(), hp.node()});
+  return alias_of_param(n, param);
+}
+
+Tensor adamw_step_multi(Tensor param, Tensor grad, Tensor m, Tensor v, Tensor hp, Tensor segs) {
+  const char* op = op_name(Op::ADAMW_STEP_MULTI);
+  detail::check_defined(op, {param, grad, m, v, hp, segs});
+  detail::check_same_ctx(op, {param, grad, m, v, hp, segs});
+  auto flat = [&](const char* what, Tensor t) {
+    detail::check_float32(op, what, t);
+    if (t.shape().ndim() != 1 || !t.node()->is_contiguous())
+      fail(op, what, " ", t.label(), " must be a contiguous f32 vector, got ", t.shape().str());
+  };
+  flat("param", param);
+  flat("grad", grad);
+  flat("m", m);
+  flat("v", v);
+  if (!(m.shape() == grad.shape()) || !(v.shape() == grad.shape()))
+    fail(op, "grad, m and v must have one shape, got ", grad.shape().str(), ", ", m.shape().str(),
+         ", ", v.shape().str());
+  detail::check_float32(op, "hyper-parameters", hp);
+  if (hp.shape().ndim() != 2 || hp.shape()[1] != hyper_floats<AdamWHyper>)
+    fail(op, "hyper-parameters must be f32 [groups, ", hyper_floats<AdamWHyper>, "], got ",
+         hp.shape().str());
+  if (segs.dtype() != i32 || segs.shape().ndim() != 2 || segs.shape()[1] != 4)
+    fail(op, "segments must be i32 [S, 4] (param offset, state offset, length, group), got ",
+         dtype_name(segs.dtype()), " ", segs.shape().str());
+  if (segs.shape()[0] > kMaxAdamWSegments)
+    fail(op, "at most ", kMaxAdamWSegments, " segments per node, got ", segs.shape()[0]);
+  if (param.numel() > INT32_MAX || grad.numel() > INT32_MAX)
+    fail(op, "flat tensors of at most 2^31 - 1 elements (i32 offsets), got param ", param.numel(),
+         ", state ", grad.numel());
+  TensorNode* n =
+      detail::new_op(Op::ADAMW_STEP_MULTI, f32, param.shape(),
+                     {param.node(), grad.node(), m.node(), v.node(), hp.node(), segs.node()});
   return alias_of_param(n, param);
 }
 

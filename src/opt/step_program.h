@@ -28,7 +28,7 @@ struct StepProgram {
   OptimizerType optimizer = OptimizerType::adamw;
   std::vector<Tensor> params, grads;
   std::vector<OptimizerState> state;  // per param
-  std::vector<Tensor> steps;          // the optimizer step nodes, one per param
+  std::vector<Tensor> steps;  // the optimizer step nodes: one per param, or per segment table
   // The step's values per param group (AdamWHyper / SgdHyper layout), written
   // per step; the step nodes read hp_eff (hp, with the gradient scale times the
   // clipping factor when clipping).
@@ -36,6 +36,23 @@ struct StepProgram {
   std::vector<std::optional<float>> group_decay;
   std::vector<size_t> group_of;  // per param
   Tensor grad_norm;              // f32 [1] (clipping only)
+
+  // Multi-tensor AdamW (OptConfig::multi_tensor; docs/design.md): the
+  // gradients and the moments are slices of flat owners laid out alike (the
+  // gradients' old places: first, in ready order), params without memory
+  // slices of a flat owner of their own, params with memory reached through a
+  // flat cover of their buffer. One ADAMW_STEP_MULTI per segment table; every
+  // group's values in one hp tensor [groups, n] (hp, hp_eff stay empty).
+  bool multi = false;
+  struct FlatSlice {
+    TensorNode* member;  // a leaf given memory inside owner's, at offset bytes
+    TensorNode* owner;
+    size_t offset;
+  };
+  std::vector<FlatSlice> slices;  // placed by GraphRunner::allocate
+  Tensor grads_flat, m_flat, v_flat, hp_all, hp_all_eff;
+  std::vector<Tensor> seg_tables;              // i32 [S, 4] each
+  std::vector<std::vector<int32_t>> seg_rows;  // their values, written once allocated
   // Param indices in the order the backward pass finishes their gradients, and
   // the graph position of each one's accumulation.
   std::vector<size_t> ready, ready_pos;
@@ -48,8 +65,11 @@ struct StepProgram {
   // step-0 momentum). `passes` (checked, and only those the backend supports;
   // empty with several backends: the phase graphs are copies taken before
   // them) run on the complete graph. Throws kiln::Error "[opt] ...".
+  // `bt`: the static buffer's type (the flat layouts use its alignment).
   void build(const OptConfig& cfg, const LossMetrics& lm, const ScheduleFn& schedule,
-             bool phase_graphs, GraphPasses passes);
+             bool phase_graphs, GraphPasses passes, BufferType& bt);
+  // Writes what is constant once memory exists (the segment tables).
+  void write_constants();
   bool trains() const { return n_bwd > n_fwd || !steps.empty(); }
   // Writes every group's hp tensor for optimizer step `step` (0-based).
   void write_hyper(const OptimizerParams& p, int64_t step, float grad_scale);
@@ -57,7 +77,11 @@ struct StepProgram {
 
  private:
   void collect_params(const OptConfig& cfg);
-  void build_steps(const OptConfig& cfg, const ScheduleFn& schedule, bool phase_graphs);
+  void build_steps(const OptConfig& cfg, const ScheduleFn& schedule, bool phase_graphs,
+                   BufferType& bt);
+  bool can_go_multi(const OptConfig& cfg) const;
+  void build_flat_state(BufferType& bt);
+  void build_multi_steps(BufferType& bt, bool phase_graphs);
   void find_ready_order();
 };
 

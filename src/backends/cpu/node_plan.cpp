@@ -32,7 +32,8 @@ uint32_t written_sources(const TensorNode* n) {
   switch (n->op) {
     case Op::ACCUMULATE:
     case Op::MATMUL_ACC: return 1u << 0;
-    case Op::ADAMW_STEP: return 1u << 0 | 1u << 2 | 1u << 3;
+    case Op::ADAMW_STEP:
+    case Op::ADAMW_STEP_MULTI: return 1u << 0 | 1u << 2 | 1u << 3;
     case Op::SGD_STEP: return n->n_src == 4 ? (1u << 0 | 1u << 2) : 1u << 0;
     default: return ~0u;
   }

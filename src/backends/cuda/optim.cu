@@ -50,6 +50,51 @@ __global__ void k_adamw(char* pd, Idx pi, const char* g, Idx gi, char* m, Idx mi
   }
 }
 
+// ADAMW_STEP_MULTI: one thread per state element k (grid-stride); its segment
+// is the last row whose state offset is <= k, found by binary search in the
+// table copied to shared memory (S <= kMaxAdamWSegments, the builder's limit).
+// The per-element arithmetic is k_adamw's, so both give the same bits. Rows
+// the CPU kernel would refuse (out of bounds) are skipped, never written through.
+__global__ void k_adamw_multi(float* param, int64_t P, const float* grad, float* m, float* v,
+                              const char* hp, int64_t hs0, int64_t hs1, int64_t G, const char* segs,
+                              int64_t ss0, int64_t ss1, int S, int64_t n) {
+  extern __shared__ int4 seg[];
+  for (int s = threadIdx.x; s < S; s += blockDim.x) {
+    const char* r = segs + int64_t(s) * ss0;
+    seg[s] = make_int4(ldi(r, 0), ldi(r, ss1), ldi(r, 2 * ss1), ldi(r, 3 * ss1));
+  }
+  __syncthreads();
+  KILN_GRID_LOOP(k, n) {
+    int lo = 0, hi = S - 1, f = -1;
+    while (lo <= hi) {
+      const int mid = (lo + hi) / 2;
+      if (seg[mid].y <= k) {
+        f = mid;
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (f < 0) continue;
+    const int4 sg = seg[f];
+    const int64_t j = k - sg.y;
+    if (j >= sg.z || sg.x < 0 || sg.x + j >= P || sg.w < 0 || sg.w >= G) continue;
+    const AdamWHyper h = Hp{hp + sg.w * hs0, hs1}.read<AdamWHyper>();
+    const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay,
+                bc1 = h.bias_correction1, bc2 = h.bias_correction2, gs = h.grad_scale;
+    const float keep = 1.0f - lr * wd, c1 = 1.0f - b1, c2 = 1.0f - b2;
+    float& p = param[sg.x + j];
+    float& mm = m[k];
+    float& vv = v[k];
+    const float gg = grad[k] * gs;
+    mm = fmaf(b1, mm, c1 * gg);
+    vv = fmaf(b2, vv, c2 * (gg * gg));
+    const float mh = mm * bc1;
+    const float vh = sqrtf(vv * bc2) + eps;
+    p = fmaf(-lr, mh / vh, p * keep);
+  }
+}
+
 __global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi, Hp hp,
                       int64_t n) {
   const SgdHyper h = hp.read<SgdHyper>();
@@ -67,6 +112,13 @@ __global__ void k_sgd(char* pd, Idx pi, const char* g, Idx gi, char* buf, Idx bi
     }
     p = p - lr * gg;
   }
+}
+
+// f32 flat vectors and hp, the i32 table; S within the shared-memory table.
+bool adamw_multi_supported(const TensorNode* n) {
+  for (int i = 0; i < 5; ++i)
+    if (n->src[i]->dtype != DType::f32) return false;
+  return n->src[5]->dtype == DType::i32 && n->src[5]->shape[0] <= kMaxAdamWSegments;
 }
 
 Hp hp_of(const TensorNode* t) {
@@ -90,6 +142,19 @@ void optim_ops(TensorNode* dst, const Launch& L) {
         static_cast<char*>(v->data), idx_of(v), hp_of(dst->src[4]), n);
     return check_launch("adamw_step");
   }
+  if (dst->op == Op::ADAMW_STEP_MULTI) {
+    // Flat, contiguous f32 vectors (the builder's checks).
+    const TensorNode *m = dst->src[2], *v = dst->src[3], *hp = dst->src[4], *segs = dst->src[5];
+    const int S = int(segs->shape[0]);
+    const int64_t N = g->numel();
+    if (S == 0 || N == 0) return;
+    k_adamw_multi<<<grid_for(N), kThreads, size_t(S) * sizeof(int4), L.stream>>>(
+        reinterpret_cast<float*>(pd), n, reinterpret_cast<const float*>(gp),
+        static_cast<float*>(m->data), static_cast<float*>(v->data),
+        static_cast<const char*>(hp->data), hp->stride[0], hp->stride[1], hp->shape[0],
+        static_cast<const char*>(segs->data), segs->stride[0], segs->stride[1], S, N);
+    return check_launch("adamw_step_multi");
+  }
   if (dst->op == Op::SGD_STEP) {
     const bool has_buf = dst->n_src == 4;
     TensorNode* b = has_buf ? dst->src[2] : nullptr;
@@ -105,6 +170,7 @@ OpKernel optim_kernel(Op op) {
   switch (op) {
     case Op::ADAMW_STEP:
     case Op::SGD_STEP: return {all_f32, optim_ops};
+    case Op::ADAMW_STEP_MULTI: return {adamw_multi_supported, optim_ops};
     default: return {};
   }
 }

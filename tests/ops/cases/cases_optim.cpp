@@ -96,6 +96,80 @@ void add_adamw(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& s
   cs.push_back(st);
 }
 
+// Multi-tensor AdamW over flat buffers: segments with gaps in both the param
+// and the state (elements there must stay as they are), two groups with their
+// own weight decay and gradient scale, a one-element segment. `k` scales the
+// lengths (large: split over threads).
+void add_adamw_multi(std::vector<Case>& cs, int64_t k, const std::string& suffix) {
+  struct Seg {
+    int64_t po, so, len, group;
+  };
+  const std::vector<Seg> segs = {{0, 0, 37 * k, 0},
+                                 {40 * k, 48 * k, 100 * k, 1},
+                                 {150 * k, 160 * k, 1, 0},
+                                 {200 * k, 161 * k, 90 * k, 1}};
+  const int64_t P = 300 * k, N = 260 * k;
+  AdamWParams a;
+  a.lr = 0.05f;
+  a.weight_decay = 0.1f;
+  AdamWParams b = a;
+  b.weight_decay = 0.0f;
+  const int64_t t = 3;
+  const AdamWHyper h[2] = {adamw_hyper(a, t, 0.5f), adamw_hyper(b, t, 0.25f)};
+  std::vector<double> hv, sv;
+  for (const AdamWHyper& x : h)
+    for (float f : hyper_values(x)) hv.push_back(f);
+  for (const Seg& g : segs)
+    for (int64_t f : {g.po, g.so, g.len, g.group}) sv.push_back(double(f));
+  std::vector<Input> ins = {in("param", {P}),
+                            in("grad", {N}),
+                            in("m", {N}, gen::uniform(-0.1, 0.1)),
+                            in("v", {N}, gen::uniform(0.01, 0.5)),
+                            in("hp", {2, hyper_floats<AdamWHyper>}, gen::values(hv)),
+                            in_i32("segs", {int64_t(segs.size()), 4}, gen::values(sv))};
+  for (Input& x : ins) x.diff = false;
+  // Independent of the reference: each segment is one adamw_step (adamw_spec's
+  // formula) on its slices; the rest keeps its input values.
+  auto spec = [=](bool state) {
+    return [=](const std::vector<RefValue>& in, const RefValue& out) {
+      std::vector<double> w = in[0].v, m = in[2].v, v = in[3].v;
+      for (const Seg& g : segs) {
+        const AdamWParams& p = g.group == 0 ? a : b;
+        const double gs = g.group == 0 ? 0.5 : 0.25, b1 = p.beta1, b2 = p.beta2;
+        for (int64_t j = 0; j < g.len; ++j) {
+          const size_t i = size_t(g.po + j), s = size_t(g.so + j);
+          const double gk = in[1].v[s] * gs;
+          m[s] = b1 * m[s] + (1 - b1) * gk;
+          v[s] = b2 * v[s] + (1 - b2) * gk * gk;
+          const double mh = m[s] / (1 - std::pow(b1, double(t))),
+                       vh = v[s] / (1 - std::pow(b2, double(t)));
+          w[i] = w[i] - double(p.lr) * double(p.weight_decay) * w[i] -
+                 double(p.lr) * mh / (std::sqrt(vh) + double(p.eps));
+        }
+      }
+      if (state) {
+        w.insert(w.end(), m.begin(), m.end());
+        w.insert(w.end(), v.begin(), v.end());
+      }
+      return spec_compare(ref_value(Shape{int64_t(w.size())}, w), out);
+    };
+  };
+  auto step = [](X x) { return adamw_step_multi(x[0], x[1], x[2], x[3], x[4], x[5]); };
+  Case c = make_case(
+      "adamw_step_multi" + suffix, {Op::ADAMW_STEP_MULTI}, ins,
+      [step](Context&, X x) { return step(x); }, false);
+  c.spec = spec(false);
+  cs.push_back(c);
+  Case st = make_case(
+      "adamw_step_multi_state" + suffix, {Op::ADAMW_STEP_MULTI}, ins,
+      [step](Context&, X x) {
+        return concat({step(x), x[2], x[3]}, 0);
+      },
+      false);
+  st.spec = spec(true);
+  cs.push_back(st);
+}
+
 void add_sgd(std::vector<Case>& cs, int64_t R, int64_t C, const std::string& suffix) {
   struct Sg {
     const char* name;
@@ -191,6 +265,8 @@ void add_optim_cases(std::vector<Case>& cs, Sz z) {
   add_sgd(cs, z(3, 1024), z(37, 4096), "");
   // Large enough to be split over threads.
   add_adamw(cs, z(96, 2048), z(1031, 4096), "_mt");
+  add_adamw_multi(cs, 1, "");
+  add_adamw_multi(cs, z(64, 256), "_mt");
   add_sgd(cs, z(96, 2048), z(1031, 4096), "_mt");
 }
 
