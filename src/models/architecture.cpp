@@ -7,14 +7,14 @@
 namespace kiln::models::detail {
 namespace {
 
-std::vector<std::string> words(const char* s) {
+std::vector<std::string> arch_row_words(const char* s) {
   std::istringstream in(s);
   std::vector<std::string> out;
   for (std::string w; in >> w;) out.push_back(w);
   return out;
 }
 
-std::string joined(bool gguf) {
+std::string arch_row_names_joined(bool gguf) {
   std::string out;
   for (const Architecture& a : architectures())
     for (const std::string& t : gguf ? a.gguf_archs : a.model_types)
@@ -27,7 +27,7 @@ std::string joined(bool gguf) {
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> rows = {
 #define KILN_ARCH(name, modules, model_types, gguf_archs, fixture) \
-  {#name, words(model_types), words(gguf_archs), &arch_##name()},
+  {#name, arch_row_words(model_types), arch_row_words(gguf_archs), &arch_##name()},
 #include "models/architectures.def"
 #undef KILN_ARCH
   };
@@ -56,8 +56,8 @@ const Architecture& architecture_of(const ModelConfig& cfg) {
   return *a;
 }
 
-std::string supported_model_types() { return joined(false); }
-std::string supported_gguf_archs() { return joined(true); }
+std::string supported_model_types() { return arch_row_names_joined(false); }
+std::string supported_gguf_archs() { return arch_row_names_joined(true); }
 
 const GgufValue* GgufMeta::find(const std::string& key) {
   read_.insert(arch_ + "." + key);
