@@ -8,11 +8,12 @@
 //   kiln::Tensor logits = (*model)(ids);            // f32 [1, 12, vocab]
 //   kiln::Graph g = kiln::Graph::forward(logits);   // then allocate and compute as usual
 //
-// Architectures: the Llama family as one configurable model (model_type llama,
-// mistral, qwen2, qwen3: RMSNorm, RoPE with linear, dynamic, yarn, longrope or
-// llama3 frequency scaling, SwiGLU,
-// grouped- and multi-query attention, tied or untied head, attention biases,
-// per-head q/k RMSNorm, a sliding window) and GPT-2. Parameter names are Hugging
+// Architectures (one row each in src/models/architectures.def): the Llama family
+// as one configurable model (model_type llama, mistral, qwen2, qwen3, phi3:
+// RMSNorm, RoPE with linear, dynamic, yarn, longrope or llama3 frequency
+// scaling, partial rotary, SwiGLU, grouped- and multi-query attention, tied or
+// untied head, attention biases, per-head q/k RMSNorm, a sliding window, Phi-3's
+// fused projections) and GPT-2. Parameter names are Hugging
 // Face's ("model.layers.0.self_attn.q_proj.weight", "h.0.attn.c_attn.weight"), so
 // a state dict maps 1:1 to the files. The models are ordinary nn::Modules: the
 // same graph trains (gradients reach every parameter).
@@ -70,7 +71,7 @@ struct RopeScaling {
 // The name of a RoPE scaling type as configs spell it ("yarn").
 const char* rope_scaling_name(RopeScaling::Type t);
 
-// The Llama family (model_type llama, mistral, qwen2, qwen3), HF's field names.
+// The Llama family (model_type llama, mistral, qwen2, qwen3, phi3), HF's field names.
 struct LlamaConfig {
   std::string model_type = "llama";
   int64_t vocab_size = 0;
@@ -94,6 +95,14 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   int64_t sliding_window = 0;  // > 0: a query sees its last sliding_window keys (itself included)
   float attention_dropout = 0.0f;
+  // Phi-3: q, k and v as one projection (self_attn.qkv_proj, rows q | k | v)
+  // and gate and up as one (mlp.gate_up_proj, rows gate | up), as its files
+  // store them.
+  bool fused_projections = false;
+  // Dims of each head RoPE rotates, the first ones (partial_rotary_factor *
+  // head_dim; the rest pass through); 0: all of head_dim.
+  int64_t rotary_dim = 0;
+  int64_t rope_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 };
 
 struct Gpt2Config {

@@ -3,6 +3,7 @@
 
 #include "kiln/ext/alloc.h"
 #include "kiln/models.h"
+#include "models/architecture.h"
 
 namespace kiln::models {
 
@@ -43,9 +44,7 @@ Tensor CausalLM::forward_packed(Tensor, Tensor, Tensor) {
 
 std::unique_ptr<CausalLM> make_model(Context& ctx, const ModelConfig& cfg,
                                      const ModelOptions& opt) {
-  if (cfg.llama) return make_llama(ctx, cfg, opt);
-  if (cfg.gpt2) return make_gpt2(ctx, cfg, opt);
-  fail("models", "make_model: the config (model_type '", cfg.model_type, "') has no architecture");
+  return detail::architecture_of(cfg)->make(ctx, cfg, opt);
 }
 
 }  // namespace kiln::models

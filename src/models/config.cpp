@@ -7,11 +7,14 @@
 #include <unordered_set>
 
 #include "kiln/models.h"
+#include "models/architecture.h"
 #include "models/json_fields.h"
+#include "models/llama_family.h"
 
 namespace kiln::models {
 namespace {
 
+using detail::Architecture;
 using detail::Fields;
 using detail::Json;
 
@@ -54,7 +57,7 @@ void read_token_ids(Fields& f, GenerationConfig& g) {
 std::vector<double> factor_list(Fields& f, const std::string& key, int64_t n) {
   const Json& v = f.get(key);
   if (!v.is_array() || int64_t(v.size()) != n)
-    f.fail_field(key, "must be a list of " + std::to_string(n) + " numbers (head_dim / 2)");
+    f.fail_field(key, "must be a list of " + std::to_string(n) + " numbers (rotary dims / 2)");
   std::vector<double> out;
   for (const Json& x : v) {
     if (!x.is_number() || !(x.get<double>() > 0))
@@ -69,7 +72,8 @@ std::vector<double> factor_list(Fields& f, const std::string& key, int64_t n) {
 // "rope_type", or the older "type"; "default" (or none given): no scaling.
 // Each type reads its own fields; any other field is an error.
 std::optional<RopeScaling> read_rope_scaling(const Json& v, const std::string& file,
-                                             const std::string& key, LlamaConfig& c) {
+                                             const std::string& key, LlamaConfig& c,
+                                             int64_t rotary_dim) {
   if (!v.is_object()) fail("models", file, ": field '", key, "' must be an object or null");
   Fields f(v, file, key);
   std::string type = f.string("rope_type", "");
@@ -78,8 +82,11 @@ std::optional<RopeScaling> read_rope_scaling(const Json& v, const std::string& f
   if (!legacy.empty() && legacy != type)
     f.fail_field("type", "is '" + legacy + "' but rope_type is '" + type + "'");
   if (f.has("rope_theta")) c.rope_theta = f.number("rope_theta", 0);
-  if (f.has("partial_rotary_factor") && f.number("partial_rotary_factor", 1) != 1.0)
-    f.fail_field("partial_rotary_factor", "is not 1: kiln's Llama family rotates whole heads");
+  if (f.has("partial_rotary_factor") &&
+      f.number("partial_rotary_factor", 1) != double(rotary_dim) / double(c.head_dim))
+    f.fail_field("partial_rotary_factor",
+                 "differs from the model's (" + std::to_string(rotary_dim) + " of " +
+                     std::to_string(c.head_dim) + " dims of each head rotate)");
   std::optional<RopeScaling> out;
   if (type.empty() || type == "default") {
     f.reject_unread();
@@ -133,8 +140,8 @@ std::optional<RopeScaling> read_rope_scaling(const Json& v, const std::string& f
     original();
     factor(double(c.max_position_embeddings) / double(r.original_max_position_embeddings));
     attention_factor();
-    r.short_factor = factor_list(f, "short_factor", c.head_dim / 2);
-    r.long_factor = factor_list(f, "long_factor", c.head_dim / 2);
+    r.short_factor = factor_list(f, "short_factor", rotary_dim / 2);
+    r.long_factor = factor_list(f, "long_factor", rotary_dim / 2);
   } else {
     fail("models", file, ": field '", key, "' has type '", type,
          "', which kiln does not support (supported: default, linear, dynamic, yarn, longrope, "
@@ -143,132 +150,6 @@ std::optional<RopeScaling> read_rope_scaling(const Json& v, const std::string& f
   f.reject_unread();
   out = r;
   return out;
-}
-
-// "sliding_window" of Qwen2/Qwen3 applies only with use_sliding_window (and then
-// only to some layers): kiln runs them with full attention or refuses.
-void read_qwen_window(Fields& f) {
-  if (f.boolean("use_sliding_window", false))
-    f.fail_field("use_sliding_window",
-                 "is true: kiln does not implement Qwen's per-layer sliding window");
-  f.ignore({"sliding_window", "max_window_layers"});
-  const Json& types = f.get("layer_types");
-  if (types.is_null()) return;
-  if (!types.is_array()) f.fail_field("layer_types", "must be a list");
-  for (const Json& t : types)
-    if (t != "full_attention")
-      f.fail_field("layer_types", "lists " + t.dump() + ": kiln supports full_attention only");
-}
-
-void require(Fields& f, const std::string& key, bool fallback, bool needed, const char* why) {
-  if (f.boolean(key, fallback) != needed) f.fail_field(key, why);
-}
-
-// Models whose HF code has no such biases: the fields may appear, but only false.
-void no_bias_fields(Fields& f) {
-  require(f, "attention_bias", false, false, "must be false: this architecture has no such biases");
-  require(f, "mlp_bias", false, false, "must be false: this architecture has no such biases");
-}
-
-LlamaConfig read_llama(Fields& f, const std::string& type) {
-  LlamaConfig c;
-  c.model_type = type;
-  c.vocab_size = f.positive("vocab_size", 0);
-  c.hidden_size = f.positive("hidden_size", 0);
-  c.intermediate_size = f.positive("intermediate_size", 0);
-  c.num_hidden_layers = f.positive("num_hidden_layers", 0);
-  c.num_attention_heads = f.positive("num_attention_heads", 0);
-  c.num_key_value_heads = f.positive("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = f.positive("head_dim", c.hidden_size / c.num_attention_heads);
-  c.max_position_embeddings = f.positive("max_position_embeddings", 2048);
-  c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
-  c.rope_theta = f.number("rope_theta", 10000.0);
-  if (c.head_dim % 2 != 0)
-    f.fail_field("head_dim", "(" + std::to_string(c.head_dim) + ") must be even for RoPE");
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.attention_dropout = float(f.number("attention_dropout", 0.0));
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu") f.fail_field("hidden_act", "is '" + act + "': kiln's " + type + " uses silu");
-  // transformers reads rope_scaling where both are given; kiln asks for one.
-  if (f.has("rope_scaling") && f.has("rope_parameters") &&
-      f.get("rope_scaling") != f.get("rope_parameters"))
-    f.fail_field("rope_parameters", "and rope_scaling are both given and differ");
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (f.has(key)) c.rope_scaling = read_rope_scaling(f.get(key), f.file(), key, c);
-  f.ignore({"rope_scaling", "rope_parameters"});
-  if (type == "llama") {
-    c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
-    c.mlp_bias = f.boolean("mlp_bias", false);
-    f.ignore("pretraining_tp");  // sliced matmuls in HF: the same function
-  } else if (type == "mistral") {
-    no_bias_fields(f);
-    c.sliding_window = f.integer("sliding_window", 0);
-    if (c.sliding_window < 0) f.fail_field("sliding_window", "must be positive or null");
-  } else if (type == "qwen2") {
-    c.qkv_bias = true;  // Qwen2 always has q/k/v biases (and no o_proj bias)
-    no_bias_fields(f);
-    read_qwen_window(f);
-  } else if (type == "qwen3") {
-    c.qkv_bias = c.o_bias = f.boolean("attention_bias", false);
-    c.qk_norm = true;
-    require(f, "mlp_bias", false, false, "is not supported by kiln's qwen3");
-    read_qwen_window(f);
-  }
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    f.fail_field("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
-                                            ") must divide num_attention_heads (" +
-                                            std::to_string(c.num_attention_heads) + ")");
-  if (!(c.rms_norm_eps > 0)) f.fail_field("rms_norm_eps", "must be > 0");
-  if (!(c.rope_theta > 0)) f.fail_field("rope_theta", "must be > 0");
-  if (!(c.attention_dropout >= 0 && c.attention_dropout < 1))
-    f.fail_field("attention_dropout", "must be in [0, 1)");
-  return c;
-}
-
-float dropout_field(Fields& f, const std::string& key) {
-  const double p = f.number(key, 0.1);
-  if (!(p >= 0 && p < 1)) f.fail_field(key, "must be in [0, 1)");
-  return float(p);
-}
-
-Gpt2Config read_gpt2(Fields& f) {
-  Gpt2Config c;
-  c.vocab_size = f.positive("vocab_size", 50257);
-  c.n_positions = f.positive("n_positions", 1024);
-  c.n_embd = f.positive("n_embd", 768);
-  c.n_layer = f.positive("n_layer", 12);
-  c.n_head = f.positive("n_head", 12);
-  c.n_inner = f.has("n_inner") ? f.positive("n_inner", 0) : 0;
-  f.ignore("n_inner");
-  const std::string act = f.string("activation_function", "gelu_new");
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") {
-    c.gelu_tanh = true;
-  } else if (act == "gelu") {
-    c.gelu_tanh = false;
-  } else {
-    f.fail_field("activation_function",
-                 "is '" + act + "': kiln's gpt2 supports gelu_new, gelu_pytorch_tanh and gelu");
-  }
-  c.layer_norm_epsilon = f.number("layer_norm_epsilon", 1e-5);
-  if (!(c.layer_norm_epsilon > 0)) f.fail_field("layer_norm_epsilon", "must be > 0");
-  c.resid_pdrop = dropout_field(f, "resid_pdrop");
-  c.embd_pdrop = dropout_field(f, "embd_pdrop");
-  c.attn_pdrop = dropout_field(f, "attn_pdrop");
-  require(f, "scale_attn_weights", true, true, "must be true (kiln scales by 1/sqrt(head dim))");
-  require(f, "scale_attn_by_inverse_layer_idx", false, false, "is not supported by kiln");
-  require(f, "add_cross_attention", false, false, "is not supported by kiln (decoder only)");
-  require(f, "tie_word_embeddings", true, true, "must be true (GPT-2's head is wte)");
-  if (f.has("n_ctx") && f.integer("n_ctx", 0) != c.n_positions)
-    f.fail_field("n_ctx", "differs from n_positions");
-  f.ignore("n_ctx");
-  // Upcasting only changes f16 runs (kiln computes in f32); the summary_* fields
-  // and task_specific_params belong to other heads and pipelines.
-  f.ignore({"reorder_and_upcast_attn", "summary_type", "summary_use_proj", "summary_activation",
-            "summary_proj_to_labels", "summary_first_dropout", "task_specific_params"});
-  if (c.n_embd % c.n_head != 0)
-    f.fail_field("n_head", "(" + std::to_string(c.n_head) + ") must divide n_embd (" +
-                               std::to_string(c.n_embd) + ")");
-  return c;
 }
 
 std::string read_text(const std::string& path) {
@@ -280,7 +161,39 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// An auto_map whose classes all come from configuration_<module>.py or
+// modeling_<module>.py.
+bool builtin_remote_code(const Json& map, const char* module) {
+  if (!module || !map.is_object()) return false;
+  const std::string m = module;
+  for (const auto& [key, v] : map.items()) {
+    if (!v.is_string()) return false;
+    const std::string s = v.get<std::string>();
+    if (s.rfind("configuration_" + m + ".", 0) != 0 && s.rfind("modeling_" + m + ".", 0) != 0)
+      return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+namespace detail {
+
+void read_llama_rope_fields(Fields& f, LlamaConfig& c, int64_t rotary_dim) {
+  // transformers reads rope_scaling where both are given; kiln asks for one.
+  if (f.has("rope_scaling") && f.has("rope_parameters") &&
+      f.get("rope_scaling") != f.get("rope_parameters"))
+    f.fail_field("rope_parameters", "and rope_scaling are both given and differ");
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (f.has(key)) c.rope_scaling = read_rope_scaling(f.get(key), f.file(), key, c, rotary_dim);
+  f.ignore({"rope_scaling", "rope_parameters"});
+}
+
+void require_field(Fields& f, const std::string& key, bool fallback, bool needed, const char* why) {
+  if (f.boolean(key, fallback) != needed) f.fail_field(key, why);
+}
+
+}  // namespace detail
 
 ModelConfig parse_config(std::string_view text, const std::string& file) {
   const Json j = detail::parse_json_object(text, file);
@@ -290,22 +203,22 @@ ModelConfig parse_config(std::string_view text, const std::string& file) {
     cfg.model_type = f.string("model_type", "");
     if (cfg.model_type.empty())
       fail("models", file, ": field 'model_type' is missing: kiln cannot tell the architecture");
-    if (f.has("auto_map"))
+  }
+  const Architecture* arch = detail::architecture_for_model_type(cfg.model_type);
+  if (!arch)
+    fail("models", file, ": field 'model_type' is '", cfg.model_type,
+         "', an architecture kiln does not know (supported: ", detail::supported_model_types(),
+         ")");
+  {
+    Fields f(j, file, "config");
+    if (f.has("auto_map") && !builtin_remote_code(f.get("auto_map"), (*arch)->remote_code_module))
       f.fail_field("auto_map", "asks for custom model code, which kiln cannot run");
   }
-  const std::string& t = cfg.model_type;
-  const bool llama = t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3";
-  if (!llama && t != "gpt2")
-    fail("models", file, ": field 'model_type' is '", t,
-         "', an architecture kiln does not know (supported: llama, mistral, qwen2, qwen3, gpt2)");
-  Fields f(j, file, t + " model");
+  Fields f(j, file, cfg.model_type + " model");
   ignore_harmless(f);
+  f.ignore("auto_map");  // checked above
   read_token_ids(f, cfg.generation);
-  if (llama) {
-    cfg.llama = read_llama(f, t);
-  } else {
-    cfg.gpt2 = read_gpt2(f);
-  }
+  (*arch)->read_config(f, cfg);
   f.reject_unread();
   return cfg;
 }
@@ -413,7 +326,7 @@ ShardIndex parse_shard_index(std::string_view text, const std::string& file) {
   return idx;
 }
 
-namespace {
+namespace detail {
 
 Json rope_scaling_json(const RopeScaling& r) {
   Json j = {{"rope_type", rope_scaling_name(r.type)}, {"factor", r.factor}};
@@ -440,75 +353,12 @@ Json rope_scaling_json(const RopeScaling& r) {
   return j;
 }
 
-}  // namespace
+}  // namespace detail
 
 std::string config_json(const ModelConfig& cfg) {
   Json j;
   const GenerationConfig& g = cfg.generation;
-  if (cfg.llama) {
-    const LlamaConfig& c = *cfg.llama;
-    if (!c.rope_freq_factors.empty())
-      fail("models", "config_json: RoPE frequency factors (a GGUF file's rope_freqs) have no ",
-           "config.json form; rope_scaling parameters do");
-    static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
-                                                            {"mistral", "MistralForCausalLM"},
-                                                            {"qwen2", "Qwen2ForCausalLM"},
-                                                            {"qwen3", "Qwen3ForCausalLM"}};
-    j["architectures"] = {arch.at(c.model_type)};
-    j["model_type"] = c.model_type;
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.hidden_size;
-    j["intermediate_size"] = c.intermediate_size;
-    j["num_hidden_layers"] = c.num_hidden_layers;
-    j["num_attention_heads"] = c.num_attention_heads;
-    j["num_key_value_heads"] = c.num_key_value_heads;
-    j["head_dim"] = c.head_dim;
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = c.max_position_embeddings;
-    j["rms_norm_eps"] = c.rms_norm_eps;
-    j["rope_theta"] = c.rope_theta;
-    if (c.rope_scaling) {
-      j["rope_scaling"] = rope_scaling_json(*c.rope_scaling);
-    } else {
-      j["rope_scaling"] = nullptr;
-    }
-    j["tie_word_embeddings"] = c.tie_word_embeddings;
-    j["attention_dropout"] = c.attention_dropout;
-    if (c.model_type == "llama") {
-      j["attention_bias"] = c.qkv_bias;
-      j["mlp_bias"] = c.mlp_bias;
-    } else if (c.model_type == "mistral") {
-      if (c.sliding_window > 0) {
-        j["sliding_window"] = c.sliding_window;
-      } else {
-        j["sliding_window"] = nullptr;
-      }
-    } else {
-      if (c.model_type == "qwen3") j["attention_bias"] = c.qkv_bias;
-      j["use_sliding_window"] = false;
-    }
-  } else if (cfg.gpt2) {
-    const Gpt2Config& c = *cfg.gpt2;
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["model_type"] = "gpt2";
-    j["vocab_size"] = c.vocab_size;
-    j["n_positions"] = c.n_positions;
-    j["n_embd"] = c.n_embd;
-    j["n_layer"] = c.n_layer;
-    j["n_head"] = c.n_head;
-    if (c.n_inner > 0) {
-      j["n_inner"] = c.n_inner;
-    } else {
-      j["n_inner"] = nullptr;
-    }
-    j["activation_function"] = c.gelu_tanh ? "gelu_new" : "gelu";
-    j["layer_norm_epsilon"] = c.layer_norm_epsilon;
-    j["resid_pdrop"] = c.resid_pdrop;
-    j["embd_pdrop"] = c.embd_pdrop;
-    j["attn_pdrop"] = c.attn_pdrop;
-  } else {
-    fail("models", "config_json: the config has no architecture");
-  }
+  detail::architecture_of(cfg)->write_config(cfg, j);
   if (g.bos_token_id >= 0) j["bos_token_id"] = g.bos_token_id;
   if (g.eos_token_ids.size() == 1) j["eos_token_id"] = g.eos_token_ids[0];
   if (g.eos_token_ids.size() > 1) j["eos_token_id"] = g.eos_token_ids;

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,15 @@ namespace kiln::models::detail {
 // general.architecture of a config.
 std::string arch_of(const ModelConfig& c);
 
-// HF parameter name -> llama.cpp tensor name.
-std::string gguf_name(const std::string& hf, bool gpt2);
+// HF parameter name -> llama.cpp tensor name ("" when it has none).
+std::string gguf_name(const std::string& hf, const ModelConfig& c);
+
+// The usual shape of that map: HF module names under `layers` ("model.layers.")
+// map through `layer` to "blk.N.<name>", others through `top`; the suffix
+// (".weight", ".bias") stays. "" for a name neither map has.
+using NameMap = std::map<std::string, std::string>;
+std::string mapped_gguf_name(const std::string& hf, const std::string& layers, const NameMap& top,
+                             const NameMap& layer);
 
 // How a tensor's values differ between kiln (HF layout) and the GGUF file.
 enum class Layout { same, rope_pairs, transposed };
@@ -25,7 +33,8 @@ enum class Layout { same, rope_pairs, transposed };
 // two halves of each head (j, j + D/2), so its converter reorders the rows of q
 // and k (weights and biases): file row 2j + h of a head is HF row h * D/2 + j.
 // Qwen2 and Qwen3 keep HF's order (llama.cpp runs them with NeoX-style RoPE).
-// `heads`: set to the head count of q or k for Layout::rope_pairs.
+// `heads`: set to the head count of q or k for Layout::rope_pairs. Each
+// architecture says which of its tensors have which layout (architecture.h).
 Layout layout_of(const std::string& hf, const ModelConfig& c, int64_t* heads);
 
 // Reorders the rows of x ([heads * D, cols], row-major) between the two RoPE

@@ -1,6 +1,8 @@
-// Models as GGUF files in llama.cpp's conventions: its tensor names and metadata
-// keys, the Q/K row order its converter gives the "llama" architecture, GPT-2's
-// linear weights [out, in], and Llama 3's RoPE scaling as a rope_freqs tensor.
+// Models as GGUF files in llama.cpp's conventions: each architecture's tensor
+// names, metadata keys and row layouts come from its row (models/architecture.h:
+// the Q/K row order of the "llama" architecture, GPT-2's linear weights [out,
+// in], Llama 3's RoPE scaling as a rope_freqs tensor); the reading, checking,
+// quantizing and writing of tensors is here, the same for all.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -12,11 +14,11 @@
 #if defined(KILN_HAVE_TOKENIZER)
 #include "kiln/tokenizer.h"
 #endif
+#include "models/architecture.h"
 #include "models/convert.h"
 #include "models/gguf_layout.h"
 #include "models/layer_count.h"
 #include "models/mapped_file.h"
-#include "models/rope.h"
 #include "models/weight_quant.h"
 
 namespace kiln::models {
@@ -37,144 +39,17 @@ void set_param(Tensor param, std::vector<T> v, Layout layout, int64_t heads, con
   param.set(v);
 }
 
-// Metadata of one file, each key marked when read so that unknown ones of the
-// architecture's namespace can be reported.
-class Meta {
- public:
-  Meta(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
-  const GgufValue* find(const std::string& key) {
-    read_.insert(arch_ + "." + key);
-    return f_.find(arch_ + "." + key);
-  }
-  int64_t integer(const std::string& key) {
-    const GgufValue* v = find(key);
-    if (!v) fail("models", f_.path(), ": metadata '", arch_, ".", key, "' is missing");
-    const int64_t x = v->as_int();
-    if (x <= 0) fail("models", f_.path(), ": metadata '", arch_, ".", key, "' must be > 0");
-    return x;
-  }
-  int64_t integer(const std::string& key, int64_t fallback) {
-    return find(key) ? integer(key) : fallback;
-  }
-  double number(const std::string& key, double fallback) {
-    const GgufValue* v = find(key);
-    return v ? v->as_float() : fallback;
-  }
-  void reject_unread() const {
-    for (const auto& [key, v] : f_.metadata()) {
-      if (key.rfind("general.", 0) == 0 || key.rfind("tokenizer.", 0) == 0) continue;
-      if (read_.count(key)) continue;
-      fail("models", f_.path(), ": metadata '", key, "' is not supported by kiln's ", arch_,
-           " model (kiln does not ignore settings it does not implement)");
-    }
-  }
-
- private:
-  const GgufFile& f_;
-  std::string arch_;
-  std::set<std::string> read_;
-};
-
-// llama.cpp's rope.scaling.* keys: type "linear" (factor) or "yarn" (factor,
-// original_context_length, yarn_beta_fast/slow); "none" or no type: none (Llama
-// 3's scaling comes as the rope_freqs tensor). Keys kiln does not apply
-// (attn_factor, yarn_ext_factor, yarn_attn_factor, yarn_log_multiplier) stay
-// unread, so the file is refused naming them.
-std::optional<RopeScaling> rope_scaling_from(Meta& m, const std::string& file,
-                                             const std::string& arch, int64_t context) {
-  m.find("rope.scaling.finetuned");  // bookkeeping: changes nothing computed
-  std::string type = "none";
-  if (const GgufValue* t = m.find("rope.scaling.type")) type = t->as_string();
-  const GgufValue* old_linear = m.find("rope.scale_linear");  // older files' linear factor
-  if (type == "none" && old_linear && old_linear->as_float() != 1.0) type = "linear";
-  if (type == "none") return std::nullopt;
-  if (type != "linear" && type != "yarn")
-    fail("models", file, ": metadata '", arch, ".rope.scaling.type' is '", type,
-         "', which kiln does not support in GGUF files (supported: none, linear, yarn; Llama 3's ",
-         "scaling comes as the rope_freqs tensor)");
-  RopeScaling r;
-  const GgufValue* factor = m.find("rope.scaling.factor");
-  if (!factor) factor = old_linear;
-  r.factor = factor ? factor->as_float() : 0.0;
-  if (!(r.factor > 0))
-    fail("models", file, ": metadata '", arch, ".rope.scaling.factor' must be given and > 0 for ",
-         "rope.scaling.type '", type, "'");
-  r.type = type == "linear" ? RopeScaling::Type::linear : RopeScaling::Type::yarn;
-  if (r.type == RopeScaling::Type::yarn) {
-    r.original_max_position_embeddings = m.integer("rope.scaling.original_context_length", context);
-    r.beta_fast = m.number("rope.scaling.yarn_beta_fast", 32.0);
-    r.beta_slow = m.number("rope.scaling.yarn_beta_slow", 1.0);
-    if (!(r.beta_fast > 0) || !(r.beta_slow > 0))
-      fail("models", file, ": metadata '", arch,
-           ".rope.scaling.yarn_beta_fast' and yarn_beta_slow must be > 0");
-  }
-  return r;
-}
-
 ModelConfig config_from(const GgufFile& f) {
   const GgufValue* a = f.find("general.architecture");
   if (!a) fail("models", f.path(), ": metadata 'general.architecture' is missing");
   const std::string arch = a->as_string();
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "gpt2")
+  const detail::Architecture* row = detail::architecture_for_gguf(arch);
+  if (!row)
     fail("models", f.path(), ": metadata 'general.architecture' is '", arch,
-         "', an architecture kiln does not know (supported: llama, qwen2, qwen3, gpt2)");
-  Meta m(f, arch);
+         "', an architecture kiln does not know (supported: ", detail::supported_gguf_archs(), ")");
+  detail::GgufMeta m(f, arch);
   ModelConfig cfg;
-  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd || embd->shape.ndim() != 2)
-    fail("models", f.path(), ": tensor 'token_embd.weight' is missing or not 2-D");
-  const int64_t vocab = m.integer("vocab_size", embd->shape[0]);
-  if (arch == "gpt2") {
-    Gpt2Config g;
-    g.vocab_size = vocab;
-    g.n_positions = m.integer("context_length");
-    g.n_embd = m.integer("embedding_length");
-    g.n_layer = m.integer("block_count");
-    g.n_head = m.integer("attention.head_count");
-    const int64_t ff = m.integer("feed_forward_length", 4 * g.n_embd);
-    g.n_inner = ff == 4 * g.n_embd ? 0 : ff;
-    g.layer_norm_epsilon = m.number("attention.layer_norm_epsilon", 1e-5);
-    g.resid_pdrop = g.embd_pdrop = g.attn_pdrop = 0.0f;  // GGUF has no dropout: inference
-    cfg.model_type = "gpt2";
-    cfg.gpt2 = g;
-  } else {
-    LlamaConfig c;
-    c.vocab_size = vocab;
-    c.max_position_embeddings = m.integer("context_length");
-    c.hidden_size = m.integer("embedding_length");
-    c.num_hidden_layers = m.integer("block_count");
-    c.intermediate_size = m.integer("feed_forward_length");
-    c.num_attention_heads = m.integer("attention.head_count");
-    c.num_key_value_heads = m.integer("attention.head_count_kv", c.num_attention_heads);
-    c.head_dim = m.integer("attention.key_length", c.hidden_size / c.num_attention_heads);
-    if (m.integer("rope.dimension_count", c.head_dim) != c.head_dim)
-      fail("models", f.path(), ": metadata '", arch,
-           ".rope.dimension_count' differs from the head dim: partial RoPE is not supported");
-    if (m.integer("attention.value_length", c.head_dim) != c.head_dim)
-      fail("models", f.path(), ": metadata '", arch,
-           ".attention.value_length' differs from key_length: not supported");
-    c.rms_norm_eps = m.number("attention.layer_norm_rms_epsilon", 1e-5);
-    c.rope_theta = m.number("rope.freq_base", 10000.0);
-    c.rope_scaling = rope_scaling_from(m, f.path(), arch, c.max_position_embeddings);
-    c.sliding_window = m.integer("attention.sliding_window", 0);
-    c.model_type = arch == "llama" && c.sliding_window > 0 ? "mistral" : arch;
-    c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-    c.qkv_bias = arch == "qwen2" || f.find_tensor("blk.0.attn_q.bias") != nullptr;
-    c.o_bias = f.find_tensor("blk.0.attn_output.bias") != nullptr;
-    c.mlp_bias = f.find_tensor("blk.0.ffn_gate.bias") != nullptr;
-    c.qk_norm = arch == "qwen3";
-    if (const GgufTensorInfo* rf = f.find_tensor("rope_freqs.weight")) {
-      if (rf->dtype != f32 || rf->quantized() || rf->shape.numel() != c.head_dim / 2)
-        fail("models", f.path(), ": tensor 'rope_freqs.weight' must be f32 [", c.head_dim / 2,
-             "], got ", dtype_name(rf->dtype), " ", rf->shape.str());
-      c.rope_freq_factors = detail::to_f32(f.read_bytes("rope_freqs.weight"), f32);
-    }
-    if (c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0)
-      fail("models", f.path(), ": metadata '", arch,
-           ".attention.head_count_kv' must divide head_count, and the head dim be even");
-    cfg.model_type = c.model_type;
-    cfg.llama = c;
-  }
+  (*row)->read_gguf(m, cfg);
   m.reject_unread();
   if (const GgufValue* v = f.find("tokenizer.ggml.eos_token_id"))
     cfg.generation.eos_token_ids = {v->as_int()};
@@ -196,12 +71,12 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     detail::LayerNames names;
     names.prefixes = {"blk."};
     for (const GgufTensorInfo& t : f.tensors()) names.names.push_back(t.name);
-    const int64_t layers = cfg.gpt2 ? cfg.gpt2->n_layer : cfg.llama->num_hidden_layers;
+    const int64_t layers = detail::architecture_of(cfg)->layers(cfg);
     detail::check_layers_present(names, layers, path,
                                  "metadata '" + arch_of(cfg) + ".block_count'");
   }
   std::unique_ptr<CausalLM> model = make_model(ctx, cfg, opt);
-  const bool gpt2 = bool(cfg.gpt2);
+  const detail::Architecture& arch = detail::architecture_of(cfg);
   // Check every tensor before writing any.
   struct Item {
     std::string name;
@@ -212,10 +87,12 @@ std::unique_ptr<CausalLM> load_gguf(Context& ctx, Backend& backend, const std::s
     bool mapped = false;
   };
   std::vector<Item> plan;
-  std::set<std::string> used = {"rope_freqs.weight"};
-  if (gpt2) used.insert("output.weight");  // llama.cpp's converter writes wte twice
+  std::set<std::string> used(arch->gguf_extra_tensors.begin(), arch->gguf_extra_tensors.end());
   for (const auto& [name, param] : model->named_base_parameters()) {
-    const std::string gname = gguf_name(name, gpt2);
+    const std::string gname = gguf_name(name, cfg);
+    if (gname.empty())
+      fail("models", path, ": param '", name, "' has no GGUF tensor name in kiln's ", arch_of(cfg),
+           " architecture");
     const GgufTensorInfo* ti = f.find_tensor(gname);
     if (!ti)
       fail("models", path, ": tensor '", gname, "' (", name,
@@ -326,6 +203,11 @@ struct SavedTensor {
   int64_t heads = 0;
 };
 
+// GPT-2's tied table goes in twice, as token_embd and output (architecture.h).
+bool tied_output(const ModelConfig& cfg) {
+  return detail::architecture_of(cfg)->gguf_writes_tied_output;
+}
+
 // The tensors save_gguf writes (rope_freqs aside). GPT-2's tied table goes in
 // twice (token_embd and output, as llama.cpp's converter writes it) unless
 // `recipe`: its file then has token_embd alone, which llama.cpp reads as the head.
@@ -333,11 +215,11 @@ std::vector<SavedTensor> saved_tensors(const CausalLM& model, bool recipe) {
   const ModelConfig& cfg = model.config();
   std::vector<SavedTensor> out;
   for (const auto& [name, t] : model.named_base_parameters()) {
-    SavedTensor s{gguf_name(name, bool(cfg.gpt2)), t, t.shape(), Layout::same};
+    SavedTensor s{gguf_name(name, cfg), t, t.shape(), Layout::same};
     s.layout = layout_of(name, cfg, &s.heads);
     if (s.layout == Layout::transposed) s.shape = Shape({t.size(1), t.size(0)});
     out.push_back(s);
-    if (cfg.gpt2 && !recipe && s.gguf == "token_embd.weight") {
+    if (tied_output(cfg) && !recipe && s.gguf == "token_embd.weight") {
       s.gguf = "output.weight";
       out.push_back(s);
     }
@@ -345,30 +227,12 @@ std::vector<SavedTensor> saved_tensors(const CausalLM& model, bool recipe) {
   return out;
 }
 
-// What llama.cpp's recipes read of a model (RecipeModel): its layer count, query
-// heads per key-value head, and whether llama.cpp sizes it as 70B (the Llama
-// architecture with 80 layers and grouped-query attention, Qwen2 with 80).
-RecipeModel recipe_model(const ModelConfig& cfg) {
-  RecipeModel m;
-  if (cfg.gpt2) {
-    m.n_layer = cfg.gpt2->n_layer;
-    return m;
-  }
-  const LlamaConfig& c = *cfg.llama;
-  m.n_layer = c.num_hidden_layers;
-  m.n_gqa = c.num_attention_heads / c.num_key_value_heads;
-  const std::string arch = arch_of(cfg);
-  m.is_70b =
-      c.num_hidden_layers == 80 &&
-      ((arch == "llama" && c.num_attention_heads != c.num_key_value_heads) || arch == "qwen2");
-  return m;
-}
-
 std::vector<DType> recipe_types(std::string_view recipe, const CausalLM& model,
                                 const std::vector<SavedTensor>& saved) {
   std::vector<RecipeTensor> descs;
   for (const SavedTensor& s : saved) descs.push_back({s.gguf, s.shape});
-  return quant_recipe_types(recipe, recipe_model(model.config()), descs);
+  return quant_recipe_types(
+      recipe, detail::architecture_of(model.config())->recipe_model(model.config()), descs);
 }
 
 // A tensor's bytes as `type` (f32, f16 or a block type) from its values.
@@ -403,7 +267,7 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
                std::string_view recipe) {
   const ModelConfig& cfg = model.config();
   const std::string arch = arch_of(cfg);
-  const bool gpt2 = bool(cfg.gpt2);
+  const bool tied_out = tied_output(cfg);
   GgufWriter w;
   auto u32 = [](int64_t x) { return GgufValue(uint32_t(x)); };
   if (tokenizer) {
@@ -434,64 +298,7 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
                                                        : n4 >= n8   ? 2
                                                                     : 7)
                                             : quant_recipe_file_type(recipe));
-  const std::string k = arch + ".";
-  if (gpt2) {
-    const Gpt2Config& c = *cfg.gpt2;
-    w.set(k + "context_length", u32(c.n_positions));
-    w.set(k + "embedding_length", u32(c.n_embd));
-    w.set(k + "feed_forward_length", u32(c.n_inner > 0 ? c.n_inner : 4 * c.n_embd));
-    w.set(k + "block_count", u32(c.n_layer));
-    w.set(k + "attention.head_count", u32(c.n_head));
-    w.set(k + "attention.layer_norm_epsilon", float(c.layer_norm_epsilon));
-    w.set(k + "vocab_size", u32(c.vocab_size));
-  } else {
-    const LlamaConfig& c = *cfg.llama;
-    w.set(k + "context_length", u32(c.max_position_embeddings));
-    w.set(k + "embedding_length", u32(c.hidden_size));
-    w.set(k + "feed_forward_length", u32(c.intermediate_size));
-    w.set(k + "block_count", u32(c.num_hidden_layers));
-    w.set(k + "attention.head_count", u32(c.num_attention_heads));
-    w.set(k + "attention.head_count_kv", u32(c.num_key_value_heads));
-    w.set(k + "attention.key_length", u32(c.head_dim));
-    w.set(k + "attention.value_length", u32(c.head_dim));
-    w.set(k + "rope.dimension_count", u32(c.head_dim));
-    w.set(k + "rope.freq_base", float(c.rope_theta));
-    w.set(k + "attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
-    w.set(k + "vocab_size", u32(c.vocab_size));
-    if (c.sliding_window > 0) w.set(k + "attention.sliding_window", u32(c.sliding_window));
-    using T = RopeScaling::Type;
-    const std::optional<RopeScaling>& rs = c.rope_scaling;
-    if (rs && rs->type == T::linear) {
-      w.set(k + "rope.scaling.type", "linear");
-      w.set(k + "rope.scaling.factor", float(rs->factor));
-    } else if (rs && rs->type == T::yarn) {
-      // llama.cpp's YaRN is transformers' with the default attention factor
-      // (0.1 ln(factor) + 1) and the ramp's ends rounded outwards.
-      if (rs->attention_factor || rs->mscale != 0 || rs->mscale_all_dim != 0 || !rs->truncate)
-        fail("models", path, ": yarn rope scaling with attention_factor, mscale or truncate ",
-             "false has no GGUF form kiln writes (llama.cpp's keys cannot say it)");
-      w.set(k + "rope.scaling.type", "yarn");
-      w.set(k + "rope.scaling.factor", float(rs->factor));
-      w.set(k + "rope.scaling.original_context_length", u32(rs->original_max_position_embeddings));
-      w.set(k + "rope.scaling.yarn_beta_fast", float(rs->beta_fast));
-      w.set(k + "rope.scaling.yarn_beta_slow", float(rs->beta_slow));
-    } else if (rs && rs->type != T::llama3) {
-      fail("models", path, ": rope scaling '", rope_scaling_name(rs->type),
-           "' has no GGUF form (llama.cpp's rope.scaling.type is none, linear, yarn or longrope ",
-           "with Phi-3's tensors; kiln writes linear, yarn and llama3)");
-    } else if (rs || !c.rope_freq_factors.empty()) {
-      // Llama 3's scaling as llama.cpp stores it: a divisor per frequency.
-      LlamaConfig plain = c;
-      plain.rope_scaling.reset();
-      plain.rope_freq_factors.clear();
-      const std::vector<double> base = detail::rope_inv_freq(plain),
-                                scaled = detail::rope_inv_freq(c);
-      std::vector<float> factors(base.size());
-      for (size_t i = 0; i < base.size(); ++i) factors[i] = float(base[i] / scaled[i]);
-      w.add_tensor_data("rope_freqs.weight", f32, {int64_t(factors.size())},
-                        {reinterpret_cast<const uint8_t*>(factors.data()), factors.size() * 4});
-    }
-  }
+  detail::architecture_of(cfg)->write_gguf(cfg, w, path);
   if (!cfg.generation.eos_token_ids.empty())
     w.set("tokenizer.ggml.eos_token_id", u32(cfg.generation.eos_token_ids[0]));
   if (cfg.generation.bos_token_id >= 0)
@@ -530,9 +337,9 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
       // Q8_0 / Q4_0 as they are (rows moved as bytes): llama.cpp reads kiln's blocks.
       std::vector<uint8_t> b = t.get<uint8_t>();
       if (qlay == Layout::rope_pairs) b = reorder_rope_rows(b, qheads, t.size(0), true);
-      const std::string gname = gguf_name(name, gpt2);
+      const std::string gname = gguf_name(name, cfg);
       w.add_tensor_data(gname, t.dtype(), t.shape(), b);
-      if (gpt2 && gname == "token_embd.weight")
+      if (tied_out && gname == "token_embd.weight")
         w.add_tensor_data("output.weight", t.dtype(), t.shape(), b);
       continue;
     }
@@ -545,9 +352,9 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
       v = transpose(v, s[0], s[1]);
       s = Shape({s[1], s[0]});
     }
-    const std::string gname = gguf_name(name, gpt2);
+    const std::string gname = gguf_name(name, cfg);
     add(gname, s, v);
-    if (gpt2 && gname == "token_embd.weight") add("output.weight", s, v);
+    if (tied_out && gname == "token_embd.weight") add("output.weight", s, v);
   }
   w.save(path);
 }

@@ -11,6 +11,7 @@
 
 #include "kiln/models.h"
 #include "kiln/safetensors.h"
+#include "models/architecture.h"
 #include "models/convert.h"
 #include "models/file_text.h"
 #include "models/layer_count.h"
@@ -190,18 +191,10 @@ void load_into(CausalLM& model, const std::string& dir, const Weights& w, Backen
 void check_layers(const ModelConfig& cfg, const Weights& w, const std::string& config) {
   detail::LayerNames files;
   for (const auto& [name, loc] : w.tensors) files.names.push_back(name);
-  int64_t layers = 0;
-  std::string field;
-  if (cfg.gpt2) {
-    files.prefixes = {"h.", "transformer.h."};
-    layers = cfg.gpt2->n_layer;
-    field = "n_layer";
-  } else if (cfg.llama) {
-    files.prefixes = {"model.layers."};
-    layers = cfg.llama->num_hidden_layers;
-    field = "num_hidden_layers";
-  }
-  detail::check_layers_present(files, layers, w.source, config + " field '" + field + "'");
+  const detail::Architecture& arch = detail::architecture_of(cfg);
+  files.prefixes = arch->layer_prefixes;
+  detail::check_layers_present(files, arch->layers(cfg), w.source,
+                               config + " field '" + arch->layer_field + "'");
 }
 
 }  // namespace

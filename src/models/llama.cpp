@@ -1,6 +1,7 @@
 // The Llama family (LlamaForCausalLM's layout and parameter names): RMSNorm,
 // RoPE, grouped-query attention, SwiGLU; Qwen2's q/k/v biases, Qwen3's q/k
-// norms and Mistral's sliding window are switches of the config.
+// norms, Mistral's sliding window, and Phi-3's fused projections and partial
+// rotary are switches of the config.
 #include <cmath>
 #include <memory>
 
@@ -30,16 +31,18 @@ struct LlamaShared {
 class LlamaAttention : public nn::Module {
  public:
   LlamaAttention(Context& ctx, std::shared_ptr<const LlamaShared> s)
-      : Module(ctx),
-        q_proj(add<nn::Linear>("q_proj", s->cfg.hidden_size,
-                               s->cfg.num_attention_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
-        k_proj(add<nn::Linear>("k_proj", s->cfg.hidden_size,
-                               s->cfg.num_key_value_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
-        v_proj(add<nn::Linear>("v_proj", s->cfg.hidden_size,
-                               s->cfg.num_key_value_heads * s->cfg.head_dim, s->cfg.qkv_bias)),
-        o_proj(add<nn::Linear>("o_proj", s->cfg.num_attention_heads * s->cfg.head_dim,
-                               s->cfg.hidden_size, s->cfg.o_bias)),
-        s_(std::move(s)) {
+      : Module(ctx), s_(std::move(s)) {
+    const LlamaConfig& c = s_->cfg;
+    const int64_t q_out = c.num_attention_heads * c.head_dim,
+                  kv_out = c.num_key_value_heads * c.head_dim;
+    if (c.fused_projections) {
+      qkv_proj = &add<nn::Linear>("qkv_proj", c.hidden_size, q_out + 2 * kv_out, c.qkv_bias);
+    } else {
+      q_proj = &add<nn::Linear>("q_proj", c.hidden_size, q_out, c.qkv_bias);
+      k_proj = &add<nn::Linear>("k_proj", c.hidden_size, kv_out, c.qkv_bias);
+      v_proj = &add<nn::Linear>("v_proj", c.hidden_size, kv_out, c.qkv_bias);
+    }
+    o_proj = &add<nn::Linear>("o_proj", q_out, c.hidden_size, c.o_bias);
     if (s_->cfg.qk_norm) {
       q_norm = &add<nn::RMSNorm>("q_norm", s_->cfg.head_dim, float(s_->cfg.rms_norm_eps));
       k_norm = &add<nn::RMSNorm>("k_norm", s_->cfg.head_dim, float(s_->cfg.rms_norm_eps));
@@ -51,17 +54,18 @@ class LlamaAttention : public nn::Module {
     const LlamaConfig& c = s_->cfg;
     const int64_t B = x.size(0), T = x.size(1), H = c.num_attention_heads,
                   Hkv = c.num_key_value_heads, D = c.head_dim;
-    Tensor q = q_proj(x).reshape({B, T, H, D});
-    Tensor k = k_proj(x).reshape({B, T, Hkv, D});
-    Tensor v = v_proj(x).reshape({B, T, Hkv, D});
+    auto [q, k, v] = project(x);
+    q = q.reshape({B, T, H, D});
+    k = k.reshape({B, T, Hkv, D});
+    v = v.reshape({B, T, Hkv, D});
     if (q_norm) {
       q = (*q_norm)(q);
       k = (*k_norm)(k);
     }
     const LlamaShared::Packing& pk = s_->packing;
     if (pk.segments.defined()) {  // positions restart per packed example
-      q = rope(q, pk.cos, pk.sin);
-      k = rope(k, pk.cos, pk.sin);
+      q = detail::rotate(q, pk.cos, pk.sin);
+      k = detail::rotate(k, pk.cos, pk.sin);
     } else {
       q = detail::apply_rope(q, s_->cos, s_->sin);
       k = detail::apply_rope(k, s_->cos, s_->sin);
@@ -75,11 +79,11 @@ class LlamaAttention : public nn::Module {
         return t.reshape({T, Hkv, g, D}).permute({1, 2, 0, 3});
       };
       Tensor y = attend(grouped(q, H / Hkv), grouped(k, 1), grouped(v, 1), T);  // [Hkv, G, T, D]
-      return o_proj(y.permute({2, 0, 1, 3}).reshape({1, T, H * D}));
+      return (*o_proj)(y.permute({2, 0, 1, 3}).reshape({1, T, H * D}));
     }
     Tensor y =
         attend(q.permute({0, 2, 1, 3}), repeat_kv(k, H), repeat_kv(v, H), T);  // [B, H, T, D]
-    return o_proj(y.permute({0, 2, 1, 3}).reshape({B, T, H * D}));
+    return (*o_proj)(y.permute({0, 2, 1, 3}).reshape({B, T, H * D}));
   }
 
   // The new tokens x [1, T, hidden] of a KvStep, cos/sin their RoPE rows [T, D];
@@ -88,9 +92,10 @@ class LlamaAttention : public nn::Module {
     const LlamaConfig& c = s_->cfg;
     const int64_t T = x.size(1), H = c.num_attention_heads, Hkv = c.num_key_value_heads,
                   D = c.head_dim;
-    Tensor q = q_proj(x).reshape({1, T, H, D});
-    Tensor k = k_proj(x).reshape({1, T, Hkv, D});
-    Tensor v = v_proj(x).reshape({T, Hkv, D});
+    auto [q, k, v] = project(x);
+    q = q.reshape({1, T, H, D});
+    k = k.reshape({1, T, Hkv, D});
+    v = v.reshape({T, Hkv, D});
     if (q_norm) {
       q = (*q_norm)(q);
       k = (*k_norm)(k);
@@ -100,17 +105,34 @@ class LlamaAttention : public nn::Module {
     step.k_new.push_back(k);
     step.v_new.push_back(v);
     const float scale = float(1.0 / std::sqrt(double(D)));
-    return o_proj(detail::cached_attention(q, k, v, step, layer, scale));
+    return (*o_proj)(detail::cached_attention(q, k, v, step, layer, scale));
   }
 
-  nn::Linear& q_proj;
-  nn::Linear& k_proj;
-  nn::Linear& v_proj;
-  nn::Linear& o_proj;
+  // q_proj, k_proj, v_proj; or Phi-3's qkv_proj (fused_projections).
+  nn::Linear* q_proj = nullptr;
+  nn::Linear* k_proj = nullptr;
+  nn::Linear* v_proj = nullptr;
+  nn::Linear* qkv_proj = nullptr;
+  nn::Linear* o_proj = nullptr;
   nn::RMSNorm* q_norm = nullptr;
   nn::RMSNorm* k_norm = nullptr;
 
  private:
+  struct Qkv {
+    Tensor q, k, v;
+  };
+  // q, k, v [.., T, heads * D] of x; a fused projection's output split by columns.
+  Qkv project(Tensor x) {
+    if (!qkv_proj) return {(*q_proj)(x), (*k_proj)(x), (*v_proj)(x)};
+    const LlamaConfig& c = s_->cfg;
+    const int64_t q_out = c.num_attention_heads * c.head_dim,
+                  kv_out = c.num_key_value_heads * c.head_dim;
+    Tensor qkv = (*qkv_proj)(x);
+    const int d = int(qkv.ndim()) - 1;
+    return {qkv.narrow(d, 0, q_out).contiguous(), qkv.narrow(d, q_out, kv_out).contiguous(),
+            qkv.narrow(d, q_out + kv_out, kv_out).contiguous()};
+  }
+
   // [B, T, Hkv, D] -> [B, H, T, D]: query head h reads key/value head h / (H / Hkv).
   static Tensor repeat_kv(Tensor x, int64_t H) {
     const int64_t B = x.size(0), T = x.size(1), Hkv = x.size(2), D = x.size(3);
@@ -161,16 +183,31 @@ class LlamaAttention : public nn::Module {
 
 class LlamaMLP : public nn::Module {
  public:
-  LlamaMLP(Context& ctx, const LlamaConfig& c)
-      : Module(ctx),
-        gate_proj(add<nn::Linear>("gate_proj", c.hidden_size, c.intermediate_size, c.mlp_bias)),
-        up_proj(add<nn::Linear>("up_proj", c.hidden_size, c.intermediate_size, c.mlp_bias)),
-        down_proj(add<nn::Linear>("down_proj", c.intermediate_size, c.hidden_size, c.mlp_bias)) {}
+  LlamaMLP(Context& ctx, const LlamaConfig& c) : Module(ctx), inter_(c.intermediate_size) {
+    if (c.fused_projections) {
+      gate_up_proj = &add<nn::Linear>("gate_up_proj", c.hidden_size, 2 * inter_, c.mlp_bias);
+    } else {
+      gate_proj = &add<nn::Linear>("gate_proj", c.hidden_size, inter_, c.mlp_bias);
+      up_proj = &add<nn::Linear>("up_proj", c.hidden_size, inter_, c.mlp_bias);
+    }
+    down_proj = &add<nn::Linear>("down_proj", inter_, c.hidden_size, c.mlp_bias);
+  }
   const char* type_name() const override { return "LlamaMLP"; }
-  Tensor forward(Tensor x) override { return down_proj(silu(gate_proj(x)) * up_proj(x)); }
-  nn::Linear& gate_proj;
-  nn::Linear& up_proj;
-  nn::Linear& down_proj;
+  Tensor forward(Tensor x) override {
+    if (!gate_up_proj) return (*down_proj)(silu((*gate_proj)(x)) * (*up_proj)(x));
+    Tensor gu = (*gate_up_proj)(x);  // Phi-3: gate | up
+    const int d = int(gu.ndim()) - 1;
+    return (*down_proj)(silu(gu.narrow(d, 0, inter_).contiguous()) *
+                        gu.narrow(d, inter_, inter_).contiguous());
+  }
+  // gate_proj and up_proj; or Phi-3's gate_up_proj (fused_projections).
+  nn::Linear* gate_proj = nullptr;
+  nn::Linear* up_proj = nullptr;
+  nn::Linear* gate_up_proj = nullptr;
+  nn::Linear* down_proj = nullptr;
+
+ private:
+  int64_t inter_;
 };
 
 class LlamaDecoderLayer : public nn::Module {
@@ -223,8 +260,8 @@ class LlamaForCausalLM : public CausalLM {
     const LlamaConfig& c = shared_->cfg;
     std::vector<float> cos, sin;
     detail::rope_tables(c, shared_->max_seq, cos, sin);
-    shared_->cos = constant({shared_->max_seq, c.head_dim}, std::move(cos), "rope.cos");
-    shared_->sin = constant({shared_->max_seq, c.head_dim}, std::move(sin), "rope.sin");
+    shared_->cos = constant({shared_->max_seq, c.rope_dims()}, std::move(cos), "rope.cos");
+    shared_->sin = constant({shared_->max_seq, c.rope_dims()}, std::move(sin), "rope.sin");
     if (c.sliding_window > 0) {
       std::vector<float> pos(size_t(shared_->max_seq));
       for (size_t i = 0; i < pos.size(); ++i) pos[i] = float(i);
@@ -263,7 +300,7 @@ class LlamaForCausalLM : public CausalLM {
     if (!supports_packing())
       fail("models", type_name(), ": packed examples take the fused attention, not a sliding ",
            "window or attention dropout (pad the examples instead: --no-packing)");
-    const int64_t B = ids.size(0), T = ids.size(1), D = shared_->cfg.head_dim;
+    const int64_t B = ids.size(0), T = ids.size(1), D = shared_->cfg.rope_dims();
     // Each token's RoPE angles: rows of the tables at its position (a
     // position past the tables is an index error of the gather).
     auto rows = [&](Tensor table) { return embedding(table, positions).reshape({B, T, D}); };

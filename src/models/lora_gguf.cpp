@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "kiln/io.h"
+#include "models/architecture.h"
 #include "models/gguf_layout.h"
 #include "models/lora_values.h"
 
@@ -32,18 +33,14 @@ struct Site {
 bool tied_head(const CausalLM& model, const std::string& path) {
   if (path != "lm_head") return false;
   const ModelConfig& c = model.config();
-  return c.gpt2 || c.llama->tie_word_embeddings;
+  return architecture_of(c)->tied_head(c);
 }
 
 // The GGUF name of the weight a Linear-like layer holds ("" for the tied head,
 // which llama.cpp's files store only as token_embd).
 std::string weight_name(const CausalLM& model, const std::string& path) {
   if (tied_head(model, path)) return "";
-  try {
-    return gguf_name(path + ".weight", bool(model.config().gpt2));
-  } catch (const std::out_of_range&) {
-    return "";
-  }
+  return gguf_name(path + ".weight", model.config());
 }
 
 // Every Linear-like layer by the GGUF name of its weight.

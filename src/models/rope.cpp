@@ -69,12 +69,12 @@ const std::vector<double>& longrope_factors(const LlamaConfig& c, int64_t seq_le
 }
 
 std::vector<double> rope_inv_freq(const LlamaConfig& c, int64_t seq_len) {
-  const int64_t D = c.head_dim;
+  const int64_t D = c.rope_dims();
   std::vector<double> inv = plain_inv_freq(c.rope_theta, D);
   if (!c.rope_freq_factors.empty()) {
     if (c.rope_freq_factors.size() != inv.size())
-      fail("models", "rope_freqs has ", c.rope_freq_factors.size(), " factors but head_dim ",
-           c.head_dim, " needs ", inv.size());
+      fail("models", "rope_freqs has ", c.rope_freq_factors.size(), " factors but ", D,
+           " rotary dims need ", inv.size());
     for (size_t i = 0; i < inv.size(); ++i) inv[i] /= double(c.rope_freq_factors[i]);
     return inv;
   }
@@ -99,7 +99,8 @@ std::vector<double> rope_inv_freq(const LlamaConfig& c, int64_t seq_len) {
     case RopeScaling::Type::longrope: {
       const std::vector<double>& ext = longrope_factors(c, seq_len);
       if (ext.size() != inv.size())
-        fail("models", "longrope needs ", inv.size(), " factors (head_dim / 2), got ", ext.size());
+        fail("models", "longrope needs ", inv.size(), " factors (rotary dims / 2), got ",
+             ext.size());
       for (size_t i = 0; i < inv.size(); ++i) inv[i] /= ext[i];
       break;
     }
@@ -124,7 +125,7 @@ void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& co
                  std::vector<float>& sin_out) {
   const std::vector<double> inv = rope_inv_freq(c, positions);
   const double scale = rope_attention_factor(c);
-  const int64_t D = c.head_dim, half = D / 2;
+  const int64_t D = c.rope_dims(), half = D / 2;
   cos_out.assign(size_t(positions * D), 0.0f);
   sin_out.assign(size_t(positions * D), 0.0f);
   for (int64_t p = 0; p < positions; ++p)
@@ -137,7 +138,14 @@ void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& co
 
 Tensor apply_rope(Tensor x, Tensor cos, Tensor sin) {
   const int64_t T = x.size(1);
-  return rope(x, cos.narrow(0, 0, T), sin.narrow(0, 0, T));
+  return rotate(x, cos.narrow(0, 0, T), sin.narrow(0, 0, T));
+}
+
+Tensor rotate(Tensor x, Tensor cos, Tensor sin) {
+  const int64_t D = x.size(3), R = cos.size(cos.ndim() - 1);
+  if (R == D) return rope(x, cos, sin);
+  return concat(
+      {rope(x.narrow(3, 0, R).contiguous(), cos, sin), x.narrow(3, R, D - R).contiguous()}, 3);
 }
 
 }  // namespace kiln::models::detail

@@ -8,7 +8,7 @@
 
 namespace kiln::models::detail {
 
-// The D/2 inverse frequencies theta^(-2i/D), rescaled as c.rope_scaling (or a
+// The R/2 inverse frequencies theta^(-2i/R) (R = c.rope_dims()), rescaled as c.rope_scaling (or a
 // GGUF file's rope_freqs) says. seq_len: the length of the tables they are for,
 // which dynamic NTK scaling (when above max_position_embeddings) and longrope
 // (long_factor above original_max_position_embeddings) depend on.
@@ -20,8 +20,9 @@ double rope_attention_factor(const LlamaConfig& c);
 // longrope: the factors a table of seq_len positions uses (short or long).
 const std::vector<double>& longrope_factors(const LlamaConfig& c, int64_t seq_len);
 
-// cos and sin tables [positions, D] (row p: angle p * inv_freq[i mod D/2],
-// times rope_attention_factor), row-major, for CausalLM::constant.
+// cos and sin tables [positions, R] (R = c.rope_dims(): the dims RoPE turns,
+// head_dim unless partial; row p: angle p * inv_freq[i mod R/2], times
+// rope_attention_factor), row-major, for CausalLM::constant.
 void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& cos_out,
                  std::vector<float>& sin_out);
 
@@ -29,5 +30,10 @@ void rope_tables(const LlamaConfig& c, int64_t positions, std::vector<float>& co
 // with cos/sin the tables above ([S, D], S >= T; their first T rows are used, so
 // pass tables narrowed at an offset to rotate positions offset .. offset+T-1).
 Tensor apply_rope(Tensor x, Tensor cos, Tensor sin);
+
+// x [B, T, H, D] rotated by cos/sin rows [T, R] or [B, T, R] (kiln::rope):
+// all of each head when R = D; partial rotary (R < D): its first R dims, the
+// rest passed through (HF's Phi-3, partial_rotary_factor).
+Tensor rotate(Tensor x, Tensor cos, Tensor sin);
 
 }  // namespace kiln::models::detail

@@ -1,5 +1,7 @@
 #include "models/weight_quant.h"
 
+#include "models/architecture.h"
+
 namespace kiln::models::detail {
 namespace {
 
@@ -19,7 +21,7 @@ std::set<std::string> linear_weight_names(const nn::Module& root) {
 std::set<std::string> quantizable_weight_names(const CausalLM& model) {
   std::set<std::string> out = linear_weight_names(model);
   // The token embedding (gathered by embedding(), read by the tied head's matmul).
-  out.insert(model.config().gpt2 ? "wte.weight" : "model.embed_tokens.weight");
+  out.insert(architecture_of(model.config())->embedding);
   return out;
 }
 

@@ -13,6 +13,9 @@
 // there, is counted as a tie and reported, not a difference. Following kiln's
 // ids keeps one tie from making every later step differ. Exit status 0 when no
 // step of any file differs.
+// With --recipes none and --models (e.g. kiln_arch_model's llama,qwen2,qwen3,
+// phi3,gpt2) the files are compared as the model tool wrote them (f32), not
+// quantized: llama.cpp runs every architecture kiln writes as kiln does.
 //
 //   node tests/llamacpp/recipes_check.mjs --nlc /work/npm --kiln-lm build/release/examples/kiln-lm \
 //        --model-tool build/release/tests/kiln_recipe_model --work /tmp/recipes [--tokens 16]
@@ -31,7 +34,8 @@ const { values: a } = parseArgs({
     "model-tool": { type: "string" },
     work: { type: "string" },
     tokens: { type: "string", default: "16" },
-    recipes: { type: "string" },  // comma-separated; default: every recipe
+    recipes: { type: "string" },  // comma-separated; default: every recipe; none: unquantized
+    models: { type: "string", default: "k256,w576" },  // the model tool's files, comma-separated
   },
 });
 for (const k of ["nlc", "kiln-lm", "model-tool", "work"])
@@ -85,11 +89,13 @@ function kilnGreedy(file) {
 }
 
 const results = [];
-for (const base of ["k256", "w576"]) {
+for (const base of a.models.split(",")) {
   for (const r of recipes) {
-    const file = path.join(a.work, `${base}-${r}.gguf`);
-    const summary = execFileSync(a["kiln-lm"], ["quantize", path.join(a.work, `${base}.gguf`),
-      file, "--type", r, "--threads", "2"], { encoding: "utf8" }).trim();
+    const plain = r === "none";
+    const file = path.join(a.work, plain ? `${base}.gguf` : `${base}-${r}.gguf`);
+    const summary = plain ? "f32" : execFileSync(a["kiln-lm"], ["quantize",
+      path.join(a.work, `${base}.gguf`), file, "--type", r, "--threads", "2"],
+      { encoding: "utf8" }).trim();
     const kiln = kilnGreedy(file);
     const lc = await llamacppGreedy(file, kiln);
     const ties = [], differ = [];

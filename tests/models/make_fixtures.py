@@ -4,7 +4,7 @@ Hugging Face directory layout, and the logits (and, for two of them, the loss
 and gradients of a training step) a reference computes from them.
 
 The reference is written here from the architectures' descriptions (LLaMA,
-RoPE's frequency scaling in rope_reference.py, Qwen2/Qwen3, Mistral, GPT-2), following Hugging
+RoPE's frequency scaling in rope_reference.py, Qwen2/Qwen3, Mistral, Phi-3, GPT-2), following Hugging
 Face's conventions: parameter names, rotate_half RoPE over the two halves of the
 head dim, Conv1D weights stored [in, out] in GPT-2. It computes in float64 from
 the weights exactly as stored (bf16/f16 values included), so the expected values
@@ -187,6 +187,95 @@ def llama_params(cfg, g):
     return p
 
 
+# ---------------------------------------------------------------- Phi-3
+def phi3_rope_config(cfg):
+    """Phi-3 keeps longrope's pretraining context at the config's top level
+    (original_max_position_embeddings), and its factor is max_position_embeddings
+    over it (transformers' longrope for such configs)."""
+    rs = cfg.get("rope_scaling")
+    if not rs or "original_max_position_embeddings" not in cfg:
+        return cfg
+    orig = cfg["original_max_position_embeddings"]
+    rs = dict(rs, original_max_position_embeddings=orig, factor=cfg["max_position_embeddings"] / orig)
+    return dict(cfg, rope_scaling=rs)
+
+
+def phi3_forward(cfg, p, ids, lora=None):
+    """Phi-3 (Phi3ForCausalLM): the Llama block with q, k and v as one projection
+    (qkv_proj, rows q | k | v) and gate and up as one (gate_up_proj, gate | up),
+    RoPE on the first int(head_dim * partial_rotary_factor) dims of each head only
+    (rotate_half within them, the rest passed through), longrope scaling."""
+    hidden, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    Hkv = cfg.get("num_key_value_heads", H)
+    D = hidden // H
+    R = int(D * cfg.get("partial_rotary_factor", 1.0))
+    eps, inter = cfg["rms_norm_eps"], cfg["intermediate_size"]
+    bsz, seq = ids.shape
+    cos, sin = cos_sin(phi3_rope_config(cfg), R, min(cfg["max_position_embeddings"], 4096))
+    cos, sin = cos[:seq], sin[:seq]
+    i = torch.arange(seq)[:, None]
+    j = torch.arange(seq)[None, :]
+    allowed = j <= i
+    if cfg.get("sliding_window"):
+        allowed &= (i - j) < cfg["sliding_window"]
+    mask = torch.where(allowed, 0.0, float("-inf"))
+
+    def lin(x, name):
+        y = x @ p[name + ".weight"].T
+        return y if lora is None else y + lora(x, name)
+
+    def rot(t):  # [B, heads, T, D]: the first R dims turn
+        a, rest = t[..., :R], t[..., R:]
+        return torch.cat((a * cos + rotate_half(a) * sin, rest), dim=-1)
+
+    x = p["model.embed_tokens.weight"][ids]
+    for layer in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{layer}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        qkv = lin(h, pre + "self_attn.qkv_proj")
+        q = qkv[..., :H * D].view(bsz, seq, H, D).transpose(1, 2)
+        k = qkv[..., H * D:(H + Hkv) * D].view(bsz, seq, Hkv, D).transpose(1, 2)
+        v = qkv[..., (H + Hkv) * D:].view(bsz, seq, Hkv, D).transpose(1, 2)
+        q, k = rot(q), rot(k)
+        rep = H // Hkv
+        k = k[:, :, None].expand(bsz, Hkv, rep, seq, D).reshape(bsz, H, seq, D)
+        v = v[:, :, None].expand(bsz, Hkv, rep, seq, D).reshape(bsz, H, seq, D)
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D) + mask, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(bsz, seq, H * D)
+        x = x + lin(y, pre + "self_attn.o_proj")
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        gate_up = lin(h, pre + "mlp.gate_up_proj")
+        gate, up = gate_up[..., :inter], gate_up[..., inter:]
+        x = x + lin(up * (gate * torch.sigmoid(gate)), pre + "mlp.down_proj")
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
+    return x @ head.T
+
+
+def phi3_params(cfg, g):
+    hidden, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    Hkv = cfg.get("num_key_value_heads", H)
+    D = hidden // H
+    inter, V = cfg["intermediate_size"], cfg["vocab_size"]
+
+    def rnd(*shape, sd=0.2):
+        return torch.randn(*shape, generator=g) * sd
+
+    p = {"model.embed_tokens.weight": rnd(V, hidden, sd=1.0)}
+    for i in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{i}."
+        p[pre + "input_layernorm.weight"] = 1.0 + rnd(hidden, sd=0.1)
+        p[pre + "self_attn.qkv_proj.weight"] = rnd((H + 2 * Hkv) * D, hidden)
+        p[pre + "self_attn.o_proj.weight"] = rnd(hidden, H * D)
+        p[pre + "post_attention_layernorm.weight"] = 1.0 + rnd(hidden, sd=0.1)
+        p[pre + "mlp.gate_up_proj.weight"] = rnd(2 * inter, hidden)
+        p[pre + "mlp.down_proj.weight"] = rnd(hidden, inter)
+    p["model.norm.weight"] = 1.0 + rnd(hidden, sd=0.1)
+    if not cfg.get("tie_word_embeddings"):
+        p["lm_head.weight"] = rnd(V, hidden)
+    return p
+
+
 # ---------------------------------------------------------------- GPT-2
 def layer_norm(x, w, b, eps):
     mu = x.mean(-1, keepdim=True)
@@ -341,12 +430,50 @@ GPT2_CONFIG = {
     "transformers_version": "4.46.0",
 }
 
+# Phi-4-mini's shape of Phi-3, scaled down: 3/4 of each head's 16 dims rotate
+# (partial_rotary_factor), longrope with 6 factors over a pretraining context of
+# 64 (the table of 256 positions takes long_factor), grouped-query attention.
+PHI3_CONFIG = {
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "vocab_size": 96,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 256,
+    "original_max_position_embeddings": 64,
+    "partial_rotary_factor": 0.75,
+    "rope_theta": 10000.0,
+    "rope_scaling": {"type": "longrope",
+                     "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.8],
+                     "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0]},
+    "rms_norm_eps": 1e-5,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "attention_dropout": 0.0,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "torch_dtype": "float32",
+    "transformers_version": "4.46.0",
+}
+
 # Gradients recorded for the training step (besides the loss).
 GRAD_NAMES = {
     "llama": ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
               "model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.down_proj.weight",
               "model.layers.1.post_attention_layernorm.weight", "model.norm.weight",
               "lm_head.weight"],
+    "phi3": ["model.embed_tokens.weight", "model.layers.0.self_attn.qkv_proj.weight",
+             "model.layers.1.mlp.gate_up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+             "model.layers.0.input_layernorm.weight", "model.norm.weight", "lm_head.weight"],
     "gpt2": ["wte.weight", "wpe.weight", "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias",
              "h.1.mlp.c_proj.weight", "h.1.ln_2.bias", "ln_f.weight"],
 }
@@ -464,6 +591,23 @@ def rel_diff(a, b):
     return float((a - b).abs().max() / b.abs().max())
 
 
+def make_phi3():
+    name, cfg = "phi3_longrope", PHI3_CONFIG
+    g = torch.Generator().manual_seed(303)
+    p, ids, logits = make(name, cfg, phi3_forward, phi3_params(cfg, g), "F32", train=True,
+                          grad_names=GRAD_NAMES["phi3"], seed=303)
+    p = {n: t.detach() for n, t in p.items()}
+    # What the fixture is about changes its logits: longrope's factors, and
+    # partial rotary (rotating all 16 dims instead, with 8 factors).
+    with torch.no_grad():
+        assert rel_diff(phi3_forward(dict(cfg, rope_scaling=None), p, ids), logits) > 1e-2
+        full = dict(cfg, partial_rotary_factor=1.0, rope_scaling=dict(
+            cfg["rope_scaling"], short_factor=[1.0] * 8, long_factor=[1.0] * 8))
+        assert rel_diff(phi3_forward(full, p, ids), logits) > 1e-2
+    print(f"{name}: logits max |x| {float(logits.abs().max()):.3f}")
+    write_generation(name, cfg, phi3_forward, p, 303)
+
+
 def main():
     # Names given: only those fixtures are written (the others' files stay as they are).
     only = set(sys.argv[1:])
@@ -484,6 +628,8 @@ def main():
             assert rel_diff(llama_forward(plain, p, ids).detach(), logits) > 1e-2, name
         print(f"{name}: logits max |x| {float(logits.abs().max()):.3f}")
         write_generation(name, cfg, llama_forward, {n: t.detach() for n, t in p.items()}, seed)
+    if not only or "phi3_longrope" in only:
+        make_phi3()
     if only and "gpt2" not in only:
         return
     g = torch.Generator().manual_seed(100)

@@ -97,7 +97,7 @@ TEST_P(BatchGenerateFixture, StreamsJoiningAndLeavingMatchGenerator) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchGenerateFixture,
                          ::testing::Values("llama3_gqa", "qwen2_bias", "qwen3_qknorm_f16",
-                                           "mistral_swa", "gpt2"));
+                                           "mistral_swa", "phi3_longrope", "gpt2"));
 
 // start(prompt, true): a prompt that continues a finished sequence's tokens
 // takes their keys and values from the free row that kept them (copied when

@@ -86,8 +86,8 @@ TEST(ModelConfigParse, Gpt2Shape) {
 
 // config_json writes what parse_config reads back to the same config.
 TEST(ModelConfigParse, WrittenConfigsReadBack) {
-  for (const char* name :
-       {"llama3_gqa", "llama_tied_bf16", "qwen2_bias", "qwen3_qknorm_f16", "mistral_swa", "gpt2"}) {
+  for (const char* name : {"llama3_gqa", "llama_tied_bf16", "qwen2_bias", "qwen3_qknorm_f16",
+                           "mistral_swa", "phi3_longrope", "gpt2"}) {
     const models::ModelConfig c = models::read_config(fixture_dir(name) + "/config.json");
     const std::string text = models::config_json(c);
     EXPECT_EQ(models::config_json(models::parse_config(text, "written")), text) << name;

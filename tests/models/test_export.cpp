@@ -10,9 +10,9 @@
 namespace kiln::test {
 namespace {
 
-const char* const kFixtures[] = {
-    "llama3_gqa",  "llama_tied_bf16", "qwen2_bias",   "qwen3_qknorm_f16",
-    "mistral_swa", "llama_yarn",      "llama_linear", "gpt2"};
+const char* const kFixtures[] = {"llama3_gqa",       "llama_tied_bf16", "qwen2_bias",
+                                 "qwen3_qknorm_f16", "mistral_swa",     "llama_yarn",
+                                 "llama_linear",     "phi3_longrope",   "gpt2"};
 
 class ModelExport : public ::testing::TestWithParam<const char*> {};
 
@@ -154,6 +154,34 @@ TEST(ModelGguf, Qwen2AndGpt2Layouts) {
   EXPECT_EQ(file[size_t(5 * 32 + 7)], hf[size_t(7 * 96 + 5)]);
   EXPECT_EQ(gguf_floats(fg, "output.weight"), gguf_floats(fg, "token_embd.weight"));
   EXPECT_TRUE(fg.find_tensor("position_embd.weight"));
+}
+
+// Phi-3 as llama.cpp's phi3 files: q, k, v fused as attn_qkv and gate, up as
+// ffn_up, in HF's row order (llama.cpp rotates the two halves, as HF), the
+// rotary dims as rope.dimension_count, longrope as the rope_factors tensors.
+TEST(ModelGguf, Phi3Layout) {
+  kiln_test::TempDir tmp;
+  Context ctx;
+  CpuBackend cpu(1);
+  auto phi = models::load_pretrained(ctx, cpu, fixture_dir("phi3_longrope"));
+  models::save_gguf(*phi, tmp.file("p.gguf"));
+  GgufFile f(tmp.file("p.gguf"));
+  EXPECT_EQ(f.get("general.architecture").as_string(), "phi3");
+  EXPECT_EQ(f.get("phi3.rope.dimension_count").as_int(), 12);
+  EXPECT_EQ(f.get("phi3.attention.key_length").as_int(), 16);
+  EXPECT_EQ(f.get("phi3.rope.scaling.original_context_length").as_int(), 64);
+  EXPECT_NEAR(f.get("phi3.rope.scaling.attn_factor").as_float(),
+              std::sqrt(1 + std::log(4.0) / std::log(64.0)), 1e-6);
+  EXPECT_EQ(f.tensor_info("blk.0.attn_qkv.weight").shape, Shape({128, 64}));  // (4 + 2 * 2) * 16
+  EXPECT_EQ(gguf_floats(f, "blk.1.attn_qkv.weight"),
+            phi->parameter("model.layers.1.self_attn.qkv_proj.weight").get<float>());
+  EXPECT_EQ(gguf_floats(f, "blk.0.ffn_up.weight"),
+            phi->parameter("model.layers.0.mlp.gate_up_proj.weight").get<float>());
+  EXPECT_EQ(gguf_floats(f, "rope_factors_long.weight"),
+            (std::vector<float>{1.0f, 1.5f, 2.5f, 4.0f, 8.0f, 16.0f}));
+  EXPECT_EQ(gguf_floats(f, "rope_factors_short.weight").size(), 6u);
+  EXPECT_FALSE(f.find_tensor("blk.0.attn_q.weight"));
+  EXPECT_TRUE(f.find_tensor("output.weight"));  // untied
 }
 
 }  // namespace

@@ -16,8 +16,9 @@
 namespace kiln::test {
 namespace {
 
-const auto kGenerateFixtures = ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
-                                                 "qwen3_qknorm_f16", "mistral_swa", "gpt2");
+const auto kGenerateFixtures =
+    ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias", "qwen3_qknorm_f16",
+                      "mistral_swa", "phi3_longrope", "gpt2");
 
 struct LoadedFixture {
   Context ctx;

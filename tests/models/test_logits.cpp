@@ -20,7 +20,7 @@ TEST_P(ModelLogits, MatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelLogits,
                          ::testing::Values("llama3_gqa", "llama_tied_bf16", "qwen2_bias",
                                            "qwen3_qknorm_f16", "mistral_swa", "llama_yarn",
-                                           "llama_linear", "gpt2"));
+                                           "llama_linear", "phi3_longrope", "gpt2"));
 
 // The feature each fixture is about is in the config kiln read.
 TEST(ModelConfigRead, FixtureVariants) {
@@ -44,6 +44,17 @@ TEST(ModelConfigRead, FixtureVariants) {
   using RT = models::RopeScaling::Type;
   EXPECT_EQ(cfg("llama_yarn").llama->rope_scaling->type, RT::yarn);
   EXPECT_EQ(cfg("llama_linear").llama->rope_scaling->type, RT::linear);
+  const models::ModelConfig phi = cfg("phi3_longrope");
+  ASSERT_TRUE(phi.llama);
+  EXPECT_TRUE(phi.llama->fused_projections);
+  EXPECT_EQ(phi.llama->head_dim, 16);
+  EXPECT_EQ(phi.llama->rope_dims(), 12);  // partial_rotary_factor 0.75
+  ASSERT_TRUE(phi.llama->rope_scaling);
+  EXPECT_EQ(phi.llama->rope_scaling->type, RT::longrope);
+  // Phi-3's top-level original_max_position_embeddings, and the factor it implies.
+  EXPECT_EQ(phi.llama->rope_scaling->original_max_position_embeddings, 64);
+  EXPECT_EQ(phi.llama->rope_scaling->factor, 4.0);
+  EXPECT_EQ(phi.llama->rope_scaling->long_factor.size(), 6u);
   const models::ModelConfig g = cfg("gpt2");
   ASSERT_TRUE(g.gpt2);
   EXPECT_EQ(g.gpt2->n_positions, 16);

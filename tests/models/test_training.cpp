@@ -49,7 +49,8 @@ TEST_P(ModelTraining, LossAndGradientsMatchTheReference) {
     EXPECT_TRUE(g.grad(p).defined()) << "no gradient for " << n;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelTraining, ::testing::Values("llama3_gqa", "gpt2"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelTraining,
+                         ::testing::Values("llama3_gqa", "phi3_longrope", "gpt2"));
 
 }  // namespace
 }  // namespace kiln::test
