@@ -374,8 +374,7 @@ TEST(QMatmul, KQuantTilesAreTheDequantizedValues) {
 
 // Each k-quant's portable dot and (where the build has it) its AVX2 dot
 // against the double product of the dequantized row and the rounded x: the
-// same integers, so both within f32 rounding of it; the AVX2 4-row dot gives
-// each row the 1-row dot's bits (the same operations per row).
+// same integers, so both within f32 rounding of it.
 TEST(QMatmul, KQuantDotPaths) {
   using namespace kiln::cpu::qmatmul_detail;
   uint32_t seed = 500;
@@ -384,20 +383,11 @@ TEST(QMatmul, KQuantDotPaths) {
     if (!is_k_quant(qt.dtype)) continue;
     std::mt19937 rng(seed++);
     const int64_t k = 4 * 256;
-    const QuantW w = random_w(qt.dtype, 4, k, 0, rng);
+    const QuantW w = random_w(qt.dtype, 3, k, 0, rng);
     const std::vector<float> x = random_rows(1, k, k, rng);
     std::vector<BlockQ8K> xq(4);
     quantize_q8k(x.data(), xq.data(), 4);
-    // The 4-row AVX2 dot gives each row the 1-row dot's bits.
-    if (KQuantDot4 dot4 = kquant_dot4_avx2(qt.dtype)) {
-      float out[4];
-      dot4(w.bytes.data(), w.stride, xq.data(), 4, out);
-      for (int64_t j = 0; j < 4; ++j)
-        EXPECT_EQ(out[j],
-                  kquant_dot_avx2(qt.dtype)(w.bytes.data() + size_t(j) * w.stride, xq.data(), 4))
-            << qt.name << " row " << j;
-    }
-    for (int64_t j = 0; j < 4; ++j) {
+    for (int64_t j = 0; j < 3; ++j) {
       double want = 0, mag = 0;
       for (int64_t c = 0; c < k; ++c) {
         const double xr = double(xq[size_t(c / 256)].d) * xq[size_t(c / 256)].qs[c % 256];
@@ -414,7 +404,7 @@ TEST(QMatmul, KQuantDotPaths) {
     }
   }
 #if defined(__AVX2__)
-  EXPECT_GE(avx2, 12) << "Q4_K, Q5_K and Q6_K have AVX2 dots";
+  EXPECT_GE(avx2, 9) << "Q4_K, Q5_K and Q6_K have AVX2 dots";
 #endif
 }
 

@@ -16,7 +16,6 @@
 // dx = max |x of the block| / 127, so |y - W x| <= sum_c |W[j, c]| dx(c) / 2 +
 // f32 rounding (qmatmul.h). Non-finite x makes dx NaN: the outputs are NaN.
 #pragma once
-#include <cstddef>
 #include <cstdint>
 
 #include "kiln/dtype.h"
@@ -70,11 +69,5 @@ KQuantDot kquant_dot_portable(DType f);
 KQuantDot kquant_dot(DType f);
 // nullptr where the build lacks AVX2 or the format has no AVX2 dot.
 KQuantDot kquant_dot_avx2(DType f);
-// Four rows of W (row r at w + r * row_stride) times one rounded row of x into
-// out[0..3], sharing the x loads; each row's result has the bits of
-// kquant_dot_avx2's. nullptr where kquant_dot_avx2 is.
-using KQuantDot4 = void (*)(const uint8_t* w, size_t row_stride, const BlockQ8K* x, int64_t nb,
-                            float* out);
-KQuantDot4 kquant_dot4_avx2(DType f);
 
 }  // namespace kiln::cpu::qmatmul_detail

@@ -24,18 +24,7 @@ void kquant_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, in
   const KQuantDot dot = kquant_dot(W.format);
   auto* xq = static_cast<BlockQ8K*>(t.scratch(size_t(m * nb) * sizeof(BlockQ8K)));
   for (int64_t i = 0; i < m; ++i) quantize_q8k(x + i * ldx, xq + i * nb, nb);
-  // Four rows of W at a time where the format has a 4-row dot (the same bits
-  // per row as the 1-row one, so the split over threads does not matter).
-  const KQuantDot4 dot4 = kquant_dot4_avx2(W.format);
-  int64_t j = j0;
-  if (dot4)
-    for (; j + 4 <= j1; j += 4)
-      for (int64_t i = 0; i < m; ++i) {
-        float out[4];
-        dot4(row_ptr(W, j), W.row_stride, xq + i * nb, nb, out);
-        for (int r = 0; r < 4; ++r) y[i * ldy + j + r] = out[r];
-      }
-  for (; j < j1; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = row_ptr(W, j);
     for (int64_t i = 0; i < m; ++i) y[i * ldy + j] = dot(row, xq + i * nb, nb);
   }
