@@ -1,5 +1,6 @@
 // Quantized-weight matrix products (kiln::cpu::qmatmul_xwt / qmatmul_xw) against
-// their f32 counterparts on SmolLM2-135M's shapes (Q8_0, Q4_0) and on its
+// their f32 counterparts on SmolLM2-135M's shapes (Q8_0, Q4_0; decode also
+// Q4_1, Q5_0, Q5_1) and on its
 // 768-wide variant (k256_*: Q4_K, Q5_K, Q6_K and Q8_0, rows of whole 256-value
 // blocks), both timed in the same iteration so the ratio holds on a noisy
 // machine:
@@ -202,6 +203,10 @@ constexpr Shape kGate768{2048, 768}, kDown768{768, 2048};  // the k256 shape's
 
 BENCHMARK_CAPTURE(BM_decode, q8_0, DType::q8_0, false)->Arg(1)->Arg(2)->UseManualTime();
 BENCHMARK_CAPTURE(BM_decode, q4_0, DType::q4_0, false)->Arg(1)->Arg(2)->UseManualTime();
+// The 32-value blocks llama.cpp's quantizer falls back to on 576-wide rows.
+BENCHMARK_CAPTURE(BM_decode, q4_1, DType::q4_1, false)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q5_0, DType::q5_0, false)->Arg(1)->Arg(2)->UseManualTime();
+BENCHMARK_CAPTURE(BM_decode, q5_1, DType::q5_1, false)->Arg(1)->Arg(2)->UseManualTime();
 // The k-quants on the 768-wide shape (every row whole blocks of 256), Q8_0 on
 // the same shape for comparison.
 BENCHMARK_CAPTURE(BM_decode, k256_q8_0, DType::q8_0, true)->Arg(1)->Arg(2)->UseManualTime();

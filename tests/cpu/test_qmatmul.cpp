@@ -58,26 +58,30 @@ uint16_t random_scale(std::mt19937& rng) {
   return uint16_t(sign | exp << 10 | mant);
 }
 
-// |offset| of each value's group for the formats whose blocks subtract a min
-// (Q2_K, Q4_K, Q5_K: value = d scale q - dmin min): the dots multiply the two
-// terms separately, so f32 rounding is relative to |d scale q| + |dmin min| <=
-// |value| + 2 |offset|. The offset is the value of quant 0: the block with
-// its quant bytes zeroed, dequantized. Zero for the other formats.
+// |offset| of each value's group for the formats whose blocks add a min
+// (Q2_K, Q4_K, Q5_K: value = d scale q - dmin min; Q4_1, Q5_1: value = d q +
+// m): the dots multiply the two terms separately, so f32 rounding is relative
+// to |d scale q| + |dmin min| <= |value| + 2 |offset|. The offset is the value
+// of quant 0: the block with its quant bytes zeroed, dequantized. Zero for the
+// other formats.
 std::vector<double> min_offsets(DType f, const uint8_t* row, int64_t k) {
   std::vector<double> off(size_t(k), 0.0);
   int64_t q0 = 0, q1 = 0;  // the quant bytes of a block
   if (f == DType::q2_k) q0 = 16, q1 = 80;
   else if (f == DType::q4_k) q0 = 16, q1 = 144;
   else if (f == DType::q5_k) q0 = 16, q1 = 176;
+  else if (f == DType::q4_1) q0 = 4, q1 = 20;
+  else if (f == DType::q5_1) q0 = 4, q1 = 24;
   else return off;
+  const int64_t B = kiln::dtype_block_elems(f);
   const size_t bb = kiln::dtype_size(f);
   std::vector<uint8_t> blk(bb);
-  std::vector<float> v(256);
-  for (int64_t b = 0; b < k / 256; ++b) {
+  std::vector<float> v(static_cast<size_t>(B));
+  for (int64_t b = 0; b < k / B; ++b) {
     std::memcpy(blk.data(), row + b * bb, bb);
     std::memset(blk.data() + q0, 0, size_t(q1 - q0));
-    kiln::dequantize_row(f, blk.data(), v.data(), 256);
-    for (int l = 0; l < 256; ++l) off[size_t(b * 256 + l)] = std::abs(double(v[size_t(l)]));
+    kiln::dequantize_row(f, blk.data(), v.data(), B);
+    for (int64_t l = 0; l < B; ++l) off[size_t(b * B + l)] = std::abs(double(v[size_t(l)]));
   }
   return off;
 }
@@ -193,9 +197,10 @@ void check_xwt(const QmatmulCase& c, uint32_t seed) {
   const int64_t ldx = c.k + 5, ldy = c.n + 3;
   const std::vector<float> x = random_rows(c.m, c.k, ldx, rng);
   // Where x is rounded to int8 blocks (the k-quants' decode path: blocks of
-  // 256, x_r = d * q as quantize_q8k computes it; the decode path of VNNI
-  // builds for Q8_0 / Q4_0: x_r = dx * round(x / dx) per block of 32, dx =
-  // max |x| / 127, rounded as the kernel does in f32), y must be W @ x_r up to
+  // 256, x_r = d * q as quantize_q8k computes it; the decode path of the
+  // 32-value formats on AVX2 and of Q8_0 / Q4_0 on VNNI builds: x_r = dx *
+  // round(x / dx) per block of 32, dx = max |x| / 127, rounded as the kernel
+  // does in f32), y must be W @ x_r up to
   // f32 rounding (tight), and W @ x within the documented bound
   // sum |w| dx / 2 (+ f32 rounding).
   const bool rounds = kiln::cpu::qmatmul_xwt_rounds_x(c.f, c.m);
@@ -403,13 +408,43 @@ TEST(QMatmul, KQuantDotPaths) {
 #endif
 }
 
-// Odd block counts (the int8 path pairs blocks; an odd last one pairs with
-// itself) inside and after a chunk of 16 blocks, for 1 to 4 rows of x.
+// Odd block counts (the VNNI path pairs blocks, an odd last one pairs with
+// itself, inside and after a chunk of 16 blocks; the AVX2 int8 path converts
+// scales 8 blocks at a time) for 1 to 4 rows of x, on every 32-value format.
 TEST(QMatmul, OddBlockCounts) {
   uint32_t seed = 300;
-  for (DType f : {DType::q8_0, DType::q4_0})
+  for (DType f : {DType::q8_0, DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1})
     for (int64_t k : {96, 544, 1120})
       for (int64_t m : {1, 2, 3, 4}) check_xwt({f, m, 13, k}, seed++);
+}
+
+// Which kernel decodes each format (qmatmul_internal.h's row_dot, the one place
+// that says it), and that the rounding paths say so: on AVX2 builds without
+// AVX-512 every 32-value format takes the int8 path; AVX-512 builds keep their
+// own Q8_0 / Q4_0 kernels (int8 with VNNI); builds without AVX2 the f32 ones.
+TEST(QMatmul, RowDotKernelOfEachFormat) {
+  using kiln::cpu::qmatmul_detail::row_dot;
+  using kiln::cpu::qmatmul_detail::RowDot;
+  for (const kiln::QuantType& qt : kiln::kQuantTypes) {
+    const RowDot k = row_dot(qt.dtype);
+    const bool rounds = kiln::cpu::qmatmul_xwt_rounds_x(qt.dtype, 1);
+    if (qt.block_elems == 256) {
+      EXPECT_EQ(k, RowDot::kquant) << qt.name;
+      EXPECT_TRUE(rounds) << qt.name;
+      continue;
+    }
+    const bool isa_format = qt.dtype == DType::q8_0 || qt.dtype == DType::q4_0;
+#if defined(KILN_QMATMUL_INT8_AVX2) && !defined(KILN_GEMM_AVX512)
+    EXPECT_EQ(k, RowDot::int8_avx2) << qt.name;
+#elif defined(KILN_QMATMUL_INT8_AVX2)
+    EXPECT_EQ(k, isa_format ? RowDot::isa : RowDot::int8_avx2) << qt.name;
+#else
+    EXPECT_EQ(k, isa_format ? RowDot::isa : RowDot::generic) << qt.name;
+#endif
+    if (k == RowDot::int8_avx2) EXPECT_TRUE(rounds) << qt.name;
+    if (k == RowDot::generic) EXPECT_FALSE(rounds) << qt.name;
+    EXPECT_FALSE(kiln::cpu::qmatmul_xwt_rounds_x(qt.dtype, 5)) << qt.name;  // the GEMM path
+  }
 }
 
 // A non-finite x value makes the outputs that read it non-finite, on every path

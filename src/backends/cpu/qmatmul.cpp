@@ -31,10 +31,15 @@ constexpr int64_t kXwTileRows = 1024;
 // whatever the row range.
 void dot_rows(const QuantMatrix& W, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t m,
               int64_t j0, int64_t j1, ThreadCtx& t) {
-  if (has_isa_kernels(W.format)) qmatmul_detail::dot_rows(W, x, ldx, y, ldy, m, j0, j1, t);
-  else if (qmatmul_detail::is_k_quant(W.format))
-    qmatmul_detail::kquant_rows(W, x, ldx, y, ldy, m, j0, j1, t);
-  else qmatmul_detail::generic_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+  using qmatmul_detail::RowDot;
+  switch (qmatmul_detail::row_dot(W.format)) {
+    case RowDot::isa: return qmatmul_detail::dot_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+#if defined(KILN_QMATMUL_INT8_AVX2)
+    case RowDot::int8_avx2: return qmatmul_detail::int8_avx2_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+#endif
+    case RowDot::kquant: return qmatmul_detail::kquant_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+    default: return qmatmul_detail::generic_rows(W, x, ldx, y, ldy, m, j0, j1, t);
+  }
 }
 
 // W[j0:j1, c0:c1] as f32 (exact: ggml's dequantization).
@@ -75,10 +80,12 @@ void zero_rows(float* y, int64_t ldy, int64_t m, int64_t cols, ThreadCtx& t) {
 }  // namespace
 
 bool qmatmul_xwt_rounds_x(DType f, int64_t m) {
+  using qmatmul_detail::RowDot;
   if (m < 1 || m > kDotMaxRows) return false;
-  if (qmatmul_detail::is_k_quant(f)) return true;
+  const RowDot k = qmatmul_detail::row_dot(f);
+  if (k == RowDot::kquant || k == RowDot::int8_avx2) return true;
 #if defined(KILN_QMATMUL_VNNI)
-  return has_isa_kernels(f);
+  return k == RowDot::isa;
 #else
   return false;
 #endif

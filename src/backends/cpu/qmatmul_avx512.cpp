@@ -13,11 +13,10 @@
 
 #if defined(KILN_GEMM_AVX512)
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "backends/cpu/intrinsics.h"
+#include "backends/cpu/qmatmul_round_x.h"
 
 namespace kiln::cpu::qmatmul_detail {
 namespace {
@@ -202,24 +201,8 @@ void quantize_x(const float* x, int64_t nb, XPair* out) {
     XPair& X = out[p];
     int8_t q[2][32] = {};
     float dx[2] = {0, 0};
-    for (int h = 0; h < 2 && 2 * p + h < nb; ++h) {
-      const float* xb = x + (2 * p + h) * 32;
-      float amax = 0;
-      bool finite = true;
-      for (int v = 0; v < 32; ++v) {
-        const float a = std::abs(xb[v]);
-        finite = finite && a <= std::numeric_limits<float>::max();  // false for inf, NaN
-        amax = std::max(amax, a);
-      }
-      const float inv = 127 / amax;
-      if (!finite) {
-        dx[h] = std::numeric_limits<float>::quiet_NaN();  // the block's outputs become NaN
-      } else if (std::isfinite(inv)) {  // else amax < 4e-37: the block rounds to 0
-        dx[h] = amax / 127;
-        for (int v = 0; v < 32; ++v)
-          q[h][v] = int8_t(std::clamp(std::nearbyint(xb[v] * inv), -127.f, 127.f));
-      }
-    }
+    for (int h = 0; h < 2 && 2 * p + h < nb; ++h)
+      dx[h] = round_x_block(x + (2 * p + h) * 32, 32, q[h]);
     for (int h = 0; h < 2; ++h)
       for (int v = 0; v < 32; ++v)
         X.q[pair_byte<F>(h, v)] = F == DType::q8_0 ? uint8_t(q[h][v] + 128) : uint8_t(q[h][v]);

@@ -14,11 +14,10 @@
 #include "backends/cpu/qmatmul_kquant.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "backends/cpu/gemm_convert.h"
+#include "backends/cpu/qmatmul_round_x.h"
 #include "kiln/error.h"
 
 namespace kiln::cpu::qmatmul_detail {
@@ -26,24 +25,7 @@ namespace kiln::cpu::qmatmul_detail {
 void quantize_q8k(const float* x, BlockQ8K* y, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b, x += kQK) {
     BlockQ8K& out = y[b];
-    float amax = 0;
-    bool finite = true;
-    for (int v = 0; v < kQK; ++v) {
-      const float a = std::abs(x[v]);
-      finite = finite && a <= std::numeric_limits<float>::max();  // false for inf, NaN
-      amax = std::max(amax, a);
-    }
-    const float inv = 127 / amax;
-    std::memset(out.qs, 0, sizeof(out.qs));
-    if (!finite) {
-      out.d = std::numeric_limits<float>::quiet_NaN();
-    } else if (!std::isfinite(inv)) {  // amax < ~1e-36 (or 0): the block rounds to 0
-      out.d = 0;
-    } else {
-      out.d = amax / 127;
-      for (int v = 0; v < kQK; ++v)
-        out.qs[v] = int8_t(std::clamp(std::nearbyint(x[v] * inv), -127.f, 127.f));
-    }
+    out.d = round_x_block(x, kQK, out.qs);
     for (int g = 0; g < 16; ++g) {
       int s = 0;
       for (int v = 0; v < 16; ++v) s += out.qs[16 * g + v];

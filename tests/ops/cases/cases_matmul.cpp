@@ -83,8 +83,9 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   // dy @ W, the other kernel) and dy @ W directly. The reference multiplies the
   // dequantized weights in double, so with more than 4 rows of x the error is
   // f32 accumulation only; W is an input, never trained. With 1-4 rows
-  // (decoding) the k-quants always, and Q8_0 / Q4_0 on AVX512_VNNI builds,
-  // round x to 8-bit blocks first (qmatmul.h): each output then moves by at
+  // (decoding) the k-quants always, the 32-value formats on AVX2 builds and
+  // Q8_0 / Q4_0 on AVX512_VNNI builds round x to 8-bit blocks first
+  // (qmatmul.h, qmatmul_xwt_rounds_x): each output then moves by at
   // most sum |W| * (max |x| of a block / 127) / 2, under 0.13 at K = 64 (0.5
   // at K = 256) for these inputs of magnitude <= 1 and ~50x less typically;
   // `few` cases get that tolerance (exact paths pass it trivially, a wrong
