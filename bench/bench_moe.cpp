@@ -77,8 +77,9 @@ void build(Model& m, bool moe, int layers, CpuBackend& cpu) {
   m.x.set(xv);
   const double es = sizeof(float);
   const double expert = 3.0 * kHidden * kExpert * es;
-  m.bytes_per_token = layers * (moe ? kExperts * kHidden * es + kTopK * expert  // router + 2 experts
-                                    : kExperts * expert);
+  m.bytes_per_token =
+      layers * (moe ? kExperts * kHidden * es + kTopK * expert  // router + 2 experts
+                    : kExperts * expert);
 }
 
 }  // namespace
@@ -96,10 +97,11 @@ int main(int argc, char** argv) {
   Model moe, dense;
   build(moe, true, layers, cpu);
   build(dense, false, layers, cpu);
-  std::printf("load average %.2f; %d layers, hidden %lld, %lld experts x %lld (top %lld) vs dense "
-              "%lld, f32 weights, %d threads, %d steps each\n",
-              load, layers, (long long)kHidden, (long long)kExperts, (long long)kExpert,
-              (long long)kTopK, (long long)(kExperts * kExpert), threads, steps);
+  std::printf(
+      "load average %.2f; %d layers, hidden %lld, %lld experts x %lld (top %lld) vs dense "
+      "%lld, f32 weights, %d threads, %d steps each\n",
+      load, layers, (long long)kHidden, (long long)kExperts, (long long)kExpert, (long long)kTopK,
+      (long long)(kExperts * kExpert), threads, steps);
   for (Model* m : {&moe, &dense}) cpu.compute(*m->g);  // warm-up
   double t_moe = 0, t_dense = 0;
   using clock = std::chrono::steady_clock;
@@ -111,8 +113,8 @@ int main(int argc, char** argv) {
       (m == &moe ? t_moe : t_dense) += dt_s;
     }
   auto row = [&](const char* name, const Model& m, double t) {
-    std::printf("%-6s %8.3f ms/token %8.1f tokens/s %6.1f GB/s of weights\n", name,
-                1e3 * t / steps, steps / t, m.bytes_per_token * steps / t / 1e9);
+    std::printf("%-6s %8.3f ms/token %8.1f tokens/s %6.1f GB/s of weights\n", name, 1e3 * t / steps,
+                steps / t, m.bytes_per_token * steps / t / 1e9);
   };
   row("moe", moe, t_moe);
   row("dense", dense, t_dense);

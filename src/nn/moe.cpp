@@ -47,7 +47,8 @@ Tensor MoeFeedForward::forward(Tensor x) {
   const Tensor x2 = x.ndim() == 2 ? x : x.reshape({N, H});
   const MoeRouting r = moe_route(gate(x2), k, o_.norm_topk_prob);
   // Each token's k experts: [N, k, I], then down to [N, k, H], weighted, summed.
-  const Tensor h = silu(expert_matmul(x2, gate_exps(), r.ids)) * expert_matmul(x2, up_exps(), r.ids);
+  const Tensor h =
+      silu(expert_matmul(x2, gate_exps(), r.ids)) * expert_matmul(x2, up_exps(), r.ids);
   const Tensor y = sum(expert_matmul(h, down_exps(), r.ids) * r.weights.reshape({N, k, 1}), 1);
   return x.ndim() == 2 ? y : y.reshape(x.shape());
 }

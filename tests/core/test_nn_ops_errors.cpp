@@ -242,10 +242,10 @@ TEST(NnOpsErrors, ExpertMatmulAndTopk) {
   Tensor x = ctx.input(f32, {3, 8}), w = ctx.param(f32, {4, 5, 8}), ids = ctx.input(i32, {3, 2});
   EXPECT_KILN_ERROR(kiln::expert_matmul(x, w, ctx.input(f32, {3, 2})), "expert_matmul", "ids",
                     "i32");
-  EXPECT_KILN_ERROR(kiln::expert_matmul(x, ctx.param(f32, {5, 8}), ids), "expert_matmul",
-                    "[5, 8]", "[E, M, K]");
-  EXPECT_KILN_ERROR(kiln::expert_matmul(ctx.input(f32, {3, 7}), w, ids), "expert_matmul",
-                    "x", "[3, 7]", "[3, 8] or [3, 2, 8]");
+  EXPECT_KILN_ERROR(kiln::expert_matmul(x, ctx.param(f32, {5, 8}), ids), "expert_matmul", "[5, 8]",
+                    "[E, M, K]");
+  EXPECT_KILN_ERROR(kiln::expert_matmul(ctx.input(f32, {3, 7}), w, ids), "expert_matmul", "x",
+                    "[3, 7]", "[3, 8] or [3, 2, 8]");
   EXPECT_KILN_ERROR(kiln::expert_matmul(ctx.input(f32, {2, 8}), w, ids), "expert_matmul", "[2, 8]");
   EXPECT_KILN_ERROR(kiln::topk_indices(x, 9), "topk", "k = 9", "8 values per row");
   EXPECT_KILN_ERROR(kiln::topk_indices(x, 0), "topk", "k = 0");

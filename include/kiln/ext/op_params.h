@@ -59,7 +59,7 @@ struct ReduceParams {
   bool keepdim = false;
 };
 struct TopkParams {  // TOPK
-  int64_t k = 0;       // indices kept per row, 1..C
+  int64_t k = 0;     // indices kept per row, 1..C
 };
 // ---- neural-net ----
 struct SoftmaxParams {  // SOFTMAX and LOG_SOFTMAX

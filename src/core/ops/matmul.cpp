@@ -106,7 +106,8 @@ Tensor expert_rows(const char* name, const char* what, Tensor x, Tensor ids, int
     fail(name, what, " ", x.label(), " is ", x.shape().str(), " but ids are ", ids.shape().str(),
          ": it must be [", N, ", ", K, "] or [", N, ", ", k, ", ", K, "]");
   if (x.dtype() == i32 || is_quantized(x.dtype()))
-    fail(name, what, " ", x.shape().str(), " is ", dtype_name(x.dtype()), ": it must be f32, f16 or bf16");
+    fail(name, what, " ", x.shape().str(), " is ", dtype_name(x.dtype()),
+         ": it must be f32, f16 or bf16");
   return unit_rows(x.dtype() == f32 ? x : x.to(f32));
 }
 
@@ -125,8 +126,8 @@ Tensor expert_matmul(Tensor x, Tensor w, Tensor ids) {
   if (is_quantized(w.dtype())) {
     const int qa = w.node()->quant_axis();
     if (qa != 1 && qa != 2)
-      fail(kName, "the quantized w ", w.label(), " ", w.shape().str(),
-           " has its blocks along dim ", qa, ": they must run along K (dim 2) or M (dim 1)");
+      fail(kName, "the quantized w ", w.label(), " ", w.shape().str(), " has its blocks along dim ",
+           qa, ": they must run along K (dim 2) or M (dim 1)");
     if (!quant_type(w.dtype()).matmul_reads)
       fail(kName, "w ", w.label(), " ", w.shape().str(), " is ", dtype_name(w.dtype()),
            ", which the quantized matmul does not read as stored (kiln/quant_types.def)");

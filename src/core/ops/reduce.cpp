@@ -78,8 +78,8 @@ Tensor topk_indices(Tensor x, int64_t k) {
     fail("topk", "x is ", x.shape().str(), ": it needs 1 to ", kMaxDims - 1, " dims");
   const int64_t C = x.size(-1);
   if (k < 1 || k > C)
-    fail("topk", "k = ", k, " but x ", x.shape().str(), " has ", C, " values per row: k must be in [1, ",
-         C, "]");
+    fail("topk", "k = ", k, " but x ", x.shape().str(), " has ", C,
+         " values per row: k must be in [1, ", C, "]");
   Shape s = x.shape();
   s[s.ndim() - 1] = k;
   return Tensor(detail::new_op(Op::TOPK, i32, s, {x.node()}, TopkParams{k}));

@@ -27,12 +27,13 @@ void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
     c.tol = {1e-5, 1e-5};
     return c;
   };
-  cs.push_back(mk("expert_matmul", in("x", {4, K}), in("w", {E, M, K}),
-                  in_i32("ids", {4, 2}, few), true));
+  cs.push_back(
+      mk("expert_matmul", in("x", {4, K}), in("w", {E, M, K}), in_i32("ids", {4, 2}, few), true));
   cs.push_back(mk("expert_matmul_x_per_expert", in("x", {4, 2, K}), in("w", {E, M, K}),
                   in_i32("ids", {4, 2}, few), true));
-  cs.push_back(mk("expert_matmul_decode", in("x", {1, z(9, 2048)}), in("w", {E, z(70, 1024), z(9, 2048)}),
-                  in_i32("ids", {1, 2}, gen::values({4, 1})), true));
+  cs.push_back(mk("expert_matmul_decode", in("x", {1, z(9, 2048)}),
+                  in("w", {E, z(70, 1024), z(9, 2048)}), in_i32("ids", {1, 2}, gen::values({4, 1})),
+                  true));
   // w as a permuted view (no unit stride along K): the gathered GEMM path.
   cs.push_back(mk("expert_matmul_w_permuted", in("x", {4, K}),
                   with(in("w", {E, M, K}), Layout::permuted), in_i32("ids", {4, 2}, few), true));
@@ -42,8 +43,7 @@ void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
   // (dot products); M past one row block (64) with a partial block.
   const Gen many_ids = gen::values({0, 1, 0, 2, 0, 1});
   Case many = mk("expert_matmul_many_rows", in("x", {12, z(20, 256)}),
-                 in("w", {3, z(70, 300), z(20, 256)}), in_i32("ids", {12, 2}, many_ids),
-                 true);
+                 in("w", {3, z(70, 300), z(20, 256)}), in_i32("ids", {12, 2}, many_ids), true);
   many.fd = false;
   cs.push_back(many);
   Case bf = mk("expert_matmul_bf16_w", in("x", {4, K}), as(in("w", {E, M, K}), DType::bf16),
@@ -61,8 +61,7 @@ void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
   for (DType q : {DType::q8_0, DType::q4_0, DType::q4_k}) {
     const std::string qn = dtype_name(q);
     const int64_t QK = dtype_block_elems(q) == 256 ? 256 : 64;
-    Case c = make_case("expert_matmul_" + qn,
-                       {Op::EXPERT_MATMUL},
+    Case c = make_case("expert_matmul_" + qn, {Op::EXPERT_MATMUL},
                        {in("x", {4, QK}), as(in("w", {E, M, QK}), q), in_i32("ids", {4, 2}, few)},
                        em, true);
     c.tol = {3e-2, 1e-2};
@@ -70,7 +69,10 @@ void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
     Case t = make_case(
         "expert_matmul_" + qn + "_transposed_w", {Op::EXPERT_MATMUL, Op::PERMUTE},
         {in("x", {4, 2, z(3, 8)}), as(in("w", {E, z(3, 8), QK}), q), in_i32("ids", {4, 2}, few)},
-        [](Context&, X x) { return expert_matmul(x[0], x[1].permute({0, 2, 1}), x[2]); }, false);
+        [](Context&, X x) {
+          return expert_matmul(x[0], x[1].permute({0, 2, 1}), x[2]);
+        },
+        false);
     t.tol = {1e-5, 1e-4};
     cs.push_back(t);
   }
@@ -80,13 +82,12 @@ void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
                            Shape{E, x[0].size(2), x[1].size(-1)}, {x[0], x[1], x[2]});
   };
   cs.push_back(make_case("expert_matmul_back_weight", {Op::EXPERT_MATMUL_BACK_WEIGHT},
-                         {in("dy", {4, 2, M}), in("x", {4, K}), in_i32("ids", {4, 2}, few)},
-                         back_w, false));
-  cs.push_back(make_case("expert_matmul_back_weight_x_per_expert",
-                         {Op::EXPERT_MATMUL_BACK_WEIGHT},
-                         {in("dy", {4, 2, z(70, 300)}), in("x", {4, 2, K}),
-                          in_i32("ids", {4, 2}, few)},
-                         back_w, false));
+                         {in("dy", {4, 2, M}), in("x", {4, K}), in_i32("ids", {4, 2}, few)}, back_w,
+                         false));
+  cs.push_back(
+      make_case("expert_matmul_back_weight_x_per_expert", {Op::EXPERT_MATMUL_BACK_WEIGHT},
+                {in("dy", {4, 2, z(70, 300)}), in("x", {4, 2, K}), in_i32("ids", {4, 2}, few)},
+                back_w, false));
 }
 
 }  // namespace

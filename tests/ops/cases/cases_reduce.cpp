@@ -129,9 +129,10 @@ void add_max(std::vector<Case>& cs, Sz z) {
 void add_topk(std::vector<Case>& cs, Sz z) {
   const int64_t R = z(5, 4096), C = z(8, 128);
   auto tk = [](int64_t k) { return [k](Context&, X x) { return topk_indices(x[0], k); }; };
-  cs.push_back(make_case("topk", {Op::TOPK}, {in("x", {R, C}, gen::distinct(-3, 3))}, tk(2), false));
-  cs.push_back(make_case("topk_ties", {Op::TOPK}, {in("x", {R, C}, gen::choice({-1, 0, 2}))},
-                         tk(3), false));
+  cs.push_back(
+      make_case("topk", {Op::TOPK}, {in("x", {R, C}, gen::distinct(-3, 3))}, tk(2), false));
+  cs.push_back(
+      make_case("topk_ties", {Op::TOPK}, {in("x", {R, C}, gen::choice({-1, 0, 2}))}, tk(3), false));
   cs.push_back(make_case("topk_transposed_3d", {Op::TOPK},
                          {with(in("x", {2, R, C}, gen::distinct(-3, 3)), Layout::transposed)},
                          tk(4), false));

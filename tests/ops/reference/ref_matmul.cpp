@@ -83,8 +83,7 @@ int64_t expert_id(const RefArgs& a, const RefValue& ids, int64_t slot, int64_t E
 // EXPERT_MATMUL: dst[n, j, m] = sum_c w[ids[n, j], m, c] * x[n(, j), c].
 RefValue ref_EXPERT_MATMUL(const RefArgs& a) {
   const RefValue &x = a.in(0), &w = a.in(1), &ids = a.in(2);
-  const int64_t N = ids.shape[0], k = ids.shape[1], E = w.shape[0], M = w.shape[1],
-                K = w.shape[2];
+  const int64_t N = ids.shape[0], k = ids.shape[1], E = w.shape[0], M = w.shape[1], K = w.shape[2];
   RefValue r = ref_out(a.node, Shape{N, k, M});
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < k; ++j) {

@@ -26,8 +26,8 @@
 namespace kiln::cpu {
 namespace {
 
-constexpr int64_t kExpertRowBlock = 64;    // rows of M per work unit
-constexpr int64_t kExpertGemv = 8;   // rows of an expert at most that take the gemv path
+constexpr int64_t kExpertRowBlock = 64;  // rows of M per work unit
+constexpr int64_t kExpertGemv = 8;       // rows of an expert at most that take the gemv path
 
 // The (n, j) rows each expert was chosen by, as slots n * k + j in increasing
 // order, expert by expert: slots[start[e] .. start[e + 1]).
@@ -42,7 +42,8 @@ ExpertGroups group_rows_by_expert(const TensorNode* ids, int64_t E, const char* 
   const int64_t N = ids->shape[0], k = ids->shape[1];
   const char* base = static_cast<const char*>(ids->data);
   auto id = [&](int64_t n, int64_t j) {
-    return int64_t(*reinterpret_cast<const int32_t*>(base + n * ids->stride[0] + j * ids->stride[1]));
+    return int64_t(
+        *reinterpret_cast<const int32_t*>(base + n * ids->stride[0] + j * ids->stride[1]));
   };
   ExpertGroups g;
   g.start.assign(size_t(E + 1), 0);
@@ -127,8 +128,7 @@ void expert_matmul_float(TensorNode* dst, const ExpertGroups& g, ThreadCtx& t) {
       else gemv_rows_multi(A, xr, c, K, yr, m0, m1, false);
       return;
     }
-    for (int64_t r = 0; r < c; ++r)
-      std::copy_n(expert_src_row(x, slot[r], k), K, xs + r * K);
+    for (int64_t r = 0; r < c; ++r) std::copy_n(expert_src_row(x, slot[r], k), K, xs + r * K);
     const int64_t mb = m1 - m0;
     // ys [c, mb] = xs [c, K] @ w[e, m0:m1]^T (B(kk, m) = w[e, m0 + m, kk]).
     GemmArgs a{};
@@ -202,7 +202,8 @@ void kernel_EXPERT_MATMUL_BACK_WEIGHT(TensorNode* dst, ThreadCtx& t) {
   std::vector<int64_t> all(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) all[size_t(e)] = e;
   // Gathered x rows [c, K] and the block's dy columns [c, kExpertRowBlock].
-  float* xs = static_cast<float*>(t.scratch(size_t(g.largest * (K + kExpertRowBlock)) * sizeof(float)));
+  float* xs =
+      static_cast<float*>(t.scratch(size_t(g.largest * (K + kExpertRowBlock)) * sizeof(float)));
   float* ds = xs + g.largest * K;
   for_my_units(all, M, t, [&](int64_t e, int64_t m0, int64_t m1) {
     float* o = out + (e * M + m0) * K;
