@@ -79,6 +79,11 @@ enum class GeluApprox { none, tanh };  // PyTorch's approximate='none' | 'tanh'
 [[nodiscard]] Tensor max(Tensor x, int axis, bool keepdim = false);
 [[nodiscard]] Tensor argmax(Tensor x, int axis, bool keepdim = false);  // i32, no gradient
 [[nodiscard]] Tensor count_equal(Tensor a, Tensor b);                   // i32 scalar, no gradient
+// The indices (i32 [..., k]) of the k largest values along x's last axis,
+// largest first; equal values keep the lower index first, NaN counts as the
+// largest (torch.topk(x, k).indices). No gradient: the values are
+// gather_last(x, topk_indices(x, k)), through which gradients flow.
+[[nodiscard]] Tensor topk_indices(Tensor x, int64_t k);
 // Sums x over broadcast dims so the result has `shape` (used by backward rules).
 [[nodiscard]] Tensor sum_to(Tensor x, const Shape& shape);
 
@@ -86,6 +91,17 @@ enum class GeluApprox { none, tanh };  // PyTorch's approximate='none' | 'tanh'
 // a @ b. a [..., M, K], b [..., K, N], batch dims broadcast; f32/f16/bf16 inputs,
 // f32 result. Transposed views (x.T()) are read in place without a copy.
 [[nodiscard]] Tensor matmul(Tensor a, Tensor b);
+// Each token times its chosen experts' weights (ggml's mul_mat_id), one op:
+// x [N, K] (or [N, k, K]: one row per chosen expert), w [E, M, K] the E experts'
+// [M, K] weights stacked (as GGUF's 3-D ffn_*_exps), ids i32 [N, k] each
+// token's experts -> f32 [N, k, M] with out[n, j] = w[ids[n, j]] @ x[n] (x[n, j]).
+// w is f32, f16, bf16 or a quantized type read as stored (blocks along K; or
+// along M for w_stored.permute({0, 2, 1}), the backward's transpose). Tokens are
+// grouped by expert, so each chosen expert's weights are read once per call and
+// the others not at all. Gradients: x, and w (quantized w must be frozen); an
+// expert that no token chose gets 0. An id outside [0, E) is a kiln::Error at
+// run time naming the op, the position and E.
+[[nodiscard]] Tensor expert_matmul(Tensor x, Tensor w, Tensor ids);
 
 // ---- neural-net ----
 struct SoftmaxOptions {
@@ -138,6 +154,11 @@ struct CrossEntropyOptions {
 [[nodiscard]] Tensor rms_norm(Tensor x, Tensor weight = {}, float eps = 1e-6f);
 // Rows of weight [V, D] (f32, f16 or bf16) at i32 indices, as f32.
 [[nodiscard]] Tensor embedding(Tensor weight, Tensor indices);
+// x[..., idx[..., j]] along the last axis (torch.gather(x, -1, idx)): x f32
+// [..., C], idx i32 [..., k] with x's leading dims -> [..., k]. A composite
+// (x times one_hot(idx, C), summed over C: C * k work per row), so gradients
+// flow to x; meant for small C (top-k routing over E experts).
+[[nodiscard]] Tensor gather_last(Tensor x, Tensor idx);
 [[nodiscard]] Tensor concat(std::initializer_list<Tensor> xs, int dim);
 [[nodiscard]] Tensor concat(const std::vector<Tensor>& xs, int dim);
 // PyTorch F.pad order: pairs (before, after) starting from the LAST dim.

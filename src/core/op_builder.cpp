@@ -28,11 +28,11 @@ std::array<int64_t, kMaxDims> contiguous_strides(const Shape& s, DType t) {
 namespace {
 
 // The ops a quantized tensor may enter: the views that keep its rows whole
-// (their builders check the rest), COPY (dequantize / quantize), MATMUL (as the
-// weight) and EMBEDDING (as the table; f32 rows out).
+// (their builders check the rest), COPY (dequantize / quantize), MATMUL and
+// EXPERT_MATMUL (as the weight) and EMBEDDING (as the table; f32 rows out).
 bool accepts_quantized(Op op) {
   return op == Op::PERMUTE || op == Op::NARROW || op == Op::RESHAPE || op == Op::COPY ||
-         op == Op::MATMUL || op == Op::EMBEDDING;
+         op == Op::MATMUL || op == Op::EXPERT_MATMUL || op == Op::EMBEDDING;
 }
 
 void check_quantized(Op op, DType t, std::initializer_list<TensorNode*> srcs) {
@@ -40,7 +40,7 @@ void check_quantized(Op op, DType t, std::initializer_list<TensorNode*> srcs) {
   if (is_quantized(t))
     fail(op_name(op), "cannot make a ", dtype_name(t),
          " tensor: only copy (to), views, "
-         "matmul and embedding take quantized tensors");
+         "matmul, expert_matmul and embedding take quantized tensors");
   for (TensorNode* x : srcs)
     if (x && is_quantized(x->dtype))
       fail(op_name(op), "does not take quantized tensors: ", x->label(), " ", x->shape.str(),

@@ -234,6 +234,44 @@ TEST(NnOpsErrors, EmbeddingIndexOutOfRangeAtCompute) {
   }
 }
 
+// Mixture of experts: builder checks, and an expert id out of range found by the
+// kernels (forward and the weight gradient's), the first bad one whatever the
+// thread count; and top-k's k.
+TEST(NnOpsErrors, ExpertMatmulAndTopk) {
+  kiln::Context ctx;
+  Tensor x = ctx.input(f32, {3, 8}), w = ctx.param(f32, {4, 5, 8}), ids = ctx.input(i32, {3, 2});
+  EXPECT_KILN_ERROR(kiln::expert_matmul(x, w, ctx.input(f32, {3, 2})), "expert_matmul", "ids",
+                    "i32");
+  EXPECT_KILN_ERROR(kiln::expert_matmul(x, ctx.param(f32, {5, 8}), ids), "expert_matmul", "[5, 8]",
+                    "[E, M, K]");
+  EXPECT_KILN_ERROR(kiln::expert_matmul(ctx.input(f32, {3, 7}), w, ids), "expert_matmul", "x",
+                    "[3, 7]", "[3, 8] or [3, 2, 8]");
+  EXPECT_KILN_ERROR(kiln::expert_matmul(ctx.input(f32, {2, 8}), w, ids), "expert_matmul", "[2, 8]");
+  EXPECT_KILN_ERROR(kiln::topk_indices(x, 9), "topk", "k = 9", "8 values per row");
+  EXPECT_KILN_ERROR(kiln::topk_indices(x, 0), "topk", "k = 0");
+  EXPECT_KILN_ERROR(kiln::topk_indices(ids, 1), "topk", "f32");
+  EXPECT_KILN_ERROR(kiln::gather_last(x, ctx.input(i32, {2, 2})), "gather_last", "[2, 2]");
+
+  Tensor y = kiln::expert_matmul(x, w, ids);
+  Tensor loss = kiln::sum(y);
+  kiln::Graph g = kiln::Graph::forward(loss);
+  g.backward(loss);
+  Runner r;
+  r.alloc(ctx);
+  x.set(std::vector<float>(24, 0.5f));
+  w.set(std::vector<float>(160, 0.25f));
+  ids.set<int32_t>({0, 3, 4, 1, -1, 2});
+  for (int threads : {1, 3}) {
+    kiln::CpuBackend cpu(threads);
+    EXPECT_KILN_ERROR(cpu.compute(kiln::Graph::forward(y)), "expert_matmul",
+                      "expert id 4 at ids[1, 0] is out of range [0, 4)");
+    EXPECT_KILN_ERROR(cpu.compute(g), "expert_matmul", "expert id 4 at ids[1, 0]");
+  }
+  ids.set<int32_t>({0, 3, 2, 1, 3, 2});
+  r.cpu.compute(g);
+  EXPECT_FLOAT_EQ(y.get<float>()[0], 8 * 0.5f * 0.25f);
+}
+
 // ---- dropout ----
 
 TEST(NnOps, DropoutIsDeterministicPerSeedAndKeepsAbout1MinusP) {

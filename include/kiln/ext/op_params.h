@@ -58,6 +58,9 @@ struct ReduceParams {
   int64_t axis = -1;  // -1: every element (SUM and MAX only)
   bool keepdim = false;
 };
+struct TopkParams {  // TOPK
+  int64_t k = 0;     // indices kept per row, 1..C
+};
 // ---- neural-net ----
 struct SoftmaxParams {  // SOFTMAX and LOG_SOFTMAX
   float scale = 1;
@@ -146,6 +149,7 @@ KILN_OP_PARAMS(LEAKY_RELU, LeakyReluParams)
 KILN_OP_PARAMS(SUM, ReduceParams)
 KILN_OP_PARAMS(MAX, ReduceParams)
 KILN_OP_PARAMS(ARGMAX, ReduceParams)
+KILN_OP_PARAMS(TOPK, TopkParams)
 KILN_OP_PARAMS(SOFTMAX, SoftmaxParams)
 KILN_OP_PARAMS(LOG_SOFTMAX, SoftmaxParams)
 KILN_OP_PARAMS(ONE_HOT, OneHotParams)

@@ -5,6 +5,8 @@
 // Semantics decisions (PyTorch unless noted):
 // - one_hot: f32 result (not int64 as in PyTorch); `classes` must be given (> 0)
 //   because graphs are data-free; labels rank <= 3.
+// - gather_last (torch.gather(x, -1, idx)): a composite of one_hot, mul and
+//   sum, for small last dims (routing over experts); x f32, rank < kMaxDims.
 // - embedding: weight [V, D] (f32, f16, bf16, or q8_0 / q4_0 read as stored:
 //   each row's blocks dequantized), indices i32 of rank 0..3 -> f32 [..., D]. No
 //   padding_idx / max_norm. Out-of-range indices are reported at run time by the
@@ -59,6 +61,24 @@ Tensor embedding(Tensor weight, Tensor indices) {
   Shape s = indices.shape();
   s.push_back(weight.shape()[1]);
   return Tensor(detail::new_op(Op::EMBEDDING, f32, s, {weight.node(), indices.node()}));
+}
+
+Tensor gather_last(Tensor x, Tensor idx) {
+  detail::check_defined("gather_last", {x, idx});
+  detail::check_same_ctx("gather_last", {x, idx});
+  detail::check_float32("gather_last", "x", x);
+  detail::check_dtype("gather_last", "idx", idx, i32);
+  bool ok = x.ndim() >= 1 && idx.ndim() == x.ndim();
+  for (int d = 0; ok && d < x.ndim() - 1; ++d) ok = x.size(d) == idx.size(d);
+  if (!ok)
+    fail("gather_last", "x is ", x.shape().str(), " and idx ", idx.shape().str(),
+         ": idx must have x's dims but the last");
+  // x [..., 1, C] * one_hot [..., k, C], summed over C.
+  Shape xs;
+  for (int d = 0; d < x.ndim() - 1; ++d) xs.push_back(x.size(d));
+  xs.push_back(1);
+  xs.push_back(x.size(-1));
+  return sum(x.reshape(xs) * one_hot(idx, x.size(-1)), -1);
 }
 
 namespace {

@@ -1,4 +1,6 @@
 // matmul: a @ b with broadcast batch dims; f32/f16/bf16 inputs, f32 output.
+// expert_matmul: each token times its chosen experts' weights (mixture of
+// experts), with EXPERT_MATMUL_BACK_WEIGHT for the weights' gradient.
 #include "core/autodiff.h"
 #include "kiln/ext/op_builder.h"
 #include "kiln/ext/op_params.h"
@@ -87,7 +89,85 @@ Tensor matmul(Tensor a, Tensor b) {
   return Tensor(detail::new_op(Op::MATMUL, f32, s, {a.node(), b.node()}));
 }
 
+namespace {
+
+// x with unit last-dim stride, as the expert kernels read rows.
+Tensor unit_rows(Tensor x) {
+  return x.ndim() > 0 && x.node()->stride[size_t(x.ndim() - 1)] != 4 ? x.contiguous() : x;
+}
+
+// Checks x [N, K] or [N, k, K] against ids [N, k] and K; returns x as f32 with unit
+// last-dim stride.
+Tensor expert_rows(const char* name, const char* what, Tensor x, Tensor ids, int64_t K) {
+  const int64_t N = ids.size(0), k = ids.size(1);
+  const bool ok = (x.ndim() == 2 && x.size(0) == N && x.size(1) == K) ||
+                  (x.ndim() == 3 && x.size(0) == N && x.size(1) == k && x.size(2) == K);
+  if (!ok)
+    fail(name, what, " ", x.label(), " is ", x.shape().str(), " but ids are ", ids.shape().str(),
+         ": it must be [", N, ", ", K, "] or [", N, ", ", k, ", ", K, "]");
+  if (x.dtype() == i32 || is_quantized(x.dtype()))
+    fail(name, what, " ", x.shape().str(), " is ", dtype_name(x.dtype()),
+         ": it must be f32, f16 or bf16");
+  return unit_rows(x.dtype() == f32 ? x : x.to(f32));
+}
+
+}  // namespace
+
+Tensor expert_matmul(Tensor x, Tensor w, Tensor ids) {
+  constexpr const char* kName = "expert_matmul";
+  detail::check_defined(kName, {x, w, ids});
+  detail::check_same_ctx(kName, {x, w, ids});
+  detail::check_dtype(kName, "ids", ids, i32);
+  if (ids.ndim() != 2) fail(kName, "ids must be [N, k] (i32), got ", ids.shape().str());
+  if (w.ndim() != 3)
+    fail(kName, "w ", w.label(), " is ", w.shape().str(),
+         ": it must be [E, M, K], the E experts' [M, K] weights stacked");
+  if (w.dtype() == i32) fail(kName, "w ", w.shape().str(), " is i32: it must be a float type");
+  if (is_quantized(w.dtype())) {
+    const int qa = w.node()->quant_axis();
+    if (qa != 1 && qa != 2)
+      fail(kName, "the quantized w ", w.label(), " ", w.shape().str(), " has its blocks along dim ",
+           qa, ": they must run along K (dim 2) or M (dim 1)");
+    if (!quant_type(w.dtype()).matmul_reads)
+      fail(kName, "w ", w.label(), " ", w.shape().str(), " is ", dtype_name(w.dtype()),
+           ", which the quantized matmul does not read as stored (kiln/quant_types.def)");
+  }
+  const int64_t M = w.size(1), K = w.size(2);
+  x = expert_rows(kName, "x", x, ids, K);
+  return Tensor(detail::new_op(Op::EXPERT_MATMUL, f32, Shape{ids.size(0), ids.size(1), M},
+                               {x.node(), w.node(), ids.node()}));
+}
+
 namespace detail {
+
+// dw [E, M, K] of expert_matmul: dy [N, k, M], x as the forward's, ids [N, k].
+Tensor expert_matmul_back_weight(Tensor dy, Tensor x, Tensor ids, int64_t E) {
+  constexpr const char* kName = "expert_matmul_back_weight";
+  check_dtype(kName, "ids", ids, i32);
+  const int64_t M = dy.size(-1), K = x.size(-1);
+  x = expert_rows(kName, "x", x, ids, K);
+  dy = expert_rows(kName, "dy", dy, ids, M);
+  if (dy.ndim() != 3) fail(kName, "dy must be [N, k, M], got ", dy.shape().str());
+  return Tensor(new_op(Op::EXPERT_MATMUL_BACK_WEIGHT, f32, Shape{E, M, K},
+                       {dy.node(), x.node(), ids.node()}));
+}
+
+// dx[n] = sum_j w[ids[n, j]]^T dy[n, j]: the same op on the transposed experts
+// (a view; quantized weights are then read by the dy @ W kernel), summed over
+// j when one x row served all k experts. dw: the grouped outer products.
+void backward_EXPERT_MATMUL(GradCtx& g) {
+  const Tensor x = g.src(0), w = g.src(1), ids = g.src(2);
+  if (g.needs(0)) {
+    Tensor dx = expert_matmul(g.grad(), w.permute({0, 2, 1}), ids);
+    g.add(0, x.ndim() == 2 ? sum(dx, 1) : dx);
+  }
+  if (g.needs(1)) {
+    if (is_quantized(w.dtype()))
+      fail("expert_matmul", "the quantized experts' weight ", w.label(), " ", w.shape().str(),
+           " is ", dtype_name(w.dtype()), " and gets no gradient: it must be frozen");
+    g.add(1, expert_matmul_back_weight(g.grad(), x, ids, w.size(0)));
+  }
+}
 
 void backward_MATMUL(GradCtx& g) {
   // dA = dC @ B^T, dB = A^T @ dC (transposed views: no copies), summed over

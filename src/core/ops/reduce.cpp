@@ -71,6 +71,20 @@ Tensor argmax(Tensor x, int axis, bool keepdim) {
   return reduce_axis(Op::ARGMAX, x, axis, keepdim, i32);
 }
 
+Tensor topk_indices(Tensor x, int64_t k) {
+  detail::check_defined("topk", {x});
+  detail::check_float32("topk", "x", x);
+  if (x.ndim() < 1 || x.ndim() >= kMaxDims)
+    fail("topk", "x is ", x.shape().str(), ": it needs 1 to ", kMaxDims - 1, " dims");
+  const int64_t C = x.size(-1);
+  if (k < 1 || k > C)
+    fail("topk", "k = ", k, " but x ", x.shape().str(), " has ", C,
+         " values per row: k must be in [1, ", C, "]");
+  Shape s = x.shape();
+  s[s.ndim() - 1] = k;
+  return Tensor(detail::new_op(Op::TOPK, i32, s, {x.node()}, TopkParams{k}));
+}
+
 Tensor count_equal(Tensor a, Tensor b) {
   detail::check_defined("count_equal", {a, b});
   detail::check_same_ctx("count_equal", {a, b});

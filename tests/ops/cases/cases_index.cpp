@@ -300,8 +300,39 @@ void add_one_hot(std::vector<Case>& cs, Sz z) {
 
 }  // namespace
 
+// gather_last (a composite), checked against its definition; and top-k
+// routing over experts as the MoE block computes it (softmax over all experts,
+// the top k, renormalised): gradients flow to the router logits through the
+// chosen experts' probabilities.
+void add_gather_last(std::vector<Case>& cs, Sz z) {
+  const int64_t N = z(4, 512), C = 6;
+  Case g = make_case(
+      "gather_last", {Op::ONE_HOT, Op::MUL, Op::SUM},
+      {in("x", {N, C}), in_i32("idx", {N, 3}, gen::integers(0, C - 1))},
+      [](Context&, X x) { return gather_last(x[0], x[1]); }, true);
+  g.spec = [](const std::vector<RefValue>& in, const RefValue& out) {
+    const int64_t rows = in[1].shape[0], k = in[1].shape[1], c = in[0].shape[1];
+    RefValue w = ref_value(in[1].shape, std::vector<double>(size_t(rows * k), 0.0));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        w.v[size_t(r * k + j)] = in[0].v[size_t(r * c + int64_t(in[1].v[size_t(r * k + j)]))];
+    return spec_compare(w, out);
+  };
+  cs.push_back(g);
+  cs.push_back(make_case(
+      "moe_topk_routing", {Op::SOFTMAX, Op::TOPK, Op::ONE_HOT, Op::DIV},
+      {in("logits", {N, C}, gen::distinct(-2, 2))},
+      [](Context&, X x) {
+        const Tensor p = softmax(x[0]);
+        const Tensor w = gather_last(p, topk_indices(x[0], 2));
+        return w / sum(w, -1, true);
+      },
+      true));
+}
+
 void add_index_cases(std::vector<Case>& cs, Sz z) {
   add_one_hot(cs, z);
+  add_gather_last(cs, z);
   add_rows(cs, z);
   add_concat(cs, z);
   add_pad_repeat(cs, z);

@@ -1,5 +1,6 @@
 // Cases: matmul (2-D, batched, broadcast batch dims, transposed / narrowed /
-// expanded views, odd sizes, f16 / bf16 operands).
+// expanded views, odd sizes, f16 / bf16 operands); expert_matmul and its
+// weight gradient (mixture of experts).
 #include "ops/harness/case.h"
 
 namespace kiln::test {
@@ -9,6 +10,85 @@ namespace {
 using X = const std::vector<Tensor>&;
 
 Tensor mm(Context&, X x) { return matmul(x[0], x[1]); }
+
+Tensor em(Context&, X x) { return expert_matmul(x[0], x[1], x[2]); }
+
+// expert_matmul (mixture of experts): groups of one row (decoding), of a few
+// rows (dot products per row) and of many rows (gathered, one GEMM), x [N, K]
+// and [N, k, K], w f32 / strided / bf16 / quantized, and experts no row chose
+// (their weight gradient is 0). Ids are fixed lists so every path is taken.
+void add_expert_matmul_cases(std::vector<Case>& cs, Sz z) {
+  const int64_t E = 6, M = z(5, 512), K = z(7, 512);
+  // 4 tokens x 2 experts, rows (0,3) (3,1) (5,3) (0,1): expert 3 chosen by
+  // three rows, 0 and 1 by two, 5 by one, 2 and 4 by none.
+  const Gen few = gen::values({0, 3, 3, 1, 5, 3, 0, 1});
+  auto mk = [&](const std::string& name, Input x, Input w, Input ids, bool grad) {
+    Case c = make_case(name, {Op::EXPERT_MATMUL}, {x, w, ids}, em, grad);
+    c.tol = {1e-5, 1e-5};
+    return c;
+  };
+  cs.push_back(
+      mk("expert_matmul", in("x", {4, K}), in("w", {E, M, K}), in_i32("ids", {4, 2}, few), true));
+  cs.push_back(mk("expert_matmul_x_per_expert", in("x", {4, 2, K}), in("w", {E, M, K}),
+                  in_i32("ids", {4, 2}, few), true));
+  cs.push_back(mk("expert_matmul_decode", in("x", {1, z(9, 2048)}),
+                  in("w", {E, z(70, 1024), z(9, 2048)}), in_i32("ids", {1, 2}, gen::values({4, 1})),
+                  true));
+  // w as a permuted view (no unit stride along K): the gathered GEMM path.
+  cs.push_back(mk("expert_matmul_w_permuted", in("x", {4, K}),
+                  with(in("w", {E, M, K}), Layout::permuted), in_i32("ids", {4, 2}, few), true));
+  cs.push_back(mk("expert_matmul_x_transposed", with(in("x", {4, K}), Layout::transposed),
+                  in("w", {E, M, K}), in_i32("ids", {4, 2}, few), true));
+  // 24 rows over 3 experts: 12 (gathered rows, one GEMM per block), 8 and 4
+  // (dot products); M past one row block (64) with a partial block.
+  const Gen many_ids = gen::values({0, 1, 0, 2, 0, 1});
+  Case many = mk("expert_matmul_many_rows", in("x", {12, z(20, 256)}),
+                 in("w", {3, z(70, 300), z(20, 256)}), in_i32("ids", {12, 2}, many_ids), true);
+  many.fd = false;
+  cs.push_back(many);
+  Case bf = mk("expert_matmul_bf16_w", in("x", {4, K}), as(in("w", {E, M, K}), DType::bf16),
+               in_i32("ids", {4, 2}, few), false);
+  cs.push_back(bf);
+  Case bfm = mk("expert_matmul_bf16_w_many_rows", in("x", {12, 2, z(20, 256)}),
+                as(in("w", {3, z(70, 300), z(20, 256)}), DType::bf16),
+                in_i32("ids", {12, 2}, many_ids), false);
+  bfm.tol = {1e-5, 1e-4};
+  cs.push_back(bfm);
+  // Quantized experts (as GGUF's ffn_*_exps): x @ W_e^T read as stored, one row
+  // (in place) and several (gathered); the x gradient runs the dy @ W kernel on
+  // the transposed view. Tolerances as the quantized matmul's (rounded x rows
+  // on the decoding paths).
+  for (DType q : {DType::q8_0, DType::q4_0, DType::q4_k}) {
+    const std::string qn = dtype_name(q);
+    const int64_t QK = dtype_block_elems(q) == 256 ? 256 : 64;
+    Case c = make_case("expert_matmul_" + qn, {Op::EXPERT_MATMUL},
+                       {in("x", {4, QK}), as(in("w", {E, M, QK}), q), in_i32("ids", {4, 2}, few)},
+                       em, true);
+    c.tol = {3e-2, 1e-2};
+    cs.push_back(c);
+    Case t = make_case(
+        "expert_matmul_" + qn + "_transposed_w", {Op::EXPERT_MATMUL, Op::PERMUTE},
+        {in("x", {4, 2, z(3, 8)}), as(in("w", {E, z(3, 8), QK}), q), in_i32("ids", {4, 2}, few)},
+        [](Context&, X x) {
+          return expert_matmul(x[0], x[1].permute({0, 2, 1}), x[2]);
+        },
+        false);
+    t.tol = {1e-5, 1e-4};
+    cs.push_back(t);
+  }
+  // The weight gradient's op on its own: dw [E, M, K] (experts 2 and 4 unchosen).
+  auto back_w = [E](Context&, X x) {
+    return detail::make_op(Op::EXPERT_MATMUL_BACK_WEIGHT, DType::f32,
+                           Shape{E, x[0].size(2), x[1].size(-1)}, {x[0], x[1], x[2]});
+  };
+  cs.push_back(make_case("expert_matmul_back_weight", {Op::EXPERT_MATMUL_BACK_WEIGHT},
+                         {in("dy", {4, 2, M}), in("x", {4, K}), in_i32("ids", {4, 2}, few)}, back_w,
+                         false));
+  cs.push_back(
+      make_case("expert_matmul_back_weight_x_per_expert", {Op::EXPERT_MATMUL_BACK_WEIGHT},
+                {in("dy", {4, 2, z(70, 300)}), in("x", {4, 2, K}), in_i32("ids", {4, 2}, few)},
+                back_w, false));
+}
 
 }  // namespace
 
@@ -177,6 +257,7 @@ void add_matmul_cases(std::vector<Case>& cs, Sz z) {
   conv.tol = {1e-5, 1e-4};
   cs.push_back(conv);
   // A small MLP layer: matmul + bias + relu (the composition training uses).
+  add_expert_matmul_cases(cs, z);
   cs.push_back(make_case(
       "linear_relu", {Op::MATMUL, Op::ADD, Op::RELU},
       {in("x", {M, K}), in("w", {N, K}), in("b", {N}, gen::uniform(0.5, 1))},

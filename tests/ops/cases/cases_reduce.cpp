@@ -124,6 +124,22 @@ void add_max(std::vector<Case>& cs, Sz z) {
       [](Context&, X x) { return max(x[0], 1); }, true));
 }
 
+// topk_indices: distinct values, ties (lower index first), a strided source,
+// k = C (a full sort) and rows of a 3-D tensor.
+void add_topk(std::vector<Case>& cs, Sz z) {
+  const int64_t R = z(5, 4096), C = z(8, 128);
+  auto tk = [](int64_t k) { return [k](Context&, X x) { return topk_indices(x[0], k); }; };
+  cs.push_back(
+      make_case("topk", {Op::TOPK}, {in("x", {R, C}, gen::distinct(-3, 3))}, tk(2), false));
+  cs.push_back(
+      make_case("topk_ties", {Op::TOPK}, {in("x", {R, C}, gen::choice({-1, 0, 2}))}, tk(3), false));
+  cs.push_back(make_case("topk_transposed_3d", {Op::TOPK},
+                         {with(in("x", {2, R, C}, gen::distinct(-3, 3)), Layout::transposed)},
+                         tk(4), false));
+  cs.push_back(make_case("topk_full_sort", {Op::TOPK}, {in("x", {R, C}, gen::distinct(-3, 3))},
+                         tk(C), false));
+}
+
 void add_argmax_count(std::vector<Case>& cs, Sz z) {
   const int64_t R = z(5, 512), C = z(37, 1024);
   const Gen ties = gen::choice({-1, 0, 2, 2.5});  // frequent ties: the first max wins
@@ -172,6 +188,7 @@ void add_reduce_cases(std::vector<Case>& cs, Sz z) {
   add_sum(cs, z);
   add_max(cs, z);
   add_argmax_count(cs, z);
+  add_topk(cs, z);
 }
 
 }  // namespace kiln::test

@@ -64,4 +64,56 @@ RefValue ref_MATMUL_ACC(const RefArgs& a) {
   return r;
 }
 
+namespace {
+
+// x's row for (n, j): x [N, K] or [N, k, K] (row-major values), at element offset.
+int64_t expert_row_offset(const RefValue& x, int64_t n, int64_t j, int64_t k) {
+  const int64_t K = x.shape[x.shape.ndim() - 1];
+  return x.shape.ndim() == 2 ? n * K : (n * k + j) * K;
+}
+
+int64_t expert_id(const RefArgs& a, const RefValue& ids, int64_t slot, int64_t E) {
+  const double e = ids.v[size_t(slot)];
+  if (e < 0 || e >= double(E)) ref_fail(a.node, "expert id out of range");
+  return int64_t(e);
+}
+
+}  // namespace
+
+// EXPERT_MATMUL: dst[n, j, m] = sum_c w[ids[n, j], m, c] * x[n(, j), c].
+RefValue ref_EXPERT_MATMUL(const RefArgs& a) {
+  const RefValue &x = a.in(0), &w = a.in(1), &ids = a.in(2);
+  const int64_t N = ids.shape[0], k = ids.shape[1], E = w.shape[0], M = w.shape[1], K = w.shape[2];
+  RefValue r = ref_out(a.node, Shape{N, k, M});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = expert_id(a, ids, n * k + j, E), xo = expert_row_offset(x, n, j, k);
+      for (int64_t m = 0; m < M; ++m) {
+        double acc = 0;
+        for (int64_t c = 0; c < K; ++c)
+          acc += w.v[size_t((e * M + m) * K + c)] * x.v[size_t(xo + c)];
+        r.v[size_t((n * k + j) * M + m)] = acc;
+      }
+    }
+  return r;
+}
+
+// EXPERT_MATMUL_BACK_WEIGHT: dst[e, m, c] = sum over ids[n, j] = e of
+// dy[n, j, m] * x[n(, j), c].
+RefValue ref_EXPERT_MATMUL_BACK_WEIGHT(const RefArgs& a) {
+  const RefValue &dy = a.in(0), &x = a.in(1), &ids = a.in(2);
+  const Shape& s = a.node->shape;
+  const int64_t N = ids.shape[0], k = ids.shape[1], E = s[0], M = s[1], K = s[2];
+  RefValue r = ref_out(a.node, s);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = expert_id(a, ids, n * k + j, E), xo = expert_row_offset(x, n, j, k);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t c = 0; c < K; ++c)
+          r.v[size_t((e * M + m) * K + c)] +=
+              dy.v[size_t((n * k + j) * M + m)] * x.v[size_t(xo + c)];
+    }
+  return r;
+}
+
 }  // namespace kiln::test

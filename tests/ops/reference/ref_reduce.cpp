@@ -88,6 +88,37 @@ RefValue ref_ARGMAX(const RefArgs& a) {
   return r;
 }
 
+// TOPK: indices of the k largest along the last axis, largest first; equal
+// values by index, NaN above every number; i32.
+RefValue ref_TOPK(const RefArgs& a) {
+  const RefValue& x = a.in(0);
+  const int nd = x.shape.ndim();
+  const int64_t C = x.shape[nd - 1], k = a.params<TopkParams>().k;
+  Shape s = x.shape;
+  s[nd - 1] = k;
+  RefValue r = ref_out(a.node, s);
+  if (a.node->dtype != DType::i32) ref_fail(a.node, "topk result must be i32");
+  for (int64_t row = 0; row < (C ? x.numel() / C : 0); ++row) {
+    std::vector<bool> taken(size_t(C), false);
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t c = 0; c < C; ++c) {
+        if (taken[size_t(c)]) continue;
+        const double v = x.v[size_t(row * C + c)];
+        if (best < 0) {
+          best = c;
+          continue;
+        }
+        const double b = x.v[size_t(row * C + best)];
+        if (!std::isnan(b) && (std::isnan(v) || v > b)) best = c;
+      }
+      taken[size_t(best)] = true;
+      r.v[size_t(row * k + j)] = double(best);
+    }
+  }
+  return r;
+}
+
 // COUNT_EQUAL: number of equal elements of two same-shape tensors; i32 scalar.
 RefValue ref_COUNT_EQUAL(const RefArgs& a) {
   const RefValue& x = a.in(0);

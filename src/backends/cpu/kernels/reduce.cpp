@@ -1,4 +1,4 @@
-// Reductions: SUM and MAX (over all elements or one axis, keepdim), ARGMAX,
+// Reductions: SUM and MAX (over all elements or one axis, keepdim), ARGMAX, TOPK,
 // COUNT_EQUAL.
 //
 // Determinism: a full reduction cuts the (row-major) element sequence into
@@ -12,6 +12,7 @@
 // gradient's SUM at the bf16 copy of the gradient it sums. Each element is
 // widened exactly and summed as an f32 one would be (full reductions convert
 // runs in pieces of kWiden, each piece a block sum).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -270,6 +271,40 @@ void kernel_ARGMAX(TensorNode* dst, ThreadCtx& t) {
                                                           : argmax_row<float>(s, a.len, a.step);
                  }
                });
+}
+
+// TOPK: per row of the last axis, the indices of the k largest values, largest
+// first (NaN above every number, equal values by index): a partial sort of the
+// row's indices, each row by one thread.
+void kernel_TOPK(TensorNode* dst, ThreadCtx& t) {
+  const TensorNode* src = dst->src[0];
+  const int nd = src->shape.ndim();
+  const int64_t C = src->shape[nd - 1], k = op_params<Op::TOPK>(*dst).k;
+  const int64_t rows = C > 0 ? src->numel() / C : 0;
+  const Range r = thread_range(t, rows, C * 4, 1);
+  if (r.empty()) return;
+  auto* v = static_cast<float*>(t.scratch(size_t(C) * (sizeof(float) + sizeof(int32_t))));
+  auto* idx = reinterpret_cast<int32_t*>(v + C);
+  auto greater = [v](int32_t a, int32_t b) {
+    const bool na = std::isnan(v[a]), nb = std::isnan(v[b]);
+    if (na || nb) return na && (!nb || a < b);
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  };
+  int32_t* out = static_cast<int32_t*>(dst->data);
+  for (int64_t row = r.begin; row < r.end; ++row) {
+    int64_t off = 0, rest = row;
+    for (int d = nd - 2; d >= 0; --d) {
+      off += rest % src->shape[d] * src->stride[d];
+      rest /= src->shape[d];
+    }
+    const char* s = static_cast<const char*>(src->data) + off;
+    for (int64_t c = 0; c < C; ++c) {
+      v[c] = *reinterpret_cast<const float*>(s + c * src->stride[nd - 1]);
+      idx[c] = int32_t(c);
+    }
+    std::partial_sort(idx, idx + k, idx + C, greater);
+    std::copy_n(idx, k, out + row * k);
+  }
 }
 
 // Number of positions where src0 == src1 (same shape and dtype), as i32.
