@@ -20,9 +20,10 @@
 # When out/lm is missing, scripts/lm.sh runs first (a few minutes more).
 #   [STEPS=1000] [EVAL_WORDS=500] [TRAIN_WORDS=0 (all)] [THREADS=2] bash scripts/finetune-chat.sh
 #       [more options for both `kiln-lm finetune` runs, e.g. --lr 5e-4]
-# On a quiet 2-core machine a fine-tuning step of 8 windows of 128 positions
-# takes about as long as one of pretrain's (7.8k tokens/s: 1000 steps in about
-# 2 minutes); on a loaded one lower STEPS.
+# A fine-tuning step of 8 windows of 128 positions is the work of one of
+# pretrain's steps (7.8k tokens/s on a quiet 2-core machine: 1000 steps should
+# take about 2-3 minutes; not measured quiet yet); on a loaded machine lower
+# STEPS, and THREADS=1 can be faster (docs/benchmarks.md).
 # shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
