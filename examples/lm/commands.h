@@ -20,6 +20,9 @@ Command add_quantize(CLI::App& app);        // quantize.cpp
 Command add_template(CLI::App& app);        // template.cpp
 Command add_chat(CLI::App& app);            // chat.cpp
 Command add_export_adapter(CLI::App& app);  // export_adapter.cpp
+Command add_add_tokens(CLI::App& app);      // add_tokens.cpp
+Command add_cmudict_chat(CLI::App& app);    // cmudict_chat.cpp
+Command add_eval_chat(CLI::App& app);       // eval_chat.cpp
 #if KILN_LM_HAVE_HTTPLIB
 Command add_serve(CLI::App& app);  // serve.cpp (needs cpp-httplib)
 #endif

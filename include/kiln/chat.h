@@ -120,4 +120,13 @@ class ChatTemplate {
   std::map<std::string, std::string> special_tokens_;
 };
 
+// ChatML, the chat markup of OpenAI's early chat models that Qwen, SmolLM2's
+// instruct models and many fine-tunes of base models use: each message as
+// "<|im_start|>ROLE\nCONTENT<|im_end|>\n", the generation prompt
+// "<|im_start|>assistant\n". The template to give a base model that has none
+// (kiln-lm add-tokens --chat-template chatml), with its two markers added to
+// the tokenizer as special tokens (kChatmlStart, kChatmlEnd).
+std::string_view chatml_template();
+inline constexpr std::string_view kChatmlStart = "<|im_start|>", kChatmlEnd = "<|im_end|>";
+
 }  // namespace kiln::chat

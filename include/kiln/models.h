@@ -396,6 +396,18 @@ void save_gguf(const CausalLM& model, const std::string& path, const Tokenizer* 
 std::vector<std::pair<std::string, DType>> quant_recipe_types(std::string_view recipe,
                                                               const CausalLM& model);
 
+// A copy of `model` (built in `ctx`, allocated on `backend`) whose vocabulary
+// holds `vocab_size` tokens: transformers' model.resize_token_embeddings(n)
+// after tokenizer.add_special_tokens(...). Every param is copied; the params
+// with a row per token (the embedding, an untied head) keep their first rows,
+// and rows beyond the old vocabulary are the mean of the old rows
+// (transformers' mean_resizing, without its small random spread), so a new
+// token starts as an average token instead of noise that would dominate the
+// softmax. A smaller vocab_size drops the last rows. The params must be f32
+// (a quantized or f16 model is an error: resize the f32 model, then quantize).
+std::unique_ptr<CausalLM> resize_token_embeddings(Context& ctx, Backend& backend,
+                                                  const CausalLM& model, int64_t vocab_size);
+
 // Writes `model` as a Hugging Face directory (config.json, generation_config.json,
 // model.safetensors in the params' dtypes: f32, or f16/bf16 kept), each file
 // atomically; creates `dir` if needed.

@@ -79,6 +79,19 @@ class Tokenizer {
   std::unique_ptr<tok::Model> m_;
 };
 
+// tokenizer.json text with `tokens` added as special tokens, as transformers'
+// tokenizer.add_special_tokens() and save_pretrained() write them: each token
+// not yet in the vocabulary or the added tokens gets the next id (after the
+// highest id the file uses), in order, as an "added_tokens" entry with
+// special true and normalized, lstrip, rstrip, single_word false (so it is
+// matched in text before normalization, never split, and decode's
+// skip_special_tokens drops it). Tokens already there are left as they are.
+// The model's embedding then needs the new rows (kiln::models::
+// resize_token_embeddings). `what` names the source in errors.
+std::string add_special_tokens_json(std::string_view tokenizer_json,
+                                    std::span<const std::string> tokens,
+                                    const std::string& what = "tokenizer.json");
+
 // Decodes generated ids one at a time: push() returns the text that the new id
 // completes. Bytes that do not yet form UTF-8 (a character split over byte
 // tokens) wait for the next ids; the pieces concatenated equal decode(all ids).
