@@ -72,8 +72,8 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
     detail::check_same_ctx(op, {q, seg});
     const int64_t tq = q.shape()[nd - 2], tk = k.shape()[nd - 2];
     if (tq != tk)
-      fail(op, "segments need as many queries as keys (packed training), got q ",
-           q.shape().str(), " and k ", k.shape().str());
+      fail(op, "segments need as many queries as keys (packed training), got q ", q.shape().str(),
+           " and k ", k.shape().str());
     int64_t heads = 1;
     for (int d = 0; d < nd - 2; ++d) heads *= q.shape()[d];
     if (seg.dtype() != i32 || seg.ndim() != 2 || seg.size(1) != tq || seg.size(0) < 1 ||

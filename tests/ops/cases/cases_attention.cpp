@@ -2,8 +2,8 @@
 // permuted q/k/v, 3-D, grouped heads through broadcast k/v) and ATTENTION_BACK on its own; ROPE
 // (tables of any values, strided x and tables, tables narrowed at a KV cache's offset, gradients of
 // x and of the tables, per-sequence tables) and ROPE_BACK on its own; segment
-// ids (packed examples) through every kernel path; dropout on the weights. Multi-threaded sizes run without finite
-// differences (their grads are compared with the reference's).
+// ids (packed examples) through every kernel path; dropout on the weights. Multi-threaded sizes run
+// without finite differences (their grads are compared with the reference's).
 #include <array>
 #include <cmath>
 #include <limits>
@@ -405,7 +405,9 @@ void add_attention_segments(std::vector<Case>& cs) {
 // several threads' heads, and ATTENTION_BACK alone.
 void add_attention_dropout(std::vector<Case>& cs) {
   const Gen g = gen::uniform(-1.5, 1.5);
-  const Gen seed = [](const Shape& s, Rng&) { return std::vector<double>(size_t(s.numel()), 977.0); };
+  const Gen seed = [](const Shape& s, Rng&) {
+    return std::vector<double>(size_t(s.numel()), 977.0);
+  };
   auto opts = [](bool causal, float p, Tensor seg, Tensor seed_t) {
     AttentionOptions o{0.0f, causal, seg};
     o.dropout = p;

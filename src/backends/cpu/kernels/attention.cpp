@@ -242,8 +242,8 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
       size_t(2 * e * ld + D.tk * e + 2 * kR * ld + ld + 2 * kR * eb + 2 * eb) * sizeof(float)));
   float* vt = kt + e * ld;
   float* kp = vt + e * ld;
-  float* P = kp + D.tk * e;  // kR x ld: scores, then probabilities
-  float* dS = P + kR * ld;   // kR x ld: dO v^T, then scale * ds
+  float* P = kp + D.tk * e;    // kR x ld: scores, then probabilities
+  float* dS = P + kR * ld;     // kR x ld: dO v^T, then scale * ds
   float* mrow = dS + kR * ld;  // ld: a row's dropout factors
   float* qt = mrow + ld;
   float* gt = qt + kR * eb;

@@ -477,7 +477,7 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
         float dsum = 0.0f;
         for (int64_t c = 0; c < e; ++c) dsum += grow[c] * orow[c];
         const float inv = 1.0f / l;
-        if (drop.on()) {  // factors f: P holds p f (for dv), ds = p (dp f - D)
+        if (drop.on()) {    // factors f: P holds p f (for dv), ds = p (dp f - D)
           float* f = obuf;  // free until the next row's O
           for (int64_t jb = a; jb < n; jb += eb) {
             const int64_t nb = std::min(eb, n - jb);
