@@ -4,6 +4,7 @@
 // vector dot.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -126,8 +127,13 @@ class KeyRanges {
 class DropMask {
  public:
   DropMask(const TensorNode* dst, const AttentionParams& p, const Dims& D)
-      : on_(p.keep < 1.0f), keep_(p.keep), inv_keep_(1.0f / p.keep), tq_(D.tq), tk_(D.tk) {
+      : on_(p.keep < 1.0f), inv_keep_(1.0f / p.keep), tq_(D.tq), tk_(D.tk) {
     if (!on_) return;
+    // rng_uniform's u = (h >> 40) 2^-24 < keep, on integers: the 24-bit draw
+    // x is exact in float, so u < keep iff x < keep 2^24 iff x < ceil(keep
+    // 2^24) (exact in double). The same bits, without a u64 -> float
+    // conversion per weight.
+    threshold_ = uint64_t(std::ceil(double(p.keep) * 16777216.0));
     uint64_t seed = uint64_t(p.seed);
     if (const TensorNode* st = seed_tensor(dst, p)) {
       int32_t s;
@@ -141,19 +147,19 @@ class DropMask {
   // for j < n.
   void factors(int64_t h, int64_t i, int64_t j0, int64_t n, float* f) const {
     const uint64_t base = uint64_t((h * tq_ + i) * tk_ + j0);
-    for (int64_t j = 0; j < n; ++j)
-      f[j] = detail::rng_uniform_mixed(mixed_, base + uint64_t(j)) < keep_ ? inv_keep_ : 0.0f;
+    for (int64_t j = 0; j < n; ++j) f[j] = kept(base + uint64_t(j)) ? inv_keep_ : 0.0f;
   }
   // w[j] *= that factor, for j < n (a row of softmax weights).
   void apply(int64_t h, int64_t i, int64_t j0, int64_t n, float* w) const {
     const uint64_t base = uint64_t((h * tq_ + i) * tk_ + j0);
-    for (int64_t j = 0; j < n; ++j)
-      w[j] *= detail::rng_uniform_mixed(mixed_, base + uint64_t(j)) < keep_ ? inv_keep_ : 0.0f;
+    for (int64_t j = 0; j < n; ++j) w[j] *= kept(base + uint64_t(j)) ? inv_keep_ : 0.0f;
   }
 
  private:
+  bool kept(uint64_t index) const { return (detail::splitmix64(mixed_ ^ index) >> 40) < threshold_; }
   bool on_;
-  float keep_, inv_keep_;
+  float inv_keep_;
+  uint64_t threshold_ = 0;
   int64_t tq_, tk_;
   uint64_t mixed_ = 0;
 };
