@@ -156,7 +156,9 @@ class DropMask {
   }
 
  private:
-  bool kept(uint64_t index) const { return (detail::splitmix64(mixed_ ^ index) >> 40) < threshold_; }
+  bool kept(uint64_t index) const {
+    return (detail::splitmix64(mixed_ ^ index) >> 40) < threshold_;
+  }
   bool on_;
   float inv_keep_;
   uint64_t threshold_ = 0;
