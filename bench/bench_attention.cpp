@@ -12,6 +12,11 @@
 // machine).
 // llama/{f32,bf16}/fwd: a SmolLM2 prefill layer's attention (9 heads against 3
 // KV heads broadcast, T=512, E=64), the long-sequence kernels' shape.
+// dropout/{fused,composite}/T: one GPT attention layer's forward + backward in
+// training with dropout 0.2 on the weights (H = 4, E = 32, causal, B*T = 768,
+// a per-step seed tensor), fused (AttentionOptions::dropout) against the
+// composite matmul -> softmax -> dropout -> matmul (the same mask), on one
+// thread (CPU time is the work even on a busy machine).
 //
 //   bench_attention --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -149,6 +154,59 @@ BENCHMARK_CAPTURE(BM_llama, bf16_fwd, bf16)
     ->Name("llama/bf16/fwd")
     ->Arg(1)
     ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// One GPT layer's attention with dropout 0.2, forward + backward (see the top).
+void BM_dropout(benchmark::State& st, bool fused) {
+  const int64_t T = st.range(0), B = 768 / T, H = 4, E = 32;
+  const float p = 0.2f, scale = 1.0f / std::sqrt(float(E));
+  const uint64_t seed = 77;
+  Context ctx;
+  Tensor q = ctx.param(f32, {B, H, T, E}, "q"), k = ctx.param(f32, {B, H, T, E}, "k"),
+         v = ctx.param(f32, {B, H, T, E}, "v");
+  Tensor step = ctx.input(i32, {1}, "step");
+  AttentionOptions o{scale, true};
+  o.dropout = p;
+  o.seed = seed;
+  o.seed_tensor = step;
+  SoftmaxOptions so;
+  so.scale = scale;
+  so.causal = true;
+  Tensor out = fused ? attention(q, k, v, o)
+                     : matmul(dropout(softmax(matmul(q, k.T()), so), p, seed, true, step), v);
+  Tensor r = ctx.input(f32, out.shape(), "r");
+  Tensor loss = sum(out * r);
+  Graph g = Graph::forward(loss);
+  g.backward(loss);
+  CpuBackend cpu(1);
+  GraphAllocator galloc(cpu.buffer_type());
+  galloc.alloc(g);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (Tensor t : {q, k, v, r}) {
+    std::vector<float> x(size_t(t.numel()));
+    for (float& e : x) e = u(rng);
+    t.set<float>(x);
+  }
+  step.set(std::vector<int32_t>{1});
+  g.reset_grads();
+  for (auto _ : st) cpu.compute(g);
+  st.counters["planned_MiB"] = double(galloc.plan().buffer_size) / (1 << 20);
+  st.counters["tokens_per_s"] =
+      benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK_CAPTURE(BM_dropout, fused, true)
+    ->Name("dropout/fused")
+    ->Arg(64)
+    ->Arg(256)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_dropout, composite, false)
+    ->Name("dropout/composite")
+    ->Arg(64)
+    ->Arg(256)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -13,7 +13,8 @@
 #      bash scripts/cuda-device-check.sh
 #    builds kiln in Release with CUDA (-j16; BLAS, MPI and the benchmarks off:
 #    not needed here, and not in the image), then, in this order, each step with a time limit:
-#      kiln_test_cuda; kiln_test_ops OpsCuda (every harness case vs the CPU);
+#      the attention-dropout harness cases (OpsCuda, never run on a GPU yet),
+#      plain and under memcheck/racecheck; kiln_test_cuda; kiln_test_ops OpsCuda (every harness case vs the CPU);
 #      kiln-mnist train fc and cnn, 30 epochs, --backend cuda, timed, and the
 #      same in PyTorch (bench/mnist_pytorch.py --device cuda);
 #      bench_cuda (graph replay vs launches, the GPT step) and the GPT step's
@@ -244,6 +245,19 @@ fi
 SAN=(compute-sanitizer --error-exitcode 86 --print-limit 20)
 REDUCE_CUDA='CudaDevice.Reductions*:CudaDevice.CountEqual*:CudaDevice.Softmax*:CudaDevice.ScatterAdd*:CudaDevice.MixedGraph*'
 REDUCE_OPS='*OpsCuda*/sum*:*OpsCuda*/max*:*OpsCuda*/softmax*:*OpsCuda*/log_softmax*:*OpsCuda*/count*:*OpsCuda*/argmax*:*OpsCuda*/embedding*'
+# First: the newest kernels that have never run on a GPU (docs/cuda.md), the
+# fused attention with dropout (forward and backward, mask bits from the seed),
+# against the CPU, then under memcheck and racecheck.
+ATTN_DROPOUT='*OpsCuda*attention*dropout*'
+if [[ -x "$T/kiln_test_ops" ]]; then
+  step ops_cuda_attn_dropout 40 "$T/kiln_test_ops" --gtest_filter="$ATTN_DROPOUT"
+  if command -v compute-sanitizer >/dev/null; then
+    step memcheck_attn_dropout 40 "${SAN[@]}" --tool memcheck "$T/kiln_test_ops" \
+      --gtest_filter="$ATTN_DROPOUT"
+    step racecheck_attn_dropout 40 "${SAN[@]}" --tool racecheck "$T/kiln_test_ops" \
+      --gtest_filter="$ATTN_DROPOUT"
+  fi
+fi
 if [[ -x "$T/kiln_test_cuda" ]]; then
   step kiln_test_cuda 90 "$T/kiln_test_cuda"
 fi

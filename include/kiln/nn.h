@@ -235,10 +235,10 @@ class Module {
 };
 
 // ---------------------------------------------------------------------------
-// Primitives the layers build on. Attention is the fused kiln::attention (the
-// composite softmax(q k^T) v only when dropout on its weights is active).
+// Primitives the layers build on. Attention is the fused kiln::attention, in
+// training with dropout on its weights too (AttentionOptions::dropout).
 // Options of scaled_dot_product_attention: kiln::AttentionOptions (the fused
-// primitive's) plus dropout, and causal by default.
+// primitive's) plus the training flag, and causal by default.
 struct SdpaOptions {
   bool causal = true;
   float scale = 0.0f;    // 0: 1/sqrt(head dim)
@@ -246,6 +246,10 @@ struct SdpaOptions {
   bool training = false;
   uint64_t seed = 0;   // dropout's static seed
   Tensor seed_tensor;  // dropout's per-step seed (i32, optional)
+  // The composite matmul -> softmax -> dropout -> matmul instead of the fused
+  // primitive (the same mask with the same seeds): for comparisons and
+  // benchmarks of the fused kernels, never needed for results.
+  bool composite = false;
 };
 // q, k, v [B, H, T, D] -> softmax(q k^T * scale (+ causal mask)) v, [B, H, T, D].
 Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOptions& opt = {});

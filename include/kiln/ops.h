@@ -123,6 +123,16 @@ struct AttentionOptions {
   // [B, T] for q [B, H, T, E]). Query i sees key j only when both lie in one run
   // of equal ids (one example), on top of causal. Undefined: no segments.
   Tensor segments;
+  // Dropout on the softmax weights inside the fused kernel (training): each
+  // weight zeroed with probability `dropout` in [0, 1), the rest scaled by
+  // 1 / (1 - dropout); the mask is dropout()'s for the [..., Tq, Tk] weights
+  // with the same seed and seed_tensor (a pure function of seed and position,
+  // recomputed by the backward, never stored). seed_tensor (i32, optional,
+  // element 0 xor-ed into seed) lets a training loop vary the mask per step
+  // without rebuilding the graph. 0: no dropout (and the seeds are ignored).
+  float dropout = 0.0f;
+  uint64_t seed = 0;
+  Tensor seed_tensor;
 };
 [[nodiscard]] Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt = {});
 // Rotary position embeddings (HF's rotate_half convention), one fused primitive:

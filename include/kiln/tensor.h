@@ -16,8 +16,8 @@ namespace kiln {
 
 inline constexpr int kMaxDims = 4;
 // Optimizer steps read param, grad, two moments, hyper-params; ATTENTION_BACK
-// q, k, v, out, d out and packed examples' segment ids.
-inline constexpr int kMaxSrc = 6;
+// q, k, v, out, d out, packed examples' segment ids and a dropout seed tensor.
+inline constexpr int kMaxSrc = 7;
 
 enum class Op : uint8_t {
 #define KILN_OP(e, family, kind, inplace, grad) e,

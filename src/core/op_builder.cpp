@@ -129,8 +129,8 @@ Tensor detail::make_op_bytes(Op op, DType t, const Shape& s, std::initializer_li
   TensorNode* ns[kMaxSrc] = {};
   int i = 0;
   for (const Tensor& x : srcs) ns[i++] = x.node();
-  static_assert(kMaxSrc == 6);
-  return Tensor(detail::new_op(op, t, s, {ns[0], ns[1], ns[2], ns[3], ns[4], ns[5]}, p));
+  static_assert(kMaxSrc == 7);
+  return Tensor(detail::new_op(op, t, s, {ns[0], ns[1], ns[2], ns[3], ns[4], ns[5], ns[6]}, p));
 }
 
 }  // namespace kiln

@@ -158,8 +158,11 @@ class LlamaAttention : public nn::Module {
       // Packed examples: segment ids [B, T] (or [1, T] for one row), one row
       // per batch row of q's heads.
       const Shape grouped = q.shape();
-      return attention(q, k.expand(grouped), v.expand(grouped),
-                       {scale, true, s_->packing.segments});
+      AttentionOptions o;
+      o.scale = scale;
+      o.causal = true;
+      o.segments = s_->packing.segments;
+      return attention(q, k.expand(grouped), v.expand(grouped), o);
     }
     if (s_->packing.segments.defined())
       fail("models", "LlamaForCausalLM: packed examples take the fused attention, not a sliding ",

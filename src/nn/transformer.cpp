@@ -11,19 +11,26 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, const SdpaOpti
     fail("attention", "q, k, v must be [B, H, T, D], got ", q.shape().str(), ", ", k.shape().str(),
          ", ", v.shape().str());
   const float scale = opt.scale != 0.0f ? opt.scale : float(1.0 / std::sqrt(double(q.size(-1))));
-  // Without dropout on the weights: the fused ATTENTION primitive (no [T, T]
-  // weights in memory).
-  if (!(opt.training && opt.dropout > 0.0f)) {
+  const bool drop = opt.training && opt.dropout > 0.0f;
+  // The fused ATTENTION primitive (no [T, T] weights in memory), dropout on
+  // the weights inside its kernels.
+  if (!opt.composite) {
     kiln::AttentionOptions fused;
     fused.scale = scale;
     fused.causal = opt.causal;
+    if (drop) {
+      fused.dropout = opt.dropout;
+      fused.seed = opt.seed;
+      fused.seed_tensor = opt.seed_tensor;
+    }
     return attention(q, k, v, fused);
   }
-  // Dropout on the weights needs them: the composite, weights [B, H, T, T].
+  // The composite, weights [B, H, T, T]; dropout draws the same mask.
   SoftmaxOptions so;
   so.scale = scale;
   so.causal = opt.causal;
-  Tensor att = dropout(softmax(matmul(q, k.T()), so), opt.dropout, opt.seed, true, opt.seed_tensor);
+  Tensor att = softmax(matmul(q, k.T()), so);
+  if (drop) att = dropout(att, opt.dropout, opt.seed, true, opt.seed_tensor);
   return matmul(att, v);
 }
 

@@ -1,8 +1,10 @@
 // Every layer's output and gradients (params and input) against a double
 // reference (tests/nn/reference.h), gradients by central differences.
+#include <cmath>
 #include <map>
 #include <set>
 
+#include "kiln/ext/op_params.h"
 #include "kiln/ext/tensor_node.h"
 #include "nn_test_util.h"
 #include "reference.h"
@@ -136,23 +138,57 @@ TEST(NnLayers, CausalSelfAttention) {
       1e-4, 1e-3, [&] { attn.init(6); });
 }
 
-// The fused ATTENTION primitive unless dropout on the attention weights is
-// active (training with p > 0), which needs the composite's [T, T] weights.
-TEST(NnLayers, CausalSelfAttentionUsesTheFusedKernelWithoutWeightDropout) {
-  auto ops_of = [](Tensor y) {
-    std::set<Op> ops;
+// The fused ATTENTION primitive, in training with dropout on the attention
+// weights too (AttentionOptions::dropout, seeded by the module's step seed);
+// eval builds it without dropout. SdpaOptions::composite builds matmul ->
+// softmax -> dropout -> matmul, which draws the same mask: both give the same
+// output. (The kernels' equality with the composite, gradients included:
+// tests/ops/test_attention_dropout.cpp.)
+TEST(NnLayers, CausalSelfAttentionUsesTheFusedKernelWithWeightDropout) {
+  auto attention_node = [](Tensor y) -> const TensorNode* {
     const Graph g = Graph::forward(y);
-    for (const TensorNode* n : g.nodes()) ops.insert(n->op);
-    return ops;
+    for (const TensorNode* n : g.nodes())
+      if (n->op == Op::ATTENTION) return n;
+    return nullptr;
   };
   Context ctx;
   Tensor x = ctx.input(f32, {2, 4, 8}, "x");
   nn::CausalSelfAttention plain(ctx, 8, 2), dropping(ctx, 8, 2, 0.1f);
-  EXPECT_TRUE(ops_of(plain(x)).count(Op::ATTENTION));
-  EXPECT_FALSE(ops_of(dropping(x)).count(Op::ATTENTION));  // training mode: composite
-  EXPECT_TRUE(ops_of(dropping(x)).count(Op::SOFTMAX));
+  const TensorNode* a = attention_node(plain(x));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(op_params<Op::ATTENTION>(*a).keep, 1.0f);
+  a = attention_node(dropping(x));  // training mode: dropout inside the kernel
+  ASSERT_NE(a, nullptr);
+  EXPECT_FLOAT_EQ(op_params<Op::ATTENTION>(*a).keep, 0.9f);
+  EXPECT_TRUE(op_params<Op::ATTENTION>(*a).seeded);
   dropping.eval();
-  EXPECT_TRUE(ops_of(dropping(x)).count(Op::ATTENTION));
+  a = attention_node(dropping(x));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(op_params<Op::ATTENTION>(*a).keep, 1.0f);
+
+  Tensor q = ctx.input(f32, {2, 2, 5, 4}, "q"), k = ctx.input(f32, {2, 2, 5, 4}, "k");
+  Tensor v = ctx.input(f32, {2, 2, 5, 4}, "v"), step = ctx.input(i32, {1}, "step");
+  nn::SdpaOptions o;
+  o.dropout = 0.3f;
+  o.training = true;
+  o.seed = 99;
+  o.seed_tensor = step;
+  Tensor fused = nn::scaled_dot_product_attention(q, k, v, o);
+  o.composite = true;
+  Tensor composite = nn::scaled_dot_product_attention(q, k, v, o);
+  Graph g = Graph::forward({fused, composite});
+  CpuBackend cpu(1);
+  auto buf = allocate_tensors(ctx, cpu);
+  for (Tensor t : {q, k, v}) {
+    std::vector<float> r(size_t(t.numel()));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = std::sin(float(i) * 0.37f + float(t.numel()));
+    t.set(r);
+  }
+  step.set(std::vector<int32_t>{4});
+  cpu.compute(g);
+  const std::vector<float> f = fused.get<float>(), c = composite.get<float>();
+  ASSERT_EQ(f.size(), c.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], c[i], 2e-5) << i;
 }
 
 // q, k and v are slices of c_attn's output: the backward writes their three

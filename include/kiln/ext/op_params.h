@@ -107,7 +107,16 @@ struct RmsNormParams {
 struct AttentionParams {
   float scale = 1;
   bool causal = false;
-  bool segmented = false;  // the last source is i32 segment ids [S, T] (AttentionOptions)
+  bool segmented = false;  // a source after v (ATTENTION) or dO (ATTENTION_BACK): i32 ids [S, T]
+  // Dropout on the softmax weights (AttentionOptions::dropout): each kept with
+  // probability keep (< 1) and scaled by 1 / keep; keep 1: no dropout. The
+  // mask bit of (head h, query i, key j) is rng_uniform(seed, (h Tq + i) Tk + j)
+  // < keep (kiln/ext/rng.h), the dropout op's mask of the [..., Tq, Tk]
+  // weights; seeded: the last source is an i32 seed tensor, element 0 xor-ed
+  // into seed at run time (as RAND_MASK's).
+  float keep = 1;
+  int64_t seed = 0;
+  bool seeded = false;
 };
 // IM2COL, COL2IM and the CONV2D ops: kernel, stride, padding, dilation (height, width).
 // MATMUL and MATMUL_ACC: a set bit means that f32 factor (bit 0 the left one,

@@ -19,10 +19,16 @@ KILN_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// rng_uniform with the seed's own mix done once: mixed = splitmix64(seed)
+// (the fused attention dropout draws many elements of one seed).
+KILN_HOST_DEVICE inline float rng_uniform_mixed(uint64_t mixed, uint64_t index) {
+  uint64_t h = splitmix64(mixed ^ index);
+  return float(h >> 40) * (1.0f / 16777216.0f);
+}
+
 // Uniform in [0, 1) for element `index` of a tensor drawn with `seed`.
 KILN_HOST_DEVICE inline float rng_uniform(uint64_t seed, uint64_t index) {
-  uint64_t h = splitmix64(splitmix64(seed) ^ index);
-  return float(h >> 40) * (1.0f / 16777216.0f);
+  return rng_uniform_mixed(splitmix64(seed), index);
 }
 
 }  // namespace kiln::detail

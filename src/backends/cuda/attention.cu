@@ -24,7 +24,9 @@
 // softmax in f32 (running max m and sum l per row, the output rescaled when m
 // rises), the weights P through shared memory into O += P V. Causal: key tiles
 // past the last visible key of the query tile are skipped. Rows that see no key
-// (or only -inf scores) give zeros, as the CPU.
+// (or only -inf scores) give zeros, as the CPU. Dropout (AttentionParams::keep
+// < 1): the weights times the dropout op's mask factors, recomputed from the
+// seed (Geom::drop) forward and in both backward kernels, never stored.
 //
 // Backward, deterministic (no atomics; every output element is written by one
 // thread, once), recomputing P = exp(s - m) / l from the row stats:
@@ -47,6 +49,7 @@
 #include "backends/cuda/common.cuh"
 #include "kiln/error.h"
 #include "kiln/ext/op_params.h"
+#include "kiln/ext/rng.h"
 
 namespace kiln::cuda {
 namespace {
@@ -66,6 +69,22 @@ struct Geom {
   int e;
   float scale;
   bool causal;
+  // Dropout on the weights (keep < 1): the dropout op's mask bits of the
+  // [..., Tq, Tk] weights, rng_uniform(seed ^ *seed_t, (h Tq + i) Tk + j) < keep
+  // (kiln/ext/rng.h, as the CPU's DropMask), kept ones times 1 / keep.
+  // seed_t: the seed tensor on the device, or null.
+  float keep, inv_keep;
+  uint64_t seed;
+  const int32_t* seed_t;
+  // splitmix64 of the step's seed, computed by each thread once.
+  __device__ uint64_t mixed_seed() const {
+    return detail::splitmix64(seed_t ? seed ^ uint64_t(int64_t(*seed_t)) : seed);
+  }
+  // Dropout's factor of key j for query i of head h (mixed: mixed_seed()).
+  __device__ float drop(uint64_t mixed, int64_t h, int64_t i, int64_t j) const {
+    const uint64_t index = uint64_t((h * tq + i) * tk + j);
+    return detail::rng_uniform_mixed(mixed, index) < keep ? inv_keep : 0.0f;
+  }
   // Offset of head h (flat over the leading dims) for per-dim strides st.
   // (Constant indices: a loop over d would copy the parameters to the stack.)
   __device__ int64_t head_off(const int64_t (&st)[2], int64_t h) const {
@@ -308,6 +327,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
     for (int c = 0; c < NE; ++c) o[r][c] = 0.0f;
   }
+  const bool dropping = g.keep < 1.0f;
+  const uint64_t mixed = dropping ? g.mixed_seed() : 0;
   for (int64_t j0 = 0; j0 < nkeys; j0 += NC) {
     __syncthreads();  // every warp is done with the previous K and V
     load_rows<NC, EP>(sK, kh, k, j0, g.tk, g.e);
@@ -320,6 +341,14 @@ __global__ void __launch_bounds__(kAttnThreads)
       const float corr = online_step<NT>(s[r], j0, ln.cg, vis[r], g.scale, m[r], l[r]);
 #pragma unroll
       for (int c = 0; c < NE; ++c) o[r][c] *= corr;
+      // Dropout after the sum (l normalises the undropped weights); the
+      // weights of invisible keys are 0 already.
+      if (dropping)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const int64_t j = j0 + ln.cg + 8 * t;
+          if (j < vis[r]) s[r][t] *= g.drop(mixed, h, i0 + ln.row(r), j);
+        }
 #pragma unroll
       for (int t = 0; t < NT; ++t) sP[ln.row(r) * (NC + 4) + ln.cg + 8 * t] = s[r][t];
     }
@@ -415,7 +444,10 @@ __global__ void __launch_bounds__(kAttnThreads)
       b.d[h * g.tq + i] = D[r];
     }
   }
-  // Pass 2: dq = scale dS K, dS = P (dP - D), dP = dO v^T.
+  // Pass 2: dq = scale dS K, dS = P (dP f - D), dP = dO v^T, f dropout's
+  // factors (1 without).
+  const bool dropping = g.keep < 1.0f;
+  const uint64_t mixed = dropping ? g.mixed_seed() : 0;
   float acc[4][NE];
 #pragma unroll
   for (int r = 0; r < 4; ++r)
@@ -433,9 +465,12 @@ __global__ void __launch_bounds__(kAttnThreads)
     for (int r = 0; r < 4; ++r)
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const bool seen = j0 + ln.cg + 8 * t < vis[r];
+        const int64_t j = j0 + ln.cg + 8 * t;
+        const bool seen = j < vis[r];
         const float pr = expf(p[r][t] * g.scale - M[r]) * IL[r];
-        sS[ln.row(r) * (NC + 4) + ln.cg + 8 * t] = seen ? pr * (dp[r][t] - D[r]) * g.scale : 0.0f;
+        const float f = dropping && seen ? g.drop(mixed, h, i0 + ln.row(r), j) : 1.0f;
+        sS[ln.row(r) * (NC + 4) + ln.cg + 8 * t] =
+            seen ? pr * (dp[r][t] * f - D[r]) * g.scale : 0.0f;
       }
     __syncwarp();
     pv_tile<EP, NC>(sS, sK, ln, acc);
@@ -469,6 +504,8 @@ __global__ void __launch_bounds__(kAttnThreads, EP <= 64 ? 3 : 1)
   // Queries before the first that sees key j0 contribute nothing.
   int64_t first = g.causal ? max(int64_t(0), j0 - (g.tk - g.tq)) : 0;
   first = first / NC * NC;
+  const bool dropping = g.keep < 1.0f;
+  const uint64_t mixed = dropping ? g.mixed_seed() : 0;
   float dka[4][NE], dva[4][NE];
 #pragma unroll
   for (int r = 0; r < 4; ++r)
@@ -486,9 +523,10 @@ __global__ void __launch_bounds__(kAttnThreads, EP <= 64 ? 3 : 1)
       sD[c] = in ? b.d[h * g.tq + i] : 0.0f;
     }
     __syncthreads();
-    // Lane element (r, t): key j0 + row(r), query i0 + cg + 8 t.
+    // Lane element (r, t): key j0 + row(r), query i0 + cg + 8 t; f its
+    // dropout factor (1 without).
     bool seen[4][NT];
-    float p[4][NT];
+    float p[4][NT], f[4][NT];
     dot_tile<EP, NT>(sK, sQ, ln, p);
 #pragma unroll
     for (int r = 0; r < 4; ++r)
@@ -497,10 +535,11 @@ __global__ void __launch_bounds__(kAttnThreads, EP <= 64 ? 3 : 1)
         const int c = ln.cg + 8 * t;
         seen[r][t] = j0 + ln.row(r) < g.visible(i0 + c);
         p[r][t] = seen[r][t] ? expf(p[r][t] * g.scale - sM[c]) * sIL[c] : 0.0f;
-        sS[ln.row(r) * (NC + 4) + c] = p[r][t];
+        f[r][t] = dropping && seen[r][t] ? g.drop(mixed, h, i0 + c, j0 + ln.row(r)) : 1.0f;
+        sS[ln.row(r) * (NC + 4) + c] = p[r][t] * f[r][t];
       }
     __syncwarp();                      // a warp reads only its own rows of sS
-    pv_tile<EP, NC>(sS, sG, ln, dva);  // dv += P^T dO
+    pv_tile<EP, NC>(sS, sG, ln, dva);  // dv += (P f)^T dO
     float dp[4][NT];
     dot_tile<EP, NT>(sV, sG, ln, dp);  // dP^T: v_j . dO_i
     __syncwarp();                      // the warp is done reading P^T
@@ -509,7 +548,8 @@ __global__ void __launch_bounds__(kAttnThreads, EP <= 64 ? 3 : 1)
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const int c = ln.cg + 8 * t;
-        sS[ln.row(r) * (NC + 4) + c] = seen[r][t] ? p[r][t] * (dp[r][t] - sD[c]) * g.scale : 0.0f;
+        sS[ln.row(r) * (NC + 4) + c] =
+            seen[r][t] ? p[r][t] * (dp[r][t] * f[r][t] - sD[c]) * g.scale : 0.0f;
       }
     __syncwarp();
     pv_tile<EP, NC>(sS, sQ, ln, dka);  // dk += scale dS^T q
@@ -536,6 +576,12 @@ Geom geom_of(const TensorNode* dst) {
   g.e = int(q->shape[nd - 1]);
   g.scale = p.scale;
   g.causal = p.causal;
+  g.keep = p.keep;
+  g.inv_keep = 1.0f / p.keep;
+  g.seed = uint64_t(p.seed);
+  // The seed tensor: the last source when seeded (after the segment ids,
+  // which the CUDA kernels do not take).
+  g.seed_t = p.seeded ? static_cast<const int32_t*>(dst->src[dst->n_src - 1]->data) : nullptr;
   return g;
 }
 
@@ -669,7 +715,9 @@ bool attention_supports(const TensorNode* n) {
   const TensorNode *q = n->src[0], *k = n->src[1], *v = n->src[2];
   // Segment ids (packed examples): the CPU kernels only; the scheduler runs
   // the node there.
-  if (op_params<AttentionParams>(*n).segmented) return false;
+  const AttentionParams prm = op_params<AttentionParams>(*n);
+  if (prm.segmented) return false;
+  if (prm.seeded && n->src[n->n_src - 1]->dtype != DType::i32) return false;
   if (q->dtype != DType::f32 && q->dtype != DType::bf16) return false;
   if (k->dtype != q->dtype || v->dtype != q->dtype) return false;
   const int nd = q->shape.ndim();

@@ -1,14 +1,17 @@
 // attention(): the fused ATTENTION primitive and its backward rule; rope(): the
 // fused ROPE primitive (rotary position embeddings) and its backward rule.
 //
-// Semantics (PyTorch's scaled_dot_product_attention without dropout): q
+// Semantics (PyTorch's scaled_dot_product_attention): q
 // [..., Tq, E], k and v [..., Tk, E] with identical leading dims (no broadcasting,
 // no grouped heads); scale 0 means 1/sqrt(E); causal masks key j for query i when
 // j > i + (Tk - Tq) (bottom-right aligned as softmax's causal flag, so one query
 // against a KV cache sees every key). Segment ids (packed examples) mask key j
 // for query i unless one run of equal ids holds both: an example is a run, so
 // the kernels see a key range [start of the run, causal limit) per row. A
-// query row that sees no key gives zeros.
+// query row that sees no key gives zeros. Dropout (training) zeroes softmax
+// weights by the dropout op's mask of the [..., Tq, Tk] weights (same seed,
+// same bits), inside the kernels, and scales the kept ones by 1 / (1 - p); the
+// backward recomputes the bits from (seed, position).
 // q, k, v are all f32 or all bf16; the output has their dtype. bf16 inputs
 // multiply exactly with f32 accumulation; the CPU kernel rounds the softmax
 // weights to bf16 for PV where it runs vdpbf16ps (as FlashAttention does).
@@ -60,26 +63,44 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionOptions& opt) {
   if (!std::isfinite(opt.scale) || opt.scale < 0)
     fail(op, "scale must be finite and >= 0 (0: 1/sqrt(E)), got ", opt.scale);
   const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(e > 0 ? e : 1));
-  if (!opt.segments.defined())
-    return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(),
-                                 {q.node(), k.node(), v.node()},
-                                 AttentionParams{scale, opt.causal}));
-  const Tensor seg = opt.segments;
-  detail::check_same_ctx(op, {q, seg});
-  const int64_t tq = q.shape()[nd - 2], tk = k.shape()[nd - 2];
-  if (tq != tk)
-    fail(op, "segments need as many queries as keys (packed training), got q ", q.shape().str(),
-         " and k ", k.shape().str());
-  int64_t heads = 1;
-  for (int d = 0; d < nd - 2; ++d) heads *= q.shape()[d];
-  if (seg.dtype() != i32 || seg.ndim() != 2 || seg.size(1) != tq || seg.size(0) < 1 ||
-      heads % seg.size(0) != 0)
-    fail(op, "segments ", seg.label(), " must be i32 [S, T] with T = ", tq, " and S dividing the ",
-         heads, " heads of q ", q.shape().str(), ", got ", dtype_name(seg.dtype()), " ",
-         seg.shape().str());
+  if (!(opt.dropout >= 0.0f && opt.dropout < 1.0f))
+    fail(op, "dropout must be in [0, 1), got ", opt.dropout);
+  AttentionParams prm{scale, opt.causal};
+  TensorNode *seg_node = nullptr, *seed_node = nullptr;  // the optional sources, in this order
+  if (opt.segments.defined()) {
+    const Tensor seg = opt.segments;
+    detail::check_same_ctx(op, {q, seg});
+    const int64_t tq = q.shape()[nd - 2], tk = k.shape()[nd - 2];
+    if (tq != tk)
+      fail(op, "segments need as many queries as keys (packed training), got q ", q.shape().str(),
+           " and k ", k.shape().str());
+    int64_t heads = 1;
+    for (int d = 0; d < nd - 2; ++d) heads *= q.shape()[d];
+    if (seg.dtype() != i32 || seg.ndim() != 2 || seg.size(1) != tq || seg.size(0) < 1 ||
+        heads % seg.size(0) != 0)
+      fail(op, "segments ", seg.label(), " must be i32 [S, T] with T = ", tq,
+           " and S dividing the ", heads, " heads of q ", q.shape().str(), ", got ",
+           dtype_name(seg.dtype()), " ", seg.shape().str());
+    prm.segmented = true;
+    seg_node = seg.node();
+  }
+  if (opt.dropout > 0.0f) {
+    prm.keep = 1.0f - opt.dropout;
+    prm.seed = int64_t(opt.seed);
+    if (opt.seed_tensor.defined()) {
+      const Tensor st = opt.seed_tensor;
+      detail::check_same_ctx(op, {q, st});
+      detail::check_dtype(op, "seed_tensor", st, i32);
+      if (st.numel() < 1) fail(op, "seed_tensor ", st.shape().str(), " has no elements");
+      prm.seeded = true;
+      seed_node = st.node();
+    }
+  }
+  // Present optional sources follow v without a gap (new_op drops trailing nulls only).
   return Tensor(detail::new_op(Op::ATTENTION, q.dtype(), q.shape(),
-                               {q.node(), k.node(), v.node(), seg.node()},
-                               AttentionParams{scale, opt.causal, true}));
+                               {q.node(), k.node(), v.node(), seg_node ? seg_node : seed_node,
+                                seg_node ? seed_node : nullptr},
+                               prm));
 }
 
 Tensor rope(Tensor x, Tensor cos, Tensor sin) {
@@ -201,11 +222,13 @@ Tensor like(Tensor t, const Slice& s) {
 void backward_ATTENTION(GradCtx& g) {
   Tensor q = g.src(0), k = g.src(1), v = g.src(2);
   if (!g.needs(0) && !g.needs(1) && !g.needs(2)) return;
-  // Segment ids (packed examples) follow as a sixth source; none: nullptr,
-  // which new_op drops.
-  TensorNode* seg = g.params<Op::ATTENTION>().segmented ? g.src(3).node() : nullptr;
-  const std::initializer_list<TensorNode*> srcs = {q.node(),       k.node(),        v.node(),
-                                                   g.out().node(), g.grad().node(), seg};
+  // Segment ids (packed examples) and the dropout seed tensor follow dO, as
+  // in the forward (present ones without a gap; new_op drops trailing nulls).
+  const AttentionParams& prm = g.params<Op::ATTENTION>();
+  TensorNode* extra0 = prm.segmented || prm.seeded ? g.src(3).node() : nullptr;
+  TensorNode* extra1 = prm.segmented && prm.seeded ? g.src(4).node() : nullptr;
+  const std::initializer_list<TensorNode*> srcs = {
+      q.node(), k.node(), v.node(), g.out().node(), g.grad().node(), extra0, extra1};
   const Slice s[3] = {slice_of(q.node()), slice_of(k.node()), slice_of(v.node())};
   // Rows of unit column stride; strided views (a backend that copies a
   // source keeps a strided view a view of the copied tensor, at its offset,

@@ -14,7 +14,7 @@
 //   A quantized table is frozen: no gradient flows into it.
 // - concat (torch.cat): every tensor has the same ndim and dtype, sizes match
 //   except along `dim`; a one-element list returns that tensor itself. The
-//   primitive takes 2 to kMaxSrc (6) parts, so more tensors become a chain of
+//   primitive takes 2 to kMaxSrc (7) parts, so more tensors become a chain of
 //   CONCAT nodes (errors are checked up front and name the original
 //   positions). Any dtype.
 // - pad (F.pad, constant mode): pairs (before, after) from the LAST dim; fewer
@@ -96,8 +96,9 @@ Tensor concat_node(const Tensor* parts, int n, int dim) {
       {srcs[0], srcs[1], srcs[2]},
       {srcs[0], srcs[1], srcs[2], srcs[3]},
       {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4]},
-      {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4], srcs[5]}};
-  static_assert(kMaxSrc == 6);
+      {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4], srcs[5]},
+      {srcs[0], srcs[1], srcs[2], srcs[3], srcs[4], srcs[5], srcs[6]}};
+  static_assert(kMaxSrc == 7);
   return Tensor(detail::new_op(Op::CONCAT, parts[0].dtype(), s, all[n - 2], ConcatParams{dim}));
 }
 

@@ -2,8 +2,8 @@
 // permuted q/k/v, 3-D, grouped heads through broadcast k/v) and ATTENTION_BACK on its own; ROPE
 // (tables of any values, strided x and tables, tables narrowed at a KV cache's offset, gradients of
 // x and of the tables, per-sequence tables) and ROPE_BACK on its own; segment
-// ids (packed examples) through every kernel path. Multi-threaded sizes run without finite
-// differences (their grads are compared with the reference's).
+// ids (packed examples) through every kernel path; dropout on the weights. Multi-threaded sizes run
+// without finite differences (their grads are compared with the reference's).
 #include <array>
 #include <cmath>
 #include <limits>
@@ -397,6 +397,90 @@ void add_attention_segments(std::vector<Case>& cs) {
   }
 }
 
+// Dropout on the weights inside the fused kernels (AttentionOptions::dropout),
+// against the reference's mask from the definition (the dropout op's bits of
+// the [..., Tq, Tk] weights): a static seed and a seed tensor, causal or not,
+// the small-head kernels with finite differences (the mask is fixed, so the
+// function is smooth), the tiled kernels (Tk = 70), with segment ids, bf16,
+// several threads' heads, and ATTENTION_BACK alone.
+void add_attention_dropout(std::vector<Case>& cs) {
+  const Gen g = gen::uniform(-1.5, 1.5);
+  const Gen seed = [](const Shape& s, Rng&) {
+    return std::vector<double>(size_t(s.numel()), 977.0);
+  };
+  auto opts = [](bool causal, float p, Tensor seg, Tensor seed_t) {
+    AttentionOptions o{0.0f, causal, seg};
+    o.dropout = p;
+    o.seed = 0x5eed;
+    o.seed_tensor = seed_t;
+    return o;
+  };
+  for (const bool causal : {true, false}) {
+    const std::string sfx = causal ? "_causal" : "_full";
+    cs.push_back(make_case(
+        "attention_dropout_small" + sfx, {Op::ATTENTION},
+        {in("q", {1, 3, 13, 20}, g), in("k", {1, 3, 13, 20}, g), in("v", {1, 3, 13, 20})},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.3f, {}, {})); },
+        true));
+    cs.push_back(no_fd(make_case(
+        "attention_dropout_seeded_gpt" + sfx, {Op::ATTENTION},
+        {in("q", {2, 4, 64, 32}, g), in("k", {2, 4, 64, 32}, g), in("v", {2, 4, 64, 32}),
+         in_i32("seed", {1}, seed)},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.2f, {}, x[3])); },
+        true)));
+    // Past the small kernels' bound (Tk = 70): the tiled forward and backward.
+    cs.push_back(no_fd(make_case(
+        "attention_dropout_tiled" + sfx, {Op::ATTENTION},
+        {in("q", {1, 2, 66, 24}, g), in("k", {1, 2, 70, 24}, g), in("v", {1, 2, 70, 24}),
+         in_i32("seed", {1}, seed)},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.5f, {}, x[3])); },
+        true)));
+    // Segment ids and a seed tensor: both optional sources, in order.
+    cs.push_back(make_case(
+        "attention_dropout_segments" + sfx, {Op::ATTENTION},
+        {in("q", {2, 1, 13, 6}, g), in("k", {2, 1, 13, 6}, g), in("v", {2, 1, 13, 6}),
+         in_i32("seg", {2, 13}, segment_runs({{3, 1, 5}, {13}})), in_i32("seed", {1}, seed)},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.25f, x[3], x[4])); },
+        true));
+    cs.push_back(no_fd(make_case(
+        "attention_dropout_segments_tiled" + sfx, {Op::ATTENTION},
+        {in("q", {1, 2, 90, 16}, g), in("k", {1, 2, 90, 16}, g), in("v", {1, 2, 90, 16}),
+         in_i32("seg", {1, 90}, segment_runs({{17, 1, 40}})), in_i32("seed", {1}, seed)},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.2f, x[3], x[4])); },
+        true)));
+    Case bf = make_case(
+        "attention_dropout_bf16" + sfx, {Op::ATTENTION},
+        {as(in("q", {1, 2, 80, 16}, g), DType::bf16), as(in("k", {1, 2, 80, 16}, g), DType::bf16),
+         as(in("v", {1, 2, 80, 16}), DType::bf16), in_i32("seed", {1}, seed)},
+        [=](Context&, X x) { return attention(x[0], x[1], x[2], opts(causal, 0.2f, {}, x[3])); },
+        false);
+    bf.tol = {1e-2, 1e-2};
+    cs.push_back(bf);
+    // ATTENTION_BACK alone (small and tiled kernels), with a seed tensor.
+    for (const int64_t t : {int64_t(29), int64_t(70)}) {
+      Case b = make_case(
+          "attention_back_dropout_t" + std::to_string(t) + sfx, {Op::ATTENTION_BACK},
+          {in("q", {1, 2, t, 12}, g), in("k", {1, 2, t, 12}, g), in("v", {1, 2, t, 12}),
+           in("dout", {1, 2, t, 12}), in_i32("seed", {1}, seed)},
+          [=](Context&, X x) {
+            AttentionOptions o = opts(causal, 0.3f, {}, x[4]);
+            o.scale = 0.3f;
+            Tensor out = attention(x[0], x[1], x[2], o);
+            AttentionParams p{0.3f, causal};
+            p.keep = 0.7f;
+            p.seed = 0x5eed;
+            p.seeded = true;
+            const int64_t n = x[0].numel() + x[1].numel() + x[2].numel();
+            return detail::make_op(Op::ATTENTION_BACK, DType::f32, Shape{n},
+                                   {x[0], x[1], x[2], out, x[3], x[4]}, p);
+          },
+          false);
+      b.tol = {1e-5, 1e-5};
+      cs.push_back(b);
+    }
+  }
+}
+
 // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
 std::string rope_spec(const std::vector<RefValue>& in, const RefValue& out) {
   const RefValue &x = in[0], &c = in[1], &s = in[2];
@@ -473,6 +557,7 @@ void add_attention_cases(std::vector<Case>& cs, Sz z) {
   add_attention(cs, z);
   add_attention_small(cs);
   add_attention_segments(cs);
+  add_attention_dropout(cs);
   add_rope(cs, z);
 }
 

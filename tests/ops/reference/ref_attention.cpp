@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/ext/rng.h"
 #include "ops/reference/reference.h"
 
 namespace kiln::test {
@@ -59,10 +60,12 @@ AttnDims attn_dims(const RefValue& q, const RefValue& k) {
   return {tq * e ? q.numel() / (tq * e) : 0, tq, k.shape[nd - 2], e};
 }
 
-// Head h's row of segment ids (the node's last source when segmented), or null.
+// Head h's row of segment ids (the source before the seed tensor, or the
+// last one, when segmented), or null.
 const double* head_segments(const RefArgs& a, const AttnDims& D, int64_t h) {
-  if (!a.params<AttentionParams>().segmented) return nullptr;
-  const RefValue& seg = a.in(a.node->n_src - 1);
+  const AttentionParams p = a.params<AttentionParams>();
+  if (!p.segmented) return nullptr;
+  const RefValue& seg = a.in(a.node->n_src - (p.seeded ? 2 : 1));
   const int64_t rows = seg.shape[0], t = seg.shape[1];
   if (t != D.tq || t != D.tk || D.heads % rows != 0)
     ref_fail(a.node, "segments " + seg.shape.str() + " do not fit the heads");
@@ -98,6 +101,28 @@ RefValue placed_in_sliced(const TensorNode* node, const std::vector<double>& g) 
   return r;
 }
 
+// Dropout's factor of weight (i, j) of head h, by the definition in ops.h:
+// dropout()'s mask of the [..., Tq, Tk] weights (kiln/ext/rng.h, element
+// (h Tq + i) Tk + j, seed xor the seed tensor's element 0), kept ones scaled
+// by 1 / keep; 1 without dropout.
+struct RefDropout {
+  bool on = false;
+  uint64_t seed = 0;
+  double keep = 1;
+  explicit RefDropout(const RefArgs& a) {
+    const AttentionParams p = a.params<AttentionParams>();
+    on = p.keep < 1.0f;
+    keep = double(p.keep);
+    seed = uint64_t(p.seed);
+    if (on && p.seeded) seed ^= uint64_t(int64_t(a.in(a.node->n_src - 1).v.at(0)));
+  }
+  double factor(const AttnDims& D, int64_t h, int64_t i, int64_t j) const {
+    if (!on) return 1.0;
+    const uint64_t index = uint64_t((h * D.tq + i) * D.tk + j);
+    return detail::rng_uniform(seed, index) < float(keep) ? 1.0 / double(float(keep)) : 0.0;
+  }
+};
+
 }  // namespace
 
 RefValue ref_ATTENTION(const RefArgs& a) {
@@ -105,6 +130,7 @@ RefValue ref_ATTENTION(const RefArgs& a) {
   const AttentionParams p = a.params<AttentionParams>();
   RefValue r = ref_out(a.node, q.shape);
   const AttnDims D = attn_dims(q, k);
+  const RefDropout drop(a);
   for (int64_t h = 0; h < D.heads; ++h) {
     const double* qh = q.v.data() + h * D.tq * D.e;
     const double* kh = k.v.data() + h * D.tk * D.e;
@@ -114,15 +140,17 @@ RefValue ref_ATTENTION(const RefArgs& a) {
     for (int64_t i = 0; i < D.tq; ++i)
       for (int64_t c = 0; c < D.e; ++c) {
         double acc = 0;
-        for (int64_t j = 0; j < D.tk; ++j) acc += pr[size_t(i * D.tk + j)] * vh[j * D.e + c];
+        for (int64_t j = 0; j < D.tk; ++j)
+          acc += pr[size_t(i * D.tk + j)] * drop.factor(D, h, i, j) * vh[j * D.e + c];
         r.v[size_t((h * D.tq + i) * D.e + c)] = acc;
       }
   }
   return r;
 }
 
-// With P = softmax(S), S = scale q k^T (masked), O = P v and dO given:
-// dv = P^T dO; dP = dO v^T; dS = P * (dP - rowsum(dP * P)); dq = scale dS k;
+// With P = softmax(S), S = scale q k^T (masked), W = P * F (F dropout's
+// factors, 1 without), O = W v and dO given: dv = W^T dO; dW = dO v^T,
+// dP = dW * F; dS = P * (dP - rowsum(dP * P)); dq = scale dS k;
 // dk = scale dS^T q. (rowsum(dP * P) = dO . O; the reference uses the former.)
 RefValue ref_ATTENTION_BACK(const RefArgs& a) {
   const RefValue &q = a.in(0), &k = a.in(1), &v = a.in(2), &g = a.in(4);
@@ -136,6 +164,7 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
   std::vector<double> grads(size_t(nq + nk + nv), 0.0);
   const AttnDims D = attn_dims(q, k);
   const double sc = double(p.scale);
+  const RefDropout drop(a);
   for (int64_t h = 0; h < D.heads; ++h) {
     const double* qh = q.v.data() + h * D.tq * D.e;
     const double* kh = k.v.data() + h * D.tk * D.e;
@@ -152,16 +181,17 @@ RefValue ref_ATTENTION_BACK(const RefArgs& a) {
       for (int64_t j = 0; j < D.tk; ++j) {
         double acc = 0;
         for (int64_t c = 0; c < D.e; ++c) acc += gh[i * D.e + c] * vh[j * D.e + c];
+        acc *= drop.factor(D, h, i, j);
         dp[size_t(j)] = acc;
         row += acc * pr[size_t(i * D.tk + j)];
       }
       for (int64_t j = 0; j < D.tk; ++j) {
-        const double pij = pr[size_t(i * D.tk + j)];
+        const double pij = pr[size_t(i * D.tk + j)], wij = pij * drop.factor(D, h, i, j);
         const double ds = pij * (dp[size_t(j)] - row);
         for (int64_t c = 0; c < D.e; ++c) {
           dq[i * D.e + c] += sc * ds * kh[j * D.e + c];
           dk[j * D.e + c] += sc * ds * qh[i * D.e + c];
-          dv[j * D.e + c] += pij * gh[i * D.e + c];
+          dv[j * D.e + c] += wij * gh[i * D.e + c];
         }
       }
     }

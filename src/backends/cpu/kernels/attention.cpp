@@ -12,7 +12,9 @@
 // and D = dO . O give ds = p (dp - D); dq = scale ds k, and dk += scale ds^T q,
 // dv += p^T dO accumulate in the head's rows of the output. Keys no row of a
 // tile sees are skipped: past the causal limit, and before the first key of
-// the tile's packed examples (segment ids).
+// the tile's packed examples (segment ids). Dropout (AttentionParams::keep <
+// 1): each row's mask factors f are recomputed from the seed (DropMask); dv
+// takes p f and ds = p (dp f - D).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -237,16 +239,18 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
   const int64_t ld = packed_ld(D.tk), e = D.e;
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(t.scratch(
-      size_t(2 * e * ld + D.tk * e + 2 * kR * ld + 2 * kR * eb + 2 * eb) * sizeof(float)));
+      size_t(2 * e * ld + D.tk * e + 2 * kR * ld + ld + 2 * kR * eb + 2 * eb) * sizeof(float)));
   float* vt = kt + e * ld;
   float* kp = vt + e * ld;
-  float* P = kp + D.tk * e;  // kR x ld: scores, then probabilities
-  float* dS = P + kR * ld;   // kR x ld: dO v^T, then scale * ds
-  float* qt = dS + kR * ld;
+  float* P = kp + D.tk * e;    // kR x ld: scores, then probabilities
+  float* dS = P + kR * ld;     // kR x ld: dO v^T, then scale * ds
+  float* mrow = dS + kR * ld;  // ld: a row's dropout factors
+  float* qt = mrow + ld;
   float* gt = qt + kR * eb;
   float* obuf = gt + kR * eb;
   float* rbuf = obuf + eb;
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const HeadMat qh = head_of(q, h), kh = head_of(k, h), vh = head_of(v, h);
     const HeadMat oh = head_of(o, h), gh = head_of(dout, h);
@@ -298,11 +302,23 @@ void kernel_ATTENTION_BACK(TensorNode* dst, ThreadCtx& t) {
         const float dsum = dot(gt + r * e, oh.row(i0 + r, e, obuf), e);
         const VF inv = vm::c<VF>(1.0f / l), vd = vm::c<VF>(dsum);
         const VF vs = vm::c<VF>(p.scale);
-        for (int64_t j = a; j < n; j += kW) {
-          const int mm = int(std::min(kW, n - j));
-          const VF pj = vm::loadv<VF>(pr + j, mm) * inv;
-          vm::store(pr + j, pj, mm);                                          // p
-          vm::store(dr + j, pj * (vm::loadv<VF>(dr + j, mm) - vd) * vs, mm);  // scale * ds
+        if (drop.on()) {
+          // With dropout factors f: O = (p f) V, so dv takes p f, and dp f
+          // replaces dp in ds = p (dp f - D) (D = dO . O still).
+          drop.factors(h, i0 + r, j0 + a, n - a, mrow + a);
+          for (int64_t j = a; j < n; j += kW) {
+            const int mm = int(std::min(kW, n - j));
+            const VF pj = vm::loadv<VF>(pr + j, mm) * inv, fj = vm::loadv<VF>(mrow + j, mm);
+            vm::store(pr + j, pj * fj, mm);                                          // p f
+            vm::store(dr + j, pj * (vm::loadv<VF>(dr + j, mm) * fj - vd) * vs, mm);  // scale * ds
+          }
+        } else {
+          for (int64_t j = a; j < n; j += kW) {
+            const int mm = int(std::min(kW, n - j));
+            const VF pj = vm::loadv<VF>(pr + j, mm) * inv;
+            vm::store(pr + j, pj, mm);                                          // p
+            vm::store(dr + j, pj * (vm::loadv<VF>(dr + j, mm) - vd) * vs, mm);  // scale * ds
+          }
         }
         std::fill(pr, pr + a, 0.0f);
         std::fill(dr, dr + a, 0.0f);

@@ -17,6 +17,8 @@
 // the thread count (each tile, or head backward, is computed the same way by
 // whichever thread owns it). Segment ids (packed examples) mask the keys of
 // earlier examples; unlike the f32 kernels, these paths do not skip them.
+// Dropout (AttentionParams::keep < 1) as the f32 kernels: mask factors
+// (DropMask) on the weights after the row sums; recomputed backward.
 #include "backends/cpu/kernels/attention_bf16.h"
 #include "backends/cpu/kernels/attention_head.h"
 
@@ -53,6 +55,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using attn::Dims;
 using attn::dims_of;
+using attn::DropMask;
 using attn::grad_head;
 using attn::GradRows;
 using attn::KeyRange;
@@ -325,7 +328,8 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
   float* orow = acc + kR * eb;
   char* out = static_cast<char*>(dst->data);
   const int64_t osz = int64_t(dtype_size(dst->dtype));
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   Head qh{};
   for (int64_t u = ur.begin, packed = -1; u < ur.end; ++u) {
     const int64_t h = u / tiles, i0 = u % tiles * kR;
@@ -367,6 +371,7 @@ bool attention_bf16_forward(TensorNode* dst, ThreadCtx& t) {
           for (int64_t c = 0; c < e; ++c) acc[r * eb + c] *= corr;
         m[r] = bm;
         l[r] += exp_store_sum(sr + a, n - a, bm);
+        if (drop.on() && n > a) drop.apply(h, i0 + r, j0 + a, n - a, sr + a);  // after the sum
         std::fill(sr, sr + a, 0.0f);  // keys of an earlier packed example weigh 0
         to_bf16(sr, n, 2 * npb, pr);  // keys past the row's causal limit weigh 0
       }
@@ -423,7 +428,8 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
     const Head hx = head_of(x, h);
     return f32_row(hx.base + i * hx.rs, x->dtype, hx.cs, e, buf);
   };
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     const Head qh = head_of(q, h), kh = head_of(k, h), gh = head_of(dout, h);
     pack_pairs_over_e(kh, D.tk, e, k2, ldk, rows);
@@ -471,10 +477,23 @@ bool attention_bf16_backward(TensorNode* dst, ThreadCtx& t) {
         float dsum = 0.0f;
         for (int64_t c = 0; c < e; ++c) dsum += grow[c] * orow[c];
         const float inv = 1.0f / l;
-        for (int64_t j = a; j < n; ++j) {
-          const float pj = pr[j] * inv;
-          pr[j] = pj;
-          dr[j] = pj * (dr[j] - dsum) * p.scale;
+        if (drop.on()) {    // factors f: P holds p f (for dv), ds = p (dp f - D)
+          float* f = obuf;  // free until the next row's O
+          for (int64_t jb = a; jb < n; jb += eb) {
+            const int64_t nb = std::min(eb, n - jb);
+            drop.factors(h, i0 + r, jb, nb, f);
+            for (int64_t j = jb; j < jb + nb; ++j) {
+              const float pj = pr[j] * inv, fj = f[j - jb];
+              pr[j] = pj * fj;
+              dr[j] = pj * (dr[j] * fj - dsum) * p.scale;
+            }
+          }
+        } else {
+          for (int64_t j = a; j < n; ++j) {
+            const float pj = pr[j] * inv;
+            pr[j] = pj;
+            dr[j] = pj * (dr[j] - dsum) * p.scale;
+          }
         }
         std::fill(pr, pr + a, 0.0f);  // keys of an earlier packed example
         std::fill(dr, dr + a, 0.0f);

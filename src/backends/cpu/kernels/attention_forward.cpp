@@ -18,7 +18,9 @@
 // P V is a second micro-kernel (6 rows x up to 4 vectors of E). Key blocks
 // past a tile's last visible key are never computed (the causal triangle), nor
 // keys before its first (packed examples: segment ids), so packed attention
-// costs about the sum of its examples'.
+// costs about the sum of its examples'. Dropout (AttentionParams::keep < 1)
+// scales each row's block weights by their mask factors (DropMask) after its
+// sum is taken, before P V.
 //
 // Threads take contiguous runs of (group, tile) units of about equal work
 // (a unit costs its rows times its visible keys). Every row's arithmetic
@@ -247,7 +249,8 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
   const int64_t blocks = D.heads / g.sub, tiles = (D.tq + g.pos - 1) / g.pos;
   const UnitRange ur = unit_range(t, blocks, tiles, g, D, p.causal);
   if (ur.end <= ur.begin) return;
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   const int64_t e = D.e, tkp = round_up(std::max<int64_t>(D.tk, 1), kChunk);
   const int64_t eb = round_up(e, kW);
   float* kt = static_cast<float*>(
@@ -317,6 +320,9 @@ void kernel_ATTENTION(TensorNode* dst, ThreadCtx& t) {
         const int64_t n = std::clamp(n_row[r] - j0, int64_t(0), jn);   // visible in block
         const int64_t a = std::clamp(lo_row[r] - j0, int64_t(0), jn);  // from here
         block_softmax(S + r * kBlock, a, n, jw, m[r], l[r], O + r * e, e);
+        // Dropout after the sum (l normalises the undropped weights).
+        if (drop.on() && n > a)
+          drop.apply(h0 + r / g.pos, i0 + r % g.pos, j0 + a, n - a, S + r * kBlock + a);
       }
       for (int r0 = 0; r0 < prow; r0 += kRowsPV)
         rows_pv(S + r0 * kBlock, vp + j0 * e, jn, e, O + r0 * e);

@@ -4,12 +4,16 @@
 // vector dot.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels/common.h"
 #include "backends/cpu/kernels/vec_math.h"
 #include "kiln/error.h"
+#include "kiln/ext/op_params.h"
+#include "kiln/ext/rng.h"
 #include "kiln/ext/tensor_node.h"
 
 namespace kiln::cpu::attn {
@@ -68,10 +72,19 @@ struct KeyRange {
 // run of equal ids. An example is a run, so a row's keys are one range. The
 // runs of a segment row are found once (O(T)) when a head of another row is
 // asked for; each thread keeps its own.
+// The optional sources after ATTENTION's v (ATTENTION_BACK's dO): segment
+// ids, then the dropout seed tensor (AttentionParams), each null when absent.
+inline const TensorNode* segment_ids(const TensorNode* dst, const AttentionParams& p) {
+  return p.segmented ? dst->src[dst->n_src - (p.seeded ? 2 : 1)] : nullptr;
+}
+inline const TensorNode* seed_tensor(const TensorNode* dst, const AttentionParams& p) {
+  return p.seeded ? dst->src[dst->n_src - 1] : nullptr;
+}
+
 class KeyRanges {
  public:
-  KeyRanges(const TensorNode* dst, const Dims& D, bool causal, bool segmented)
-      : seg_(segmented ? dst->src[dst->n_src - 1] : nullptr), D_(D), causal_(causal) {
+  KeyRanges(const TensorNode* dst, const Dims& D, const AttentionParams& p)
+      : seg_(segment_ids(dst, p)), D_(D), causal_(p.causal) {
     if (seg_) {
       per_row_ = std::max<int64_t>(1, D.heads / seg_->shape[0]);
       start_.resize(size_t(D.tk));
@@ -103,6 +116,54 @@ class KeyRanges {
   bool causal_;
   int64_t per_row_ = 1, row_ = -1;
   std::vector<int64_t> start_, end_;
+};
+
+// Dropout on the softmax weights (AttentionParams::keep < 1). The bit of
+// (head h, query i, key j) is the dropout op's for element (h Tq + i) Tk + j
+// of the [..., Tq, Tk] weights, from the same seed (the seed tensor's element
+// 0 xor-ed in), so the fused kernels and the composite drop the same weights,
+// and the backward recomputes the bits instead of storing them. A kept
+// weight is scaled by 1 / keep.
+class DropMask {
+ public:
+  DropMask(const TensorNode* dst, const AttentionParams& p, const Dims& D)
+      : on_(p.keep < 1.0f), inv_keep_(1.0f / p.keep), tq_(D.tq), tk_(D.tk) {
+    if (!on_) return;
+    // rng_uniform's u = (h >> 40) 2^-24 < keep, on integers: the 24-bit draw
+    // x is exact in float, so u < keep iff x < keep 2^24 iff x < ceil(keep
+    // 2^24) (exact in double). The same bits, without a u64 -> float
+    // conversion per weight.
+    threshold_ = uint64_t(std::ceil(double(p.keep) * 16777216.0));
+    uint64_t seed = uint64_t(p.seed);
+    if (const TensorNode* st = seed_tensor(dst, p)) {
+      int32_t s;
+      std::memcpy(&s, st->data, 4);
+      seed ^= uint64_t(int64_t(s));
+    }
+    mixed_ = detail::splitmix64(seed);
+  }
+  bool on() const { return on_; }
+  // f[j] = the factor (1 / keep or 0) of key j0 + j of query row i of head h,
+  // for j < n.
+  void factors(int64_t h, int64_t i, int64_t j0, int64_t n, float* f) const {
+    const uint64_t base = uint64_t((h * tq_ + i) * tk_ + j0);
+    for (int64_t j = 0; j < n; ++j) f[j] = kept(base + uint64_t(j)) ? inv_keep_ : 0.0f;
+  }
+  // w[j] *= that factor, for j < n (a row of softmax weights).
+  void apply(int64_t h, int64_t i, int64_t j0, int64_t n, float* w) const {
+    const uint64_t base = uint64_t((h * tq_ + i) * tk_ + j0);
+    for (int64_t j = 0; j < n; ++j) w[j] *= kept(base + uint64_t(j)) ? inv_keep_ : 0.0f;
+  }
+
+ private:
+  bool kept(uint64_t index) const {
+    return (detail::splitmix64(mixed_ ^ index) >> 40) < threshold_;
+  }
+  bool on_;
+  float inv_keep_;
+  uint64_t threshold_ = 0;
+  int64_t tq_, tk_;
+  uint64_t mixed_ = 0;
 };
 
 // dot(a, b) over e contiguous floats, vector by vector (a masked tail).

@@ -24,7 +24,9 @@
 // P V and dS K pair over keys, dS^T q and P^T dO over query rows, with P and
 // dS rounded to bf16 as attention_bf16.cpp does. The forward saves nothing for
 // the backward, which recomputes P (its row max and sum are a small part of a
-// head's work at this size).
+// head's work at this size). Dropout (AttentionParams::keep < 1) scales the
+// weights by their mask factors (DropMask) after the row sums, forward; the
+// backward recomputes the factors: dv takes p f and ds = p (dp f - D).
 #include "backends/cpu/kernels/attention_small.h"
 
 #include <algorithm>
@@ -444,7 +446,8 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
   const bool f32_out = dst->dtype == DType::f32;
   const int64_t osz = int64_t(dtype_size(dst->dtype));
   char* out = static_cast<char*>(dst->data);
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // k^T as words of bf16 pairs (q read in place, v's row pairs interleaved)
     // or as f32.
@@ -477,6 +480,9 @@ bool attention_small_forward(TensorNode* dst, ThreadCtx& t) {
       with_rows(nr, [&]<int R>() {
         tile_scores<R>(pairs, qr.row(i0), qr.ld, kt, ldk, nvk, ew, p.scale, S, ldk);
         softmax_rows<R>(S, ldk, lo, n, nvk * kW, inv);
+        if (drop.on())  // after the sums (inv normalises the undropped weights)
+          for (int r = 0; r < R; ++r)
+            if (n[r] > lo[r]) drop.apply(h, i0 + r, lo[r], n[r] - lo[r], S + r * ldk + lo[r]);
         if (kHavePairs && pairs) {
           for (int r = 0; r < R; ++r) pairs_along(S + r * ldk, nvk * kW, P2 + r * ldp);
           weighted<R, true>(P2, ldp, 1, vbuf, e, 0, (n_max + 1) / 2, e, inv, o, e);
@@ -511,7 +517,7 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   // dS (tq x ldk each), O (tq x e), a tile's dS pairs (kR x ldp), dS and P
   // over row pairs (tq2 x ldk each).
   const int64_t floats = 2 * e * ldk + 2 * tk * e + (tq + 1) * e + tq * e + (tq + 1) * e +
-                         2 * tq * ldk + tq * e + kR * ldp + 2 * tq2 * ldk;
+                         2 * tq * ldk + tq * e + kR * ldp + 2 * tq2 * ldk + kR * ldk;
   float* kt = static_cast<float*>(t.scratch(size_t(floats) * sizeof(float)));
   float* vt = kt + e * ldk;
   float* kbuf = vt + e * ldk;  // k as f32, or its row pairs interleaved
@@ -525,7 +531,9 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
   float* ds2 = obuf + tq * e;         // kR x ldp: a tile's dS as pairs over keys
   float* dSp = ds2 + kR * ldp;        // tq2 x ldk: dS as pairs over rows
   float* Pp = dSp + tq2 * ldk;        // tq2 x ldk: P as pairs over rows
-  KeyRanges ranges(dst, D, p.causal, p.segmented);
+  float* F = Pp + tq2 * ldk;          // kR x ldk: a tile's dropout factors
+  KeyRanges ranges(dst, D, p);
+  const DropMask drop(dst, p, D);
   for (int64_t h = hr.begin; h < hr.end; ++h) {
     // f32 rows, or for pairs k^T, v^T as words (q, dO read in place for the
     // scores) and the row pairs of k, q, dO interleaved for the other products.
@@ -585,16 +593,38 @@ bool attention_small_backward(TensorNode* dst, ThreadCtx& t) {
         }
         softmax_rows<R>(Pt, ldk, lo, n, nw, inv);
         const VF lanes = vm::loadv<VF>(kLanes), vs = vm::c<VF>(p.scale), zero = vm::c<VF>(0.0f);
-        for (int64_t j = 0; j < nw; j += kW) {
-          KILN_UNROLL
+        if (drop.on()) {
+          // Dropout factors f (0 outside the visible keys): P holds p f (for
+          // dv = (p f)^T dO) and ds = p (dp f - D).
           for (int r = 0; r < R; ++r) {
-            float* pr = Pt + r * ldk + j;
-            float* dr = dSt + r * ldk + j;
-            const VF pj = vm::loadv<VF>(pr) * vm::c<VF>(inv[r]);
-            const VF ds = pj * (vm::loadv<VF>(dr) - vm::c<VF>(dsum[r])) * vs;
-            vm::store(pr, pj);
-            // p is 0 outside the visible keys, where dp may be anything
-            vm::store(dr, in_range(lanes, j, float(lo[r]), float(n[r]))(ds, zero));
+            float* f = F + r * ldk;
+            std::fill(f, f + nw, 0.0f);
+            if (n[r] > lo[r]) drop.factors(h, i0 + r, lo[r], n[r] - lo[r], f + lo[r]);
+          }
+          for (int64_t j = 0; j < nw; j += kW) {
+            KILN_UNROLL
+            for (int r = 0; r < R; ++r) {
+              float* pr = Pt + r * ldk + j;
+              float* dr = dSt + r * ldk + j;
+              const VF pj = vm::loadv<VF>(pr) * vm::c<VF>(inv[r]);
+              const VF fj = vm::loadv<VF>(F + r * ldk + j);
+              const VF ds = pj * (vm::loadv<VF>(dr) * fj - vm::c<VF>(dsum[r])) * vs;
+              vm::store(pr, pj * fj);
+              vm::store(dr, in_range(lanes, j, float(lo[r]), float(n[r]))(ds, zero));
+            }
+          }
+        } else {
+          for (int64_t j = 0; j < nw; j += kW) {
+            KILN_UNROLL
+            for (int r = 0; r < R; ++r) {
+              float* pr = Pt + r * ldk + j;
+              float* dr = dSt + r * ldk + j;
+              const VF pj = vm::loadv<VF>(pr) * vm::c<VF>(inv[r]);
+              const VF ds = pj * (vm::loadv<VF>(dr) - vm::c<VF>(dsum[r])) * vs;
+              vm::store(pr, pj);
+              // p is 0 outside the visible keys, where dp may be anything
+              vm::store(dr, in_range(lanes, j, float(lo[r]), float(n[r]))(ds, zero));
+            }
           }
         }
         for (int r = 0; r < R; ++r)
