@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/safetensors_fixture.h"
 #include "kiln/ext/alloc.h"
 #include "kiln/kiln.h"
 
@@ -19,44 +20,13 @@ inline std::string fixture_dir(const std::string& name) {
 
 // expected.safetensors (or another file the reference wrote, e.g.
 // generation.safetensors) of a fixture: F32 and I32 tensors by name.
-class Expected {
+class Expected : public kiln_test::SafetensorsFixture {
  public:
   explicit Expected(const std::string& fixture, const std::string& file = "expected.safetensors")
-      : f_(fixture_dir(fixture) + "/" + file) {}
-  bool has(const std::string& name) const { return f_.find(name) != nullptr; }
-  std::vector<float> floats(const std::string& name) const {
-    const std::vector<uint8_t> b = f_.read_bytes(name);
-    std::vector<float> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), b.size());
-    return v;
-  }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const std::vector<uint8_t> b = f_.read_bytes(name);
-    std::vector<int32_t> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), b.size());
-    return v;
-  }
-  std::vector<int64_t> dims(const std::string& name) const { return f_.find(name)->dims; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const TensorInfo& t : f_.tensors()) out.push_back(t.name);
-    return out;
-  }
-
- private:
-  SafetensorsFile f_;
+      : SafetensorsFixture(fixture_dir(fixture) + "/" + file) {}
 };
 
-// max |got - want| / max |want|: the error relative to the tensor's scale.
-inline double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    err = std::max(err, double(std::fabs(got[i] - want[i])));
-    scale = std::max(scale, double(std::fabs(want[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
+using kiln_test::rel_error;
 
 // Logits of `model` for the fixture's input_ids ([B, T]), computed on the CPU.
 inline std::vector<float> run_logits(Context& ctx, models::CausalLM& model, const Expected& e) {

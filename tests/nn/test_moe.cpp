@@ -10,43 +10,21 @@
 
 #include <gtest/gtest.h>
 
+#include "common/safetensors_fixture.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/moe.h"
 
 namespace kiln::test {
 namespace {
 
-class MoeFixture {
+class MoeFixture : public kiln_test::SafetensorsFixture {
  public:
-  MoeFixture() : f_(std::string(KILN_SOURCE_DIR) + "/tests/nn/fixtures/moe/expected.safetensors") {}
-  std::vector<float> floats(const std::string& name) const {
-    const std::vector<uint8_t> b = f_.read_bytes(name);
-    std::vector<float> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), b.size());
-    return v;
-  }
-  std::vector<int32_t> ints(const std::string& name) const {
-    const std::vector<uint8_t> b = f_.read_bytes(name);
-    std::vector<int32_t> v(b.size() / 4);
-    std::memcpy(v.data(), b.data(), b.size());
-    return v;
-  }
-  std::vector<int64_t> dims(const std::string& name) const { return f_.find(name)->dims; }
-
- private:
-  SafetensorsFile f_;
+  MoeFixture()
+      : SafetensorsFixture(std::string(KILN_SOURCE_DIR) +
+                           "/tests/nn/fixtures/moe/expected.safetensors") {}
 };
 
-// max |got - want| / max |want|.
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-    err = std::max(err, double(std::fabs(got[i] - want[i])));
-    scale = std::max(scale, double(std::fabs(want[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
+using kiln_test::rel_error;
 
 void check_variant(const std::string& v, bool norm) {
   MoeFixture fx;
@@ -73,7 +51,7 @@ void check_variant(const std::string& v, bool norm) {
   cpu.compute(g);
 
   EXPECT_EQ(route.ids.get<int32_t>(), fx.ints(v + "ids")) << v;
-  EXPECT_LT(rel_err(y.get<float>(), fx.floats(v + "y")), 1e-5) << v;
+  EXPECT_LT(rel_error(y.get<float>(), fx.floats(v + "y")), 1e-5) << v;
   const std::pair<const char*, Tensor> leaves[] = {{"x", x},
                                                    {"gate", moe.gate.weight()},
                                                    {"gate_exps", moe.gate_exps()},
@@ -82,7 +60,7 @@ void check_variant(const std::string& v, bool norm) {
   for (const auto& [name, t] : leaves) {
     Tensor gt = g.grad(t);
     ASSERT_TRUE(gt.defined()) << v << name;
-    EXPECT_LT(rel_err(gt.get<float>(), fx.floats(v + "grad." + name)), 1e-4) << v << name;
+    EXPECT_LT(rel_error(gt.get<float>(), fx.floats(v + "grad." + name)), 1e-4) << v << name;
   }
   // Experts no token chose: exactly zero gradient.
   std::vector<bool> chosen(size_t(E), false);

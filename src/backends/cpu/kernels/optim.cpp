@@ -59,6 +59,22 @@ struct AdamW {
   }
 };
 
+namespace {
+// The update's constants from the step's values.
+AdamW adamw_of(const AdamWHyper& h) {
+  return {h.lr,
+          h.beta1,
+          h.beta2,
+          h.eps,
+          h.bias_correction1,
+          h.bias_correction2,
+          h.grad_scale,
+          1.0f - h.lr * h.weight_decay,
+          1.0f - h.beta1,
+          1.0f - h.beta2};
+}
+}  // namespace
+
 void kernel_ADAMW_STEP(TensorNode* dst, ThreadCtx& t) {
   TensorNode* p = dst->src[0];
   const TensorNode *g = dst->src[1], *m = dst->src[2], *v = dst->src[3];
@@ -66,16 +82,7 @@ void kernel_ADAMW_STEP(TensorNode* dst, ThreadCtx& t) {
   Range r = thread_range(t, n, 8, 16);
   if (r.empty()) return;
   const AdamWHyper h = read_hyper<AdamWHyper>(dst->src[4]);
-  const AdamW a{h.lr,
-                h.beta1,
-                h.beta2,
-                h.eps,
-                h.bias_correction1,
-                h.bias_correction2,
-                h.grad_scale,
-                1.0f - h.lr * h.weight_decay,
-                1.0f - h.beta1,
-                1.0f - h.beta2};
+  const AdamW a = adamw_of(h);
   // dst's data is the param's (an alias): read and write through src0's strides.
   auto L = make_layout<4>(p->shape, {p->stride, g->stride, m->stride, v->stride});
   for_each_run(
@@ -143,19 +150,6 @@ std::vector<AdamWSegment> read_adamw_segments(const TensorNode* dst) {
       fail("adamw_step_multi", "two segments of ", segs->label(), " update param elements [",
            pr[k].first, ", ", std::min(pr[k].second, pr[k - 1].second), ") both");
   return out;
-}
-
-AdamW adamw_of(const AdamWHyper& h) {
-  return {h.lr,
-          h.beta1,
-          h.beta2,
-          h.eps,
-          h.bias_correction1,
-          h.bias_correction2,
-          h.grad_scale,
-          1.0f - h.lr * h.weight_decay,
-          1.0f - h.beta1,
-          1.0f - h.beta2};
 }
 
 }  // namespace
