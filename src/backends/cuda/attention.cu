@@ -1,5 +1,5 @@
 // ATTENTION and ATTENTION_BACK: FlashAttention-style tiles in shared memory, f32
-// FMA on the CUDA cores; ROPE and ROPE_BACK.
+// FMA on the CUDA cores (ROPE and ROPE_BACK, of the same op family, are in rope.cu).
 //
 // Attention. A block is 4 warps (128 threads) and owns 64 rows of one head:
 // query rows (forward, dq) or key rows (dk, dv), 16 per warp. It walks the other
@@ -39,10 +39,6 @@
 // gradients are per query head, in k's and v's broadcast shapes (EXPAND's rule
 // sums them). dq, dk, dv go where the CPU's grad_head puts them (flat, or in
 // the tensor that q, k and v are slices of). E > 128 runs on the CPU.
-//
-// ROPE and ROPE_BACK: one thread per pair (i, i + D/2) of a row (b, t, h) of x
-// [B, T, H, D], tables [T, D] with any strides. A thread reads both elements of
-// its pair before writing them, so in place is safe.
 #include <atomic>
 #include <cmath>
 
@@ -742,67 +738,6 @@ size_t attention_workspace(const TensorNode* n) {
   return size_t(3) * size_t(q->numel() / std::max<int64_t>(1, q->shape[nd - 1])) * sizeof(float);
 }
 
-// ---------------------------------------------------------------- rope
-
-struct RopeGeom {
-  int64_t T, H, half;
-  int64_t xs[kMaxDims];  // x's byte strides
-  int64_t cs[2], ss[2];  // the tables' byte strides (position, column)
-  int64_t cb, sb;        // their batch strides: [B, T, D] tables; 0 for [T, D]
-};
-
-template <bool kBack>
-__global__ void k_rope(const char* x, const char* cos, const char* sin, RopeGeom g, int64_t pairs,
-                       float* out) {
-  KILN_GRID_LOOP(k, pairs) {
-    const int64_t i = k % g.half, row = k / g.half;
-    const int64_t hh = row % g.H, t = row / g.H % g.T, b = row / (g.H * g.T);
-    const int64_t xo = b * g.xs[0] + t * g.xs[1] + hh * g.xs[2];
-    const float lo = ldf(x, xo + i * g.xs[3]), hi = ldf(x, xo + (i + g.half) * g.xs[3]);
-    const int64_t co = b * g.cb + t * g.cs[0], so = b * g.sb + t * g.ss[0];
-    const float c0 = ldf(cos, co + i * g.cs[1]);
-    const float c1 = ldf(cos, co + (i + g.half) * g.cs[1]);
-    const float s0 = ldf(sin, so + i * g.ss[1]);
-    const float s1 = ldf(sin, so + (i + g.half) * g.ss[1]);
-    float* y = out + row * 2 * g.half;
-    if (kBack) {
-      y[i] = lo * c0 + hi * s1;
-      y[i + g.half] = hi * c1 - lo * s0;
-    } else {
-      y[i] = lo * c0 - hi * s0;
-      y[i + g.half] = hi * c1 + lo * s1;
-    }
-  }
-}
-
-void rope_ops(TensorNode* dst, const Launch& L) {
-  const TensorNode* x = dst->src[0];
-  const TensorNode* c = dst->src[1];
-  const TensorNode* s = dst->src[2];
-  RopeGeom g{};
-  g.T = x->shape[1];
-  g.H = x->shape[2];
-  g.half = x->shape[3] / 2;
-  for (int d = 0; d < 4; ++d) g.xs[d] = x->stride[size_t(d)];
-  const int td = c->shape.ndim() - 2;  // [B, T, D] tables (per sequence): 1
-  for (int d = 0; d < 2; ++d) {
-    g.cs[d] = c->stride[size_t(td + d)];
-    g.ss[d] = s->stride[size_t(td + d)];
-  }
-  g.cb = td ? c->stride[0] : 0;
-  g.sb = td ? s->stride[0] : 0;
-  const int64_t pairs = x->numel() / 2;
-  if (pairs == 0) return;
-  const char* xp = static_cast<const char*>(x->data);
-  const char* cp = static_cast<const char*>(c->data);
-  const char* sp = static_cast<const char*>(s->data);
-  float* out = static_cast<float*>(dst->data);
-  if (dst->op == Op::ROPE)
-    k_rope<false><<<grid_for(pairs), kThreads, 0, L.stream>>>(xp, cp, sp, g, pairs, out);
-  else k_rope<true><<<grid_for(pairs), kThreads, 0, L.stream>>>(xp, cp, sp, g, pairs, out);
-  check_launch(op_name(dst->op));
-}
-
 }  // namespace
 
 OpKernel attention_kernel(Op op) {
@@ -810,7 +745,7 @@ OpKernel attention_kernel(Op op) {
     case Op::ATTENTION:
     case Op::ATTENTION_BACK: return {attention_supports, attention_ops, attention_workspace};
     case Op::ROPE:
-    case Op::ROPE_BACK: return {all_f32, rope_ops};
+    case Op::ROPE_BACK: return rope_kernel(op);
     default: return {};
   }
 }
