@@ -1,6 +1,11 @@
-// Reproducible test inputs: n floats uniform in [-1, 1) from std::mt19937(seed),
-// and the same scaled and rounded to bf16 (bits and their exact f32 widening).
+// Reproducible test inputs: n floats uniform in [-1, 1) from std::mt19937(seed)
+// (or in [-bound, bound) from a test's generator), the same scaled and rounded
+// to bf16 (bits and their exact f32 widening), and the largest difference.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -15,6 +20,23 @@ inline std::vector<float> uniform_floats(size_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// n floats uniform in [-bound, bound) drawn from `rng` (a test's own stream).
+inline std::vector<float> uniform_floats(size_t n, std::mt19937& rng, float bound) {
+  std::uniform_real_distribution<float> u(-bound, bound);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// max |a[i] - b[i]| (the sizes must agree).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    d = std::max(d, double(std::fabs(a[i] - b[i])));
+  return d;
 }
 
 struct Bf16Values {

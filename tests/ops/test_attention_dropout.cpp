@@ -13,26 +13,12 @@
 #include <random>
 
 #include "common/error_check.h"
+#include "common/random_values.h"
 #include "kiln/ext/op_params.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
 namespace {
-
-std::vector<float> uniform_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-double largest_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
-}
 
 void check_dropout_against_composite(int64_t H, int64_t T, int64_t E, bool causal, float p) {
   SCOPED_TRACE("T " + std::to_string(T) + (causal ? " causal" : " full") + " p " +
@@ -61,7 +47,7 @@ void check_dropout_against_composite(int64_t H, int64_t T, int64_t E, bool causa
   CpuBackend cpu(2);
   auto buf = allocate_tensors(ctx, cpu);
   std::mt19937 rng(uint32_t(T + E));
-  for (Tensor t : {q, k, v, w}) t.set(uniform_floats(size_t(s.numel()), rng));
+  for (Tensor t : {q, k, v, w}) t.set(kiln_test::uniform_floats(size_t(s.numel()), rng, 1.5f));
   std::vector<float> first_out;
   for (const int32_t st : {3, 4}) {  // two steps: two masks, one graph
     SCOPED_TRACE("step " + std::to_string(st));
@@ -73,15 +59,18 @@ void check_dropout_against_composite(int64_t H, int64_t T, int64_t E, bool causa
     std::vector<std::vector<float>> grad_f;
     for (Tensor x : {q, k, v}) grad_f.push_back(gf.grad(x).get<float>());
     cpu.compute(gc);
-    EXPECT_LT(largest_diff(out_f, composite.get<float>()), 3e-5);
+    EXPECT_LT(kiln_test::max_abs_diff(out_f, composite.get<float>()), 3e-5);
     const char* names[] = {"dq", "dk", "dv"};
     int i = 0;
     for (Tensor x : {q, k, v}) {
-      EXPECT_LT(largest_diff(grad_f[size_t(i)], gc.grad(x).get<float>()), 1e-4) << names[i];
+      EXPECT_LT(kiln_test::max_abs_diff(grad_f[size_t(i)], gc.grad(x).get<float>()), 1e-4)
+          << names[i];
       ++i;
     }
     if (first_out.empty()) first_out = out_f;
-    else EXPECT_GT(largest_diff(first_out, out_f), 1e-2) << "a new step seed, the same mask";
+    else
+      EXPECT_GT(kiln_test::max_abs_diff(first_out, out_f), 1e-2)
+          << "a new step seed, the same mask";
   }
 }
 
@@ -108,7 +97,7 @@ TEST(AttentionDropout, ZeroDropoutIsPlainAttention) {
   CpuBackend cpu(2);
   auto buf = allocate_tensors(ctx, cpu);
   std::mt19937 rng(5);
-  for (Tensor t : {q, k, v}) t.set(uniform_floats(size_t(s.numel()), rng));
+  for (Tensor t : {q, k, v}) t.set(kiln_test::uniform_floats(size_t(s.numel()), rng, 1.5f));
   o.seed_tensor.set(std::vector<int32_t>{11});
   cpu.compute(g);
   EXPECT_EQ(with_seeds.get<float>(), plain.get<float>());
@@ -139,7 +128,7 @@ void check_mask_statistics(int64_t H, int64_t T, float p) {
     for (int64_t i = 0; i < T; ++i) eye[size_t((h * T + i) * T + i)] = 1.0f;
   q.set(std::vector<float>(n, 0.0f));
   std::mt19937 rng(9);
-  k.set(uniform_floats(n, rng));
+  k.set(kiln_test::uniform_floats(n, rng, 1.5f));
   v.set(eye);
   ones.set(std::vector<float>(n, 1.0f));
   step.set(std::vector<int32_t>{-5});

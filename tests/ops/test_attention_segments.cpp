@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/error_check.h"
+#include "common/random_values.h"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -43,21 +44,6 @@ std::vector<float> run_mask(const std::vector<int32_t>& ids, int64_t rows, int64
   return m;
 }
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.5f, 1.5f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    d = std::max(d, double(std::fabs(a[i] - b[i])));
-  return d;
-}
-
 void check_against_composite(int64_t B, int64_t H, int64_t T, int64_t E, bool causal,
                              const std::vector<int64_t>& runs) {
   SCOPED_TRACE("T " + std::to_string(T) + (causal ? " causal" : " full"));
@@ -82,7 +68,7 @@ void check_against_composite(int64_t B, int64_t H, int64_t T, int64_t E, bool ca
   CpuBackend cpu(2);
   auto buf = allocate_tensors(ctx, cpu);
   std::mt19937 rng(uint32_t(T + E));
-  for (Tensor t : {q, k, v, w}) t.set(random_floats(size_t(s.numel()), rng));
+  for (Tensor t : {q, k, v, w}) t.set(kiln_test::uniform_floats(size_t(s.numel()), rng, 1.5f));
   const std::vector<int32_t> ids = run_ids(B, T, runs);
   seg.set(ids);
   mask.set(run_mask(ids, B, T));
@@ -93,11 +79,12 @@ void check_against_composite(int64_t B, int64_t H, int64_t T, int64_t E, bool ca
   std::vector<std::vector<float>> grad_f;
   for (Tensor p : {q, k, v}) grad_f.push_back(gf.grad(p).get<float>());
   cpu.compute(gc);
-  EXPECT_LT(max_diff(out_f, composite.get<float>()), 2e-5);
+  EXPECT_LT(kiln_test::max_abs_diff(out_f, composite.get<float>()), 2e-5);
   const char* names[] = {"dq", "dk", "dv"};
   int i = 0;
   for (Tensor p : {q, k, v}) {
-    EXPECT_LT(max_diff(grad_f[size_t(i)], gc.grad(p).get<float>()), 5e-5) << names[i];
+    EXPECT_LT(kiln_test::max_abs_diff(grad_f[size_t(i)], gc.grad(p).get<float>()), 5e-5)
+        << names[i];
     ++i;
   }
 }
