@@ -34,6 +34,34 @@ namespace {
 
 using namespace kiln;
 
+// One layer's training step: forward and backward of sum(out * r), with q, k,
+// v (and r) uniform in [-1, 1) and the dropout step input (when given) at 1, on
+// `threads` threads; counters planned_MiB and tokens_per_s.
+void time_layer_step(benchmark::State& st, Context& ctx, Tensor out, std::vector<Tensor> inputs,
+                     Tensor step, int threads, int64_t tokens) {
+  Tensor r = ctx.input(f32, out.shape(), "r");
+  Tensor loss = sum(out * r);
+  Graph g = Graph::forward(loss);
+  g.backward(loss);
+  CpuBackend cpu(threads);
+  GraphAllocator galloc(cpu.buffer_type());
+  galloc.alloc(g);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  inputs.push_back(r);
+  for (Tensor t : inputs) {
+    std::vector<float> x(size_t(t.numel()));
+    for (float& e : x) e = u(rng);
+    t.set<float>(x);
+  }
+  if (step.defined()) step.set(std::vector<int32_t>{1});
+  g.reset_grads();
+  for (auto _ : st) cpu.compute(g);
+  st.counters["planned_MiB"] = double(galloc.plan().buffer_size) / (1 << 20);
+  st.counters["tokens_per_s"] =
+      benchmark::Counter(double(tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_attention(benchmark::State& st, bool fused) {
   const int64_t T = st.range(0), B = 768 / T, H = 4, E = 32;
   Context ctx;
@@ -43,25 +71,7 @@ void BM_attention(benchmark::State& st, bool fused) {
       fused ? attention(q, k, v, {0.0f, true})
             : matmul(softmax(matmul(q, k.T()), {.scale = 0.17677669f, .mask = {}, .causal = true}),
                      v);
-  Tensor r = ctx.input(f32, out.shape(), "r");
-  Tensor loss = sum(out * r);
-  Graph g = Graph::forward(loss);
-  g.backward(loss);
-  CpuBackend cpu(2);
-  GraphAllocator galloc(cpu.buffer_type());
-  galloc.alloc(g);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (Tensor t : {q, k, v, r}) {
-    std::vector<float> x(size_t(t.numel()));
-    for (float& e : x) e = u(rng);
-    t.set<float>(x);
-  }
-  g.reset_grads();
-  for (auto _ : st) cpu.compute(g);
-  st.counters["planned_MiB"] = double(galloc.plan().buffer_size) / (1 << 20);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+  time_layer_step(st, ctx, out, {q, k, v}, Tensor(), 2, B * T);
 }
 
 BENCHMARK_CAPTURE(BM_attention, fused, true)
@@ -175,26 +185,7 @@ void BM_dropout(benchmark::State& st, bool fused) {
   so.causal = true;
   Tensor out = fused ? attention(q, k, v, o)
                      : matmul(dropout(softmax(matmul(q, k.T()), so), p, seed, true, step), v);
-  Tensor r = ctx.input(f32, out.shape(), "r");
-  Tensor loss = sum(out * r);
-  Graph g = Graph::forward(loss);
-  g.backward(loss);
-  CpuBackend cpu(1);
-  GraphAllocator galloc(cpu.buffer_type());
-  galloc.alloc(g);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (Tensor t : {q, k, v, r}) {
-    std::vector<float> x(size_t(t.numel()));
-    for (float& e : x) e = u(rng);
-    t.set<float>(x);
-  }
-  step.set(std::vector<int32_t>{1});
-  g.reset_grads();
-  for (auto _ : st) cpu.compute(g);
-  st.counters["planned_MiB"] = double(galloc.plan().buffer_size) / (1 << 20);
-  st.counters["tokens_per_s"] =
-      benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+  time_layer_step(st, ctx, out, {q, k, v}, step, 1, B * T);
 }
 
 BENCHMARK_CAPTURE(BM_dropout, fused, true)
