@@ -1,12 +1,13 @@
 // save_gguf with a placeholder vocabulary, so that llama.cpp (which needs one
 // to load a file) runs a model that has none: programs then pass token ids,
-// never text. Used by bench_generate --save and tests/llamacpp/recipe_model.cpp.
+// never text. Used by bench_generate --save and the tests/llamacpp model writers.
 #pragma once
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "kiln/io.h"
+#include "kiln/kiln.h"
 #include "kiln/models.h"
 
 namespace bench {
@@ -48,6 +49,18 @@ inline void save_with_placeholder_vocab(const kiln::models::CausalLM& model,
     w.save(path);
   }
   std::remove((path + ".novocab").c_str());
+}
+
+// A random model of `cfg` (weights from `seed`) written with the placeholder
+// vocabulary: the files the llama.cpp checks run (tests/llamacpp).
+inline void save_random_model(const kiln::models::ModelConfig& cfg, const std::string& path,
+                              uint64_t seed) {
+  kiln::Context ctx;
+  kiln::CpuBackend cpu(2);
+  auto model = kiln::models::make_model(ctx, cfg);
+  model->allocate(cpu);
+  model->init(seed);
+  save_with_placeholder_vocab(*model, path, model->vocab_size());
 }
 
 }  // namespace bench

@@ -63,15 +63,6 @@ kiln::models::ModelConfig gpt2() {
   return cfg;
 }
 
-void write(const kiln::models::ModelConfig& cfg, const std::string& path, uint64_t seed) {
-  kiln::Context ctx;
-  kiln::CpuBackend cpu(2);
-  auto model = kiln::models::make_model(ctx, cfg);
-  model->allocate(cpu);
-  model->init(seed);
-  bench::save_with_placeholder_vocab(*model, path, kVocab);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,8 +73,8 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   uint64_t seed = 1;
   for (const char* type : {"llama", "qwen2", "qwen3", "phi3"})
-    write(llama_like(type), dir + "/" + type + ".gguf", seed++);
-  write(gpt2(), dir + "/gpt2.gguf", seed);
+    bench::save_random_model(llama_like(type), dir + "/" + type + ".gguf", seed++);
+  bench::save_random_model(gpt2(), dir + "/gpt2.gguf", seed);
   std::printf("kiln_arch_model: wrote llama, qwen2, qwen3, phi3 and gpt2 .gguf in %s\n",
               dir.c_str());
   return 0;

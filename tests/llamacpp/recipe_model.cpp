@@ -36,15 +36,6 @@ kiln::models::ModelConfig llama(int64_t layers, int64_t hidden, int64_t heads, i
   return cfg;
 }
 
-void write(const kiln::models::ModelConfig& cfg, const std::string& path, uint64_t seed) {
-  kiln::Context ctx;
-  kiln::CpuBackend cpu(2);
-  auto model = kiln::models::make_model(ctx, cfg);
-  model->allocate(cpu);
-  model->init(seed);
-  bench::save_with_placeholder_vocab(*model, path, cfg.llama->vocab_size);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,8 +44,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  write(llama(8, 256, 8, 2, 512, false), dir + "/k256.gguf", 1);
-  write(llama(2, 576, 9, 3, 1536, true), dir + "/w576.gguf", 2);
+  bench::save_random_model(llama(8, 256, 8, 2, 512, false), dir + "/k256.gguf", 1);
+  bench::save_random_model(llama(2, 576, 9, 3, 1536, true), dir + "/w576.gguf", 2);
   std::printf("kiln_recipe_model: wrote %s/k256.gguf and %s/w576.gguf\n", dir.c_str(), dir.c_str());
   return 0;
 }
