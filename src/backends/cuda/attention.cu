@@ -1,5 +1,5 @@
 // ATTENTION and ATTENTION_BACK: FlashAttention-style tiles in shared memory, f32
-// FMA on the CUDA cores (ROPE and ROPE_BACK, of the same op family, are in rope.cu).
+// FMA on the CUDA cores (ROPE and ROPE_BACK, of the same op family, are in attention_rope.cu).
 //
 // Attention. A block is 4 warps (128 threads) and owns 64 rows of one head:
 // query rows (forward, dq) or key rows (dk, dv), 16 per warp. It walks the other

@@ -80,7 +80,7 @@ OpKernel pool_kernel(Op op);
 OpKernel optim_kernel(Op op);
 OpKernel norm_kernel(Op op);       // LAYER_NORM, RMS_NORM and their backward ops
 OpKernel attention_kernel(Op op);  // ATTENTION, ATTENTION_BACK, ROPE, ROPE_BACK
-OpKernel rope_kernel(Op op);       // ROPE, ROPE_BACK (rope.cu; attention_kernel forwards)
+OpKernel rope_kernel(Op op);       // ROPE, ROPE_BACK (attention_rope.cu; attention_kernel forwards)
 OpKernel loss_kernel(Op op);       // CROSS_ENTROPY, CROSS_ENTROPY_BACK
 // Views need no kernel (supported() accepts every view and leaf). An op whose
 // entry is empty runs on the CPU backend through the scheduler (the graph
